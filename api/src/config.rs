@@ -1,0 +1,281 @@
+//! `XRDConversionConfig` and `CRDConversionConfig`: one target each, the same rules and status.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::rules::{SpokeVersionRules, Strategy};
+
+/// Names the target by `metadata.name` (`<plural>.<group>`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TargetRef {
+    pub name: String,
+}
+
+/// Names a ConversionWebhookServer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WebhookServerRef {
+    pub name: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum UnmappedFieldPolicy {
+    #[default]
+    Error,
+    Warn,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DriftPolicy {
+    /// Keep serving the last good plan and mark the config Stale.
+    #[default]
+    KeepServingStale,
+    /// Stop serving as soon as the live schema no longer validates.
+    FailClosed,
+}
+
+fn default_review_versions() -> Vec<String> {
+    vec!["v1".to_string()]
+}
+
+/// The conversion itself: everything but the target, shared by both config kinds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversionSpec {
+    /// The target's storage (CRD) or referenceable (XRD) version.
+    pub hub_version: String,
+    #[schemars(length(min = 1, max = 64))]
+    pub spokes: Vec<SpokeVersionRules>,
+    /// Pin the target to this server; otherwise the pool or the default serves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_server_ref: Option<WebhookServerRef>,
+    #[serde(default = "default_review_versions")]
+    pub conversion_review_versions: Vec<String>,
+    #[serde(default)]
+    pub unmapped_field_policy: UnmappedFieldPolicy,
+    /// Why leaving fields unmapped is acceptable; required with `unmappedFieldPolicy: Warn`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub unmapped_field_reason: String,
+    #[serde(default)]
+    pub drift_policy: DriftPolicy,
+}
+
+const WARN_NEEDS_REASON: &str =
+    "self.unmappedFieldPolicy != 'Warn' || (has(self.unmappedFieldReason) && self.unmappedFieldReason != '')";
+const WARN_NEEDS_REASON_MSG: &str =
+    "unmappedFieldPolicy Warn needs unmappedFieldReason: say why unmapped fields may be dropped";
+
+/// Converts a Crossplane CompositeResourceDefinition between its versions.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "conversion.dco.rs",
+    version = "v1alpha1",
+    kind = "XRDConversionConfig",
+    shortname = "xcc",
+    category = "dco",
+    status = "ConfigStatus",
+    printcolumn = r#"{"name":"Target","type":"string","jsonPath":".spec.targetXRD.name"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Server","type":"string","jsonPath":".status.assignedWebhookServer"}"#,
+    printcolumn = r#"{"name":"Handover","type":"string","jsonPath":".status.handover.state"}"#,
+    printcolumn = r#"{"name":"Lossless","type":"boolean","jsonPath":".status.overallLossless"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = kube::core::Rule::new(WARN_NEEDS_REASON).message(WARN_NEEDS_REASON_MSG)
+)]
+#[serde(rename_all = "camelCase")]
+pub struct XRDConversionConfigSpec {
+    #[serde(rename = "targetXRD")]
+    pub target_xrd: TargetRef,
+    #[serde(flatten)]
+    pub conversion: ConversionSpec,
+}
+
+/// Converts a native CustomResourceDefinition between its versions.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "conversion.dco.rs",
+    version = "v1alpha1",
+    kind = "CRDConversionConfig",
+    shortname = "ccc",
+    category = "dco",
+    status = "ConfigStatus",
+    printcolumn = r#"{"name":"Target","type":"string","jsonPath":".spec.targetCRD.name"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Server","type":"string","jsonPath":".status.assignedWebhookServer"}"#,
+    printcolumn = r#"{"name":"Handover","type":"string","jsonPath":".status.handover.state"}"#,
+    printcolumn = r#"{"name":"Lossless","type":"boolean","jsonPath":".status.overallLossless"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = kube::core::Rule::new(WARN_NEEDS_REASON).message(WARN_NEEDS_REASON_MSG)
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CRDConversionConfigSpec {
+    #[serde(rename = "targetCRD")]
+    pub target_crd: TargetRef,
+    #[serde(flatten)]
+    pub conversion: ConversionSpec,
+}
+
+/// Which kind of object a config targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TargetKind {
+    /// `apiextensions.crossplane.io/v1` CompositeResourceDefinition.
+    Xrd,
+    /// `apiextensions.k8s.io/v1` CustomResourceDefinition.
+    Crd,
+}
+
+/// What both config kinds have in common, so the resolver, the engine and the webhook can
+/// treat them alike.
+pub trait ConversionConfig {
+    fn target_kind(&self) -> TargetKind;
+    fn target_name(&self) -> &str;
+    fn conversion(&self) -> &ConversionSpec;
+}
+
+impl ConversionConfig for XRDConversionConfig {
+    fn target_kind(&self) -> TargetKind {
+        TargetKind::Xrd
+    }
+    fn target_name(&self) -> &str {
+        &self.spec.target_xrd.name
+    }
+    fn conversion(&self) -> &ConversionSpec {
+        &self.spec.conversion
+    }
+}
+
+impl ConversionConfig for CRDConversionConfig {
+    fn target_kind(&self) -> TargetKind {
+        TargetKind::Crd
+    }
+    fn target_name(&self) -> &str {
+        &self.spec.target_crd.name
+    }
+    fn conversion(&self) -> &ConversionSpec {
+        &self.spec.conversion
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Validating,
+    Validated,
+    Invalid,
+    Applied,
+    Stale,
+    Reverting,
+    Failed,
+}
+
+/// Whether a mapping loses nothing, per direction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LosslessVerdict {
+    pub hub_to_spoke: bool,
+    pub spoke_to_hub: bool,
+}
+
+/// The compile outcome of one rule.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleResult {
+    pub index: u32,
+    pub strategy: Strategy,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hub_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spoke_paths: Vec<String>,
+    /// Named `lossless` in status, as in the reference; it is the rule's verdict.
+    #[serde(rename = "lossless")]
+    pub verdict: LosslessVerdict,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// The compile outcome of one spoke.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpokeStatus {
+    pub version: String,
+    pub lossless: LosslessVerdict,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields_uncovered_hub: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields_uncovered_spoke: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rule_results: Vec<RuleResult>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// The states of a move of a target between webhook servers (design §6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum HandoverState {
+    #[default]
+    Unassigned,
+    Compiling,
+    DestinationReady,
+    Patched,
+    SourceDropped,
+}
+
+/// The persisted handover state machine of one config.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoverStatus {
+    pub state: HandoverState,
+    /// The server the target's `spec.conversion` names when the move began, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
+    /// When the current state was entered (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// How many times this move has been (re)started.
+    #[serde(default)]
+    pub attempt: u32,
+    /// W3C traceparent of the move, so a move is one trace across restarts and replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Status of both config kinds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_target_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::conditions")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned_webhook_server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overall_lossless: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spoke_statuses: Vec<SpokeStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_plan_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<HandoverStatus>,
+}

@@ -1,0 +1,65 @@
+//! Schema pieces the derive cannot express: free-form JSON values, the opaque nested rule
+//! lists (a CRD schema cannot recurse) and the CEL checks that tie `strategy` to its block.
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde_json::{Value, json};
+
+use crate::rules::Strategy;
+
+/// Any JSON value: a scalar, a list or an object.
+pub fn any_value(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
+pub fn any_value_opt(g: &mut SchemaGenerator) -> Schema {
+    let mut s = any_value(g);
+    s.insert("nullable".into(), Value::Bool(true));
+    s
+}
+
+/// A map of keys to any JSON value.
+pub fn any_map(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": { "x-kubernetes-preserve-unknown-fields": true },
+    })
+}
+
+/// Nested rules (ForEach, BranchMap): items kept verbatim, checked by the engine and admission.
+pub fn opaque_rules(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
+    })
+}
+
+/// One CEL rule per strategy: its params block is set exactly when it is the strategy.
+/// Together they say "exactly one params block, the one `strategy` names".
+pub fn params_block_validations(schema: &mut Schema) {
+    let rules: Vec<Value> = Strategy::ALL
+        .iter()
+        .map(|s| {
+            let field = s.params_field();
+            let name = s.name();
+            json!({
+                "rule": format!("has(self.{field}) == (self.strategy == '{name}')"),
+                "message": format!("the params block `{field}` must be set when, and only when, strategy is {name}"),
+                "fieldPath": format!(".{field}"),
+            })
+        })
+        .collect();
+    schema.insert("x-kubernetes-validations".into(), Value::Array(rules));
+}
+
+/// The schema of `T` as kube would put it into a CRD (used by tests and docs).
+pub fn schema_of<T: JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// `metav1.Condition` list, merged by `type` as Kubernetes conventions expect.
+pub fn conditions(g: &mut SchemaGenerator) -> Schema {
+    let mut s = g.subschema_for::<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>();
+    s.insert("x-kubernetes-list-type".into(), json!("map"));
+    s.insert("x-kubernetes-list-map-keys".into(), json!(["type"]));
+    s
+}
