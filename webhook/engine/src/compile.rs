@@ -1,0 +1,786 @@
+//! Compile: resolve every rule against the hub and spoke schemas, track claims, compute
+//! verdicts, scan leftovers and produce a [`Plan`] only when nothing is wrong.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use dco_api::config::{ConversionSpec, LosslessVerdict, RuleResult, SpokeStatus, UnmappedFieldPolicy};
+use dco_api::rules::{ConversionRule, Strategy};
+
+use crate::diagnostic::{Diagnostic, Severity};
+use crate::plan::{Plan, RulePlan, ScopePlan, SpokePlan, When};
+use crate::schema::{FlatSchema, Node, Resolved, same_shape};
+use crate::strategies::{self, CompiledRule};
+use crate::target::Target;
+use crate::value::{Path, from_serde};
+
+/// ForEach may nest inside ForEach once: item scopes go at most this deep.
+pub const MAX_NESTING: usize = 2;
+
+/// The outcome of [`compile`]: a plan only when there were no errors, and always a report.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    pub plan: Option<Arc<Plan>>,
+    pub report: Report,
+}
+
+/// What compile found, shaped for the config's status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub spokes: Vec<SpokeStatus>,
+    pub diagnostics: Vec<Diagnostic>,
+    pub overall_lossless: bool,
+    pub schema_hash: String,
+}
+
+impl Report {
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.is_error())
+    }
+
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| !d.is_error())
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.errors().next().is_some()
+    }
+}
+
+struct Settings<'a> {
+    policy: UnmappedFieldPolicy,
+    hub_version: &'a str,
+}
+
+/// Compiles `spec` against `target`.
+pub fn compile(spec: &ConversionSpec, target: &Target) -> Compiled {
+    let mut diags: Vec<Diagnostic> = Vec::new();
+    let config_error = |diags: &mut Vec<Diagnostic>, spoke: Option<&str>, msg: String| {
+        diags.push(Diagnostic {
+            severity: Severity::Error,
+            spoke: spoke.map(str::to_string),
+            rule: None,
+            strategy: None,
+            paths: vec![],
+            message: msg,
+        })
+    };
+    let what = target.describe();
+
+    let hub = target.version(&spec.hub_version);
+    let eligible: Vec<&str> =
+        target.versions().iter().filter(|v| v.hub_eligible).map(|v| v.name.as_str()).collect();
+    let hub_label = match target.kind() {
+        dco_api::config::TargetKind::Crd => "storage",
+        dco_api::config::TargetKind::Xrd => "referenceable",
+    };
+    match hub {
+        None => config_error(
+            &mut diags,
+            None,
+            format!(
+                "hubVersion {:?} is not a version of {what} (it has {}); set hubVersion to its {hub_label} version{}",
+                spec.hub_version,
+                target.versions().iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", "),
+                eligible.first().map(|e| format!(" {e}")).unwrap_or_default(),
+            ),
+        ),
+        Some(h) if !h.hub_eligible => config_error(
+            &mut diags,
+            None,
+            format!(
+                "hubVersion {} is not the {hub_label} version of {what}; {}",
+                h.name,
+                match eligible.first() {
+                    Some(e) => format!("set hubVersion: {e}"),
+                    None => format!("mark one version {hub_label} and use it as the hub"),
+                }
+            ),
+        ),
+        Some(_) => {}
+    }
+    if spec.spokes.is_empty() {
+        config_error(
+            &mut diags,
+            None,
+            "spokes is empty; list every other version of the target as a spoke".into(),
+        );
+    }
+    if spec.unmapped_field_policy == UnmappedFieldPolicy::Warn && spec.unmapped_field_reason.trim().is_empty()
+    {
+        config_error(
+            &mut diags,
+            None,
+            "unmappedFieldPolicy Warn needs unmappedFieldReason: say why unmapped fields may be dropped"
+                .into(),
+        );
+    }
+    for rv in &spec.conversion_review_versions {
+        if rv != "v1" && rv != "v1beta1" {
+            config_error(
+                &mut diags,
+                None,
+                format!("conversionReviewVersions has {rv:?}; only v1 and v1beta1 exist"),
+            );
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for s in &spec.spokes {
+        if s.version == spec.hub_version {
+            config_error(
+                &mut diags,
+                Some(&s.version),
+                "a spoke cannot be the hub version; remove this spoke".into(),
+            );
+        } else if !seen.insert(s.version.as_str()) {
+            config_error(
+                &mut diags,
+                Some(&s.version),
+                "spoke listed twice; merge its rules into one entry".into(),
+            );
+        } else if target.version(&s.version).is_none() {
+            config_error(
+                &mut diags,
+                Some(&s.version),
+                format!("{what} has no version {}; remove the spoke or fix its name", s.version),
+            );
+        }
+    }
+    for v in target.versions() {
+        if v.name != spec.hub_version && !seen.contains(v.name.as_str()) {
+            let served = v.served;
+            diags.push(Diagnostic {
+                severity: if served { Severity::Error } else { Severity::Warning },
+                spoke: Some(v.name.clone()),
+                rule: None,
+                strategy: None,
+                paths: vec![],
+                message: if served {
+                    format!("served version {} of {what} has no spoke entry; add one (an empty rules list copies identical fields)", v.name)
+                } else {
+                    format!("version {} of {what} is not served and has no spoke entry; objects stored in it cannot be converted", v.name)
+                },
+            });
+        }
+    }
+
+    let mut spokes_status = Vec::new();
+    let mut spoke_plans = Vec::new();
+    let mut overall = true;
+    if let Some(hub) = hub {
+        let hub_fs = FlatSchema::object(&hub.schema);
+        if hub.schema.is_null() {
+            diags.push(warning(
+                None,
+                format!(
+                    "hub version {} declares no schema; every field is copied through unchecked",
+                    hub.name
+                ),
+            ));
+        }
+        let settings = Settings { policy: spec.unmapped_field_policy, hub_version: &hub.name };
+        for s in &spec.spokes {
+            let Some(sv) = target.version(&s.version) else { continue };
+            if s.version == spec.hub_version {
+                continue;
+            }
+            if sv.schema.is_null() {
+                diags.push(warning(
+                    Some(&s.version),
+                    format!(
+                        "version {} declares no schema; every field is copied through unchecked",
+                        s.version
+                    ),
+                ));
+            }
+            let spoke_fs = FlatSchema::object(&sv.schema);
+            let start = diags.len();
+            let out = compile_scope(&settings, &s.version, &s.rules, &hub_fs, &spoke_fs, &[], 0, &mut diags);
+            let status = spoke_status(&s.version, &s.rules, &out, &diags[start..]);
+            overall &= out.verdict.hub_to_spoke && out.verdict.spoke_to_hub;
+            spokes_status.push(status);
+            spoke_plans.push(SpokePlan { version: s.version.clone(), scope: out.plan });
+        }
+    }
+
+    let report = Report {
+        spokes: spokes_status,
+        overall_lossless: overall && !diags.iter().any(Diagnostic::is_error),
+        diagnostics: diags,
+        schema_hash: target.schema_hash(),
+    };
+    let plan = if report.has_errors() {
+        None
+    } else {
+        Some(Arc::new(Plan::new(target, spec, spoke_plans, report.overall_lossless)))
+    };
+    Compiled { plan, report }
+}
+
+fn warning(spoke: Option<&str>, message: String) -> Diagnostic {
+    Diagnostic {
+        severity: Severity::Warning,
+        spoke: spoke.map(str::to_string),
+        rule: None,
+        strategy: None,
+        paths: vec![],
+        message,
+    }
+}
+
+fn spoke_status(
+    version: &str,
+    rules: &[ConversionRule],
+    out: &ScopeOutcome,
+    diags: &[Diagnostic],
+) -> SpokeStatus {
+    let mut rule_results: Vec<RuleResult> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let compiled = out.rule_facts.get(&i);
+            RuleResult {
+                index: u32::try_from(i).unwrap_or(u32::MAX),
+                strategy: r.strategy,
+                hub_paths: compiled.map(|c| c.0.clone()).unwrap_or_default(),
+                spoke_paths: compiled.map(|c| c.1.clone()).unwrap_or_default(),
+                verdict: compiled.map(|c| c.2).unwrap_or_default(),
+                errors: vec![],
+                warnings: vec![],
+            }
+        })
+        .collect();
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for d in diags {
+        let target = d.rule.as_ref().and_then(|r| r.first()).and_then(|i| rule_results.get_mut(*i));
+        let text = match (&d.rule, d.rule.as_ref().map(Vec::len)) {
+            (Some(_), Some(n)) if n > 1 => {
+                format!("rule {}: {}", d.rule_label().unwrap_or_default(), with_paths(d))
+            }
+            _ => with_paths(d),
+        };
+        match (target, d.severity) {
+            (Some(rr), Severity::Error) => rr.errors.push(text),
+            (Some(rr), Severity::Warning) => rr.warnings.push(text),
+            (None, Severity::Error) => errors.push(text),
+            (None, Severity::Warning) => warnings.push(text),
+        }
+    }
+    SpokeStatus {
+        version: version.to_string(),
+        lossless: out.verdict,
+        fields_uncovered_hub: out.uncovered_hub.clone(),
+        fields_uncovered_spoke: out.uncovered_spoke.clone(),
+        rule_results,
+        errors,
+        warnings,
+    }
+}
+
+fn with_paths(d: &Diagnostic) -> String {
+    if d.paths.is_empty() { d.message.clone() } else { format!("{}: {}", d.paths.join(", "), d.message) }
+}
+
+/// What compiling one scope (a spoke's root, or a ForEach item) produced.
+pub struct ScopeOutcome {
+    pub plan: ScopePlan,
+    pub verdict: LosslessVerdict,
+    pub uncovered_hub: Vec<String>,
+    pub uncovered_spoke: Vec<String>,
+    /// Per rule index of this scope: (hub claims, spoke claims, verdict).
+    rule_facts: BTreeMap<usize, (Vec<String>, Vec<String>, LosslessVerdict)>,
+    pub had_errors: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compile_scope(
+    settings: &Settings<'_>,
+    spoke: &str,
+    rules: &[ConversionRule],
+    hub: &FlatSchema,
+    spoke_fs: &FlatSchema,
+    prefix: &[usize],
+    depth: usize,
+    diags: &mut Vec<Diagnostic>,
+) -> ScopeOutcome {
+    let errors_before = diags.iter().filter(|d| d.is_error()).count();
+    let mut plan = ScopePlan::default();
+    let mut verdict = LosslessVerdict { hub_to_spoke: true, spoke_to_hub: true };
+    let mut claimed_hub: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut claimed_spoke: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut rule_facts = BTreeMap::new();
+
+    for (i, rule) in rules.iter().enumerate() {
+        let mut index = prefix.to_vec();
+        index.push(i);
+        let mut cx = RuleCx {
+            rule,
+            index: index.clone(),
+            spoke,
+            settings,
+            hub,
+            spoke_fs,
+            depth,
+            diags: &mut *diags,
+            had_error: false,
+        };
+        let Some(compiled) = compile_rule(&mut cx) else { continue };
+        let when = compile_when(&mut cx);
+        let had_error = cx.had_error;
+        drop(cx);
+        if had_error {
+            continue;
+        }
+        let claims_ok = claim(
+            &mut claimed_hub,
+            "hub",
+            hub,
+            &compiled.hub_claims,
+            &index,
+            rule.strategy,
+            rules,
+            prefix,
+            spoke,
+            diags,
+        ) & claim(
+            &mut claimed_spoke,
+            "spoke",
+            spoke_fs,
+            &compiled.spoke_claims,
+            &index,
+            rule.strategy,
+            rules,
+            prefix,
+            spoke,
+            diags,
+        );
+        if !claims_ok {
+            continue;
+        }
+        verdict.hub_to_spoke &= compiled.verdict.hub_to_spoke;
+        verdict.spoke_to_hub &= compiled.verdict.spoke_to_hub;
+        rule_facts.insert(i, (compiled.hub_claims.clone(), compiled.spoke_claims.clone(), compiled.verdict));
+        plan.rules.push(RulePlan {
+            index,
+            strategy: rule.strategy,
+            when,
+            clear_h2s: compiled.clear_h2s,
+            clear_s2h: compiled.clear_s2h,
+            op: compiled.op,
+        });
+    }
+
+    // Leftovers: an unclaimed leaf on both sides with the same shape is copied as is (it
+    // stays in the output untouched); anything else is uncovered.
+    let mut uncovered_hub = Vec::new();
+    let mut uncovered_spoke = Vec::new();
+    let mut reasons: BTreeMap<String, String> = BTreeMap::new();
+    for (path, hn) in hub.leaves() {
+        if claimed_hub.contains_key(path) {
+            continue;
+        }
+        match spoke_fs.resolve(path) {
+            Resolved::Node(sn) if sn.is_leaf() && !claimed_spoke.contains_key(path) => {
+                match same_shape(hn, sn) {
+                    Ok(()) => {}
+                    Err(why) => {
+                        reasons.insert(
+                            path.to_string(),
+                            format!("differs between hub and spoke ({why}){}", suggest(hn, sn)),
+                        );
+                        uncovered_hub.push(path.to_string());
+                    }
+                }
+            }
+            Resolved::InsideLeaf { node, .. } if node.accepts_anything() => {}
+            _ => uncovered_hub.push(path.to_string()),
+        }
+    }
+    for (path, sn) in spoke_fs.leaves() {
+        if claimed_spoke.contains_key(path) {
+            continue;
+        }
+        match hub.resolve(path) {
+            Resolved::Node(hn) if hn.is_leaf() && !claimed_hub.contains_key(path) => {
+                if same_shape(hn, sn).is_err() {
+                    uncovered_spoke.push(path.to_string());
+                }
+            }
+            Resolved::InsideLeaf { node, .. } if node.accepts_anything() => {}
+            _ => uncovered_spoke.push(path.to_string()),
+        }
+    }
+    let (sev, tail) = match settings.policy {
+        UnmappedFieldPolicy::Error => (
+            Severity::Error,
+            "map it with a rule, or set unmappedFieldPolicy: Warn with an unmappedFieldReason to drop it",
+        ),
+        UnmappedFieldPolicy::Warn => (Severity::Warning, "it is dropped (unmappedFieldPolicy: Warn)"),
+    };
+    let where_ = if prefix.is_empty() { String::new() } else { " in the items".to_string() };
+    for path in &uncovered_hub {
+        let msg = match reasons.get(path) {
+            Some(r) => format!("hub field {r}; {tail}"),
+            None => format!(
+                "hub field is not covered: no rule maps it and version {spoke} has no identical field{where_}; {tail}"
+            ),
+        };
+        diags.push(Diagnostic {
+            severity: sev,
+            spoke: Some(spoke.to_string()),
+            rule: (!prefix.is_empty()).then(|| prefix.to_vec()),
+            strategy: None,
+            paths: vec![path.clone()],
+            message: msg,
+        });
+        plan.drop_h2s.push(dotted_path(path));
+    }
+    for path in &uncovered_spoke {
+        if reasons.contains_key(path) {
+            // Reported once, on the hub side.
+            plan.drop_s2h.push(dotted_path(path));
+            continue;
+        }
+        diags.push(Diagnostic {
+            severity: sev,
+            spoke: Some(spoke.to_string()),
+            rule: (!prefix.is_empty()).then(|| prefix.to_vec()),
+            strategy: None,
+            paths: vec![path.clone()],
+            message: format!(
+                "spoke field is not covered: no rule fills it and hub version {} has no identical field{where_}; {tail}",
+                settings.hub_version
+            ),
+        });
+        plan.drop_s2h.push(dotted_path(path));
+    }
+    if !uncovered_hub.is_empty() {
+        verdict.hub_to_spoke = false;
+    }
+    if !uncovered_spoke.is_empty() {
+        verdict.spoke_to_hub = false;
+    }
+    let had_errors = diags.iter().filter(|d| d.is_error()).count() > errors_before;
+    ScopeOutcome { plan, verdict, uncovered_hub, uncovered_spoke, rule_facts, had_errors }
+}
+
+fn suggest(hub: &Node, spoke: &Node) -> &'static str {
+    match (hub.scalar(), spoke.scalar()) {
+        (Some(h), Some(s)) if h.ty != s.ty => " — TypeCoerce converts between scalar types",
+        (Some(h), Some(s)) if h.enumeration.is_some() || s.enumeration.is_some() => {
+            " — EnumRemap maps enum values"
+        }
+        _ => "",
+    }
+}
+
+fn dotted_path(p: &str) -> Path {
+    Path::from_segments(p.split('.'))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn claim(
+    claimed: &mut BTreeMap<String, Vec<usize>>,
+    side: &str,
+    fs: &FlatSchema,
+    paths: &[String],
+    index: &[usize],
+    strategy: Strategy,
+    rules: &[ConversionRule],
+    prefix: &[usize],
+    spoke: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> bool {
+    let mut ok = true;
+    for p in paths {
+        let leaves: Vec<String> = if p.starts_with("metadata.") {
+            vec![p.clone()]
+        } else {
+            match fs.resolve(p) {
+                Resolved::Node(n) if n.is_leaf() => vec![p.clone()],
+                Resolved::Node(_) => fs.leaves_under(p).map(|(l, _)| l.to_string()).collect(),
+                // Strategies resolve their own paths; an unresolved claim still must not
+                // overlap another rule's.
+                _ => vec![p.clone()],
+            }
+        };
+        for leaf in leaves {
+            if let Some(other) = claimed.get(&leaf) {
+                let other_label = label(other);
+                let other_strategy = other
+                    .get(prefix.len())
+                    .and_then(|i| rules.get(*i))
+                    .map(|r| r.strategy.to_string())
+                    .unwrap_or_default();
+                diags.push(Diagnostic {
+                    severity: Severity::Error,
+                    spoke: Some(spoke.to_string()),
+                    rule: Some(index.to_vec()),
+                    strategy: Some(strategy),
+                    paths: vec![leaf.clone()],
+                    message: format!(
+                        "{side} field is already claimed by rule {other_label} ({other_strategy}); a field may be converted by one rule only — merge the rules or drop one"
+                    ),
+                });
+                ok = false;
+            } else {
+                claimed.insert(leaf, index.to_vec());
+            }
+        }
+    }
+    ok
+}
+
+fn label(index: &[usize]) -> String {
+    index.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(".")
+}
+
+fn compile_rule(cx: &mut RuleCx<'_>) -> Option<CompiledRule> {
+    if let Err(e) = cx.rule.params() {
+        cx.error(&[], e.to_string());
+        return None;
+    }
+    let Some(imp) = strategies::implementation(cx.rule.strategy) else {
+        cx.error(
+            &[],
+            format!(
+                "strategy {} is not implemented yet; this config cannot be served until it is",
+                cx.rule.strategy
+            ),
+        );
+        return None;
+    };
+    let compiled = imp.compile(cx)?;
+    if cx.had_error {
+        return None;
+    }
+    let lossy = !compiled.verdict.hub_to_spoke || !compiled.verdict.spoke_to_hub;
+    let mut paths: Vec<String> = compiled.hub_claims.iter().chain(&compiled.spoke_claims).cloned().collect();
+    paths.dedup();
+    if lossy && !cx.rule.acknowledge_lossy {
+        let why = if compiled.lossy_because.is_empty() {
+            lossy_dirs(compiled.verdict)
+        } else {
+            compiled.lossy_because.join("; ")
+        };
+        cx.diags.push(Diagnostic {
+            severity: Severity::Error,
+            spoke: Some(cx.spoke.to_string()),
+            rule: Some(cx.index.clone()),
+            strategy: Some(cx.rule.strategy),
+            paths,
+            message: format!(
+                "rule is lossy ({why}); set acknowledgeLossy: true with a reason if the loss is acceptable"
+            ),
+        });
+        cx.had_error = true;
+        return None;
+    }
+    if lossy && cx.rule.reason.trim().is_empty() {
+        cx.warn(&[], "acknowledgeLossy is set without a reason; say why the loss is acceptable".to_string());
+    }
+    if !lossy && cx.rule.acknowledge_lossy {
+        cx.warn(&[], "acknowledgeLossy is set but the rule is lossless; remove it".to_string());
+    }
+    Some(compiled)
+}
+
+fn lossy_dirs(v: LosslessVerdict) -> String {
+    match (v.hub_to_spoke, v.spoke_to_hub) {
+        (false, false) => "both directions".into(),
+        (false, true) => "hub→spoke".into(),
+        _ => "spoke→hub".into(),
+    }
+}
+
+fn compile_when(cx: &mut RuleCx<'_>) -> Option<When> {
+    let w = cx.rule.when.as_ref()?;
+    let path = match Path::parse(&w.path) {
+        Ok(p) => p,
+        Err(e) => {
+            cx.error(&[], format!("when.path: {e}"));
+            return None;
+        }
+    };
+    let known = |fs: &FlatSchema| matches!(fs.resolve(&w.path), Resolved::Node(_));
+    if !known(cx.hub) && !known(cx.spoke_fs) && !w.path.starts_with("metadata.") {
+        cx.error(
+            &[&w.path],
+            "when.path is in neither the hub nor the spoke schema; fix the path".to_string(),
+        );
+        return None;
+    }
+    cx.warn(
+        &[&w.path],
+        format!(
+            "rule applies only when {} equals {}; objects where it does not keep the rule's fields unconverted (partial coverage)",
+            w.path, w.equals
+        ),
+    );
+    Some(When { path, equals: from_serde(&w.equals) })
+}
+
+/// The compile context a strategy sees: its rule, its scope's schemas and a diagnostics sink.
+pub struct RuleCx<'a> {
+    rule: &'a ConversionRule,
+    index: Vec<usize>,
+    spoke: &'a str,
+    settings: &'a Settings<'a>,
+    hub: &'a FlatSchema,
+    spoke_fs: &'a FlatSchema,
+    depth: usize,
+    diags: &'a mut Vec<Diagnostic>,
+    had_error: bool,
+}
+
+/// A compiled nested scope (ForEach items, BranchMap branches).
+pub struct NestedScope {
+    pub plan: ScopePlan,
+    pub verdict: LosslessVerdict,
+}
+
+impl<'a> RuleCx<'a> {
+    pub fn rule(&self) -> &'a ConversionRule {
+        self.rule
+    }
+
+    pub fn index(&self) -> &[usize] {
+        &self.index
+    }
+
+    pub fn spoke_version(&self) -> &str {
+        self.spoke
+    }
+
+    pub fn hub_schema(&self) -> &'a FlatSchema {
+        self.hub
+    }
+
+    pub fn spoke_schema(&self) -> &'a FlatSchema {
+        self.spoke_fs
+    }
+
+    /// 0 at the object root, 1 inside a ForEach item, 2 inside a nested ForEach.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.had_error
+    }
+
+    fn push(&mut self, severity: Severity, paths: &[&str], message: String) {
+        self.diags.push(Diagnostic {
+            severity,
+            spoke: Some(self.spoke.to_string()),
+            rule: Some(self.index.clone()),
+            strategy: Some(self.rule.strategy),
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+            message,
+        });
+    }
+
+    /// Reports an error; the rule will not run and no plan is produced.
+    pub fn error(&mut self, paths: &[&str], message: impl Into<String>) {
+        self.had_error = true;
+        self.push(Severity::Error, paths, message.into());
+    }
+
+    pub fn warn(&mut self, paths: &[&str], message: impl Into<String>) {
+        self.push(Severity::Warning, paths, message.into());
+    }
+
+    /// Parses a dotted path from the params field `field` (e.g. `fieldRename.hubPath`).
+    pub fn path(&mut self, field: &str, dotted: &str) -> Option<Path> {
+        match Path::parse(dotted) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                self.error(&[dotted], format!("{field}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Parses and resolves a hub path; reports a missing path with the fields that exist.
+    pub fn hub_node(&mut self, field: &str, dotted: &str) -> Option<(Path, &'a Node)> {
+        let fs = self.hub;
+        let v = self.settings.hub_version.to_string();
+        self.resolve(fs, field, dotted, &format!("hub version {v}"))
+    }
+
+    pub fn spoke_node(&mut self, field: &str, dotted: &str) -> Option<(Path, &'a Node)> {
+        let fs = self.spoke_fs;
+        let v = self.spoke.to_string();
+        self.resolve(fs, field, dotted, &format!("spoke version {v}"))
+    }
+
+    fn resolve(
+        &mut self,
+        fs: &'a FlatSchema,
+        field: &str,
+        dotted: &str,
+        side: &str,
+    ) -> Option<(Path, &'a Node)> {
+        let path = self.path(field, dotted)?;
+        let scope = if self.depth > 0 { " items" } else { "" };
+        match fs.resolve(dotted) {
+            Resolved::Node(n) => Some((path, n)),
+            Resolved::Missing { parent } => {
+                let known = fs.children(&parent);
+                let hint = if known.is_empty() {
+                    String::new()
+                } else {
+                    let at = if parent.is_empty() { "the top".to_string() } else { parent.clone() };
+                    format!(" (fields at {at}: {})", known.join(", "))
+                };
+                self.error(
+                    &[dotted],
+                    format!("{field}: not in the schema of {side}{scope}{hint}; fix the path"),
+                );
+                None
+            }
+            Resolved::InsideLeaf { unit, node } => {
+                self.error(
+                    &[dotted],
+                    format!(
+                        "{field}: goes inside {unit}, a {} in {side}{scope}; rules address declared fields only — use ForEach for array items or claim {unit} as a whole",
+                        node.describe()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Compiles item- or branch-relative rules against nested schemas, one level deeper.
+    pub fn compile_nested(
+        &mut self,
+        rules: &[ConversionRule],
+        hub: &FlatSchema,
+        spoke: &FlatSchema,
+    ) -> Option<NestedScope> {
+        if self.depth + 1 > MAX_NESTING {
+            self.error(
+                &[],
+                format!("nested rules go deeper than {MAX_NESTING} levels; flatten the inner rules into the outer scope"),
+            );
+            return None;
+        }
+        let out = compile_scope(
+            self.settings,
+            self.spoke,
+            rules,
+            hub,
+            spoke,
+            &self.index,
+            self.depth + 1,
+            self.diags,
+        );
+        if out.had_errors {
+            self.had_error = true;
+            return None;
+        }
+        Some(NestedScope { plan: out.plan, verdict: out.verdict })
+    }
+}

@@ -1,0 +1,26 @@
+//! dco's conversion engine: pure functions from rules, schemas and JSON objects to compiled
+//! plans, diagnostics and converted objects. No Kubernetes client, no async runtime, no HTTP.
+//!
+//! - [`target`]: the CRD/XRD schema sources; [`schema`]: flattening to leaf paths.
+//! - [`compile()`]: claims, verdicts, leftovers and [`Diagnostic`]s → a [`Plan`].
+//! - [`Plan::convert`] / [`Plan::convert_value`]: one object to another version.
+//! - [`review::convert_review`]: a ConversionReview body in, the response body out.
+
+pub mod compile;
+pub mod convert;
+pub mod diagnostic;
+pub mod plan;
+pub mod review;
+pub mod router;
+pub mod schema;
+pub mod strategies;
+pub mod target;
+pub mod value;
+
+pub use compile::{Compiled, Report, compile};
+pub use convert::{ConvertError, ConvertErrorDetail, Direction};
+pub use dco_api::rules::Strategy;
+pub use diagnostic::{Diagnostic, Severity};
+pub use plan::Plan;
+pub use review::{ReviewError, ReviewOutcome, convert_review};
+pub use target::{Target, TargetError, VersionSchema};

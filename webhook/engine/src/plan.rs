@@ -1,0 +1,140 @@
+//! The compiled plan: what convert runs. It exists only after a compile without errors.
+
+use std::fmt;
+
+use dco_api::config::ConversionSpec;
+use dco_api::rules::Strategy;
+use sha2::{Digest, Sha256};
+
+use crate::strategies::RuleOp;
+use crate::target::{Target, canonical_json, hex};
+use crate::value::{Path, Value};
+
+/// A target's compiled conversion: the hub and one [`SpokePlan`] per spoke.
+pub struct Plan {
+    pub(crate) target: String,
+    pub(crate) group: String,
+    pub(crate) resource_kind: String,
+    pub(crate) hub_version: String,
+    pub(crate) spokes: Vec<SpokePlan>,
+    pub(crate) lossless: bool,
+    hash: String,
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plan")
+            .field("target", &self.target)
+            .field("hub_version", &self.hub_version)
+            .field("spokes", &self.spokes.iter().map(|s| s.version.as_str()).collect::<Vec<_>>())
+            .field("hash", &self.hash)
+            .finish()
+    }
+}
+
+/// The rules between the hub and one spoke.
+#[derive(Debug)]
+pub struct SpokePlan {
+    pub version: String,
+    pub scope: ScopePlan,
+}
+
+/// The rules of one scope: an object root or a ForEach item.
+#[derive(Debug, Default)]
+pub struct ScopePlan {
+    pub rules: Vec<RulePlan>,
+    /// Uncovered source leaves removed from the output (unmappedFieldPolicy Warn).
+    pub drop_h2s: Vec<Path>,
+    pub drop_s2h: Vec<Path>,
+}
+
+/// One compiled rule.
+#[derive(Debug)]
+pub struct RulePlan {
+    pub index: Vec<usize>,
+    pub strategy: Strategy,
+    pub when: Option<When>,
+    pub clear_h2s: Vec<Path>,
+    pub clear_s2h: Vec<Path>,
+    pub op: Box<dyn RuleOp>,
+}
+
+/// A rule's condition: it applies only when the input's `path` equals `equals`.
+#[derive(Debug, Clone)]
+pub struct When {
+    pub path: Path,
+    pub equals: Value,
+}
+
+impl When {
+    pub fn holds(&self, input: &Value) -> bool {
+        crate::value::get(input, self.path.segments()) == Some(&self.equals)
+    }
+}
+
+impl Plan {
+    pub(crate) fn new(
+        target: &Target,
+        spec: &ConversionSpec,
+        spokes: Vec<SpokePlan>,
+        lossless: bool,
+    ) -> Plan {
+        let mut h = Sha256::new();
+        let spec_json = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
+        let mut buf = String::new();
+        canonical_json(&spec_json, &mut buf);
+        h.update(buf.as_bytes());
+        h.update([0]);
+        h.update(target.schema_hash().as_bytes());
+        h.update([0]);
+        h.update(env!("CARGO_PKG_VERSION").as_bytes());
+        Plan {
+            target: target.name().to_string(),
+            group: target.group().to_string(),
+            resource_kind: target.resource_kind().to_string(),
+            hub_version: spec.hub_version.clone(),
+            spokes,
+            lossless,
+            hash: hex(&h.finalize()),
+        }
+    }
+
+    /// The target's name.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The kind of the objects converted (`spec.names.kind`).
+    pub fn resource_kind(&self) -> &str {
+        &self.resource_kind
+    }
+
+    pub fn hub_version(&self) -> &str {
+        &self.hub_version
+    }
+
+    /// Hub first, then the spokes in config order.
+    pub fn versions(&self) -> Vec<&str> {
+        std::iter::once(self.hub_version.as_str())
+            .chain(self.spokes.iter().map(|s| s.version.as_str()))
+            .collect()
+    }
+
+    /// Stable digest of (spec, schema hash, engine version): status.lastAppliedPlanHash.
+    pub fn hash(&self) -> String {
+        self.hash.clone()
+    }
+
+    /// Whether every spoke is lossless in both directions.
+    pub fn lossless(&self) -> bool {
+        self.lossless
+    }
+
+    pub(crate) fn spoke(&self, version: &str) -> Option<&SpokePlan> {
+        self.spokes.iter().find(|s| s.version == version)
+    }
+}

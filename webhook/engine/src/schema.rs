@@ -1,0 +1,585 @@
+//! Flattening an openAPIV3Schema into leaf paths with the facts the compiler needs.
+//!
+//! A *leaf* is the unit rules claim and leftovers copy: a scalar, an array (its items are a
+//! nested flattened schema that ForEach works on), a map (`additionalProperties`), an empty
+//! object, or an opaque unit (`oneOf`/`anyOf`/`allOf`/`$ref`/`not`, free-form and
+//! preserve-unknown nodes without properties). Objects with properties are interior nodes.
+//! Fields a schema never declares are not leaves: convert copies them through untouched.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::target::canonical_json;
+
+/// Deeper schemas are treated as opaque below this depth: user input must not be able to
+/// exhaust the stack.
+const MAX_DEPTH: usize = 48;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScalarType {
+    String,
+    Integer,
+    Number,
+    Boolean,
+    /// `x-kubernetes-int-or-string: true`
+    IntOrString,
+}
+
+impl ScalarType {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalarType::String => "string",
+            ScalarType::Integer => "integer",
+            ScalarType::Number => "number",
+            ScalarType::Boolean => "boolean",
+            ScalarType::IntOrString => "int-or-string",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scalar {
+    pub ty: ScalarType,
+    pub format: Option<String>,
+    /// The `enum` values, if the schema restricts them.
+    pub enumeration: Option<Vec<Value>>,
+}
+
+/// Why a node is an opaque unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpaqueKind {
+    /// `oneOf`/`anyOf`/`allOf`/`not`/`$ref`: copied or mapped whole.
+    Composite,
+    /// `x-kubernetes-preserve-unknown-fields` without properties, `additionalProperties: true`,
+    /// or no type at all: holds any JSON.
+    FreeForm,
+    /// Nesting deeper than the engine inspects.
+    TooDeep,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Shape {
+    /// An object. With properties it is an interior node; without, an (empty) leaf.
+    Object {
+        has_properties: bool,
+        preserve_unknown: bool,
+    },
+    Scalar(Scalar),
+    Array {
+        items: Box<FlatSchema>,
+        max_items: Option<u64>,
+    },
+    Map {
+        values: Box<FlatSchema>,
+    },
+    Opaque {
+        kind: OpaqueKind,
+        canonical: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub shape: Shape,
+    pub nullable: bool,
+}
+
+impl Node {
+    pub fn is_leaf(&self) -> bool {
+        !matches!(self.shape, Shape::Object { has_properties: true, .. })
+    }
+
+    /// A short description for messages: "string", "array of objects", "map", ...
+    pub fn describe(&self) -> String {
+        match &self.shape {
+            Shape::Object { .. } => "object".into(),
+            Shape::Scalar(s) => match &s.enumeration {
+                Some(e) => format!("{} enum of {}", s.ty.name(), e.len()),
+                None => s.ty.name().to_string(),
+            },
+            Shape::Array { items, .. } => format!("array of {}", plural(&items.root)),
+            Shape::Map { values } => format!("map of {}", plural(&values.root)),
+            Shape::Opaque { kind: OpaqueKind::Composite, .. } => "opaque oneOf/anyOf/allOf/$ref unit".into(),
+            Shape::Opaque { kind: OpaqueKind::FreeForm, .. } => "free-form value".into(),
+            Shape::Opaque { kind: OpaqueKind::TooDeep, .. } => "deeply nested value".into(),
+        }
+    }
+
+    pub fn scalar(&self) -> Option<&Scalar> {
+        match &self.shape {
+            Shape::Scalar(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// True for values that can hold any JSON (free-form / preserve-unknown).
+    pub fn accepts_anything(&self) -> bool {
+        matches!(self.shape, Shape::Opaque { kind: OpaqueKind::FreeForm | OpaqueKind::TooDeep, .. })
+    }
+}
+
+fn plural(n: &Node) -> String {
+    match &n.shape {
+        Shape::Object { .. } => "objects".into(),
+        Shape::Scalar(s) => format!("{}s", s.ty.name()),
+        Shape::Array { .. } => "arrays".into(),
+        Shape::Map { .. } => "maps".into(),
+        Shape::Opaque { .. } => "opaque values".into(),
+    }
+}
+
+/// A schema flattened to dotted paths below its root.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlatSchema {
+    pub root: Node,
+    /// Every declared path below the root, interior nodes included.
+    nodes: BTreeMap<String, Node>,
+}
+
+/// What a rule path resolves to.
+#[derive(Debug)]
+pub enum Resolved<'a> {
+    Node(&'a Node),
+    /// The path does not exist; `parent` is the deepest declared prefix (empty: the root).
+    Missing {
+        parent: String,
+    },
+    /// The path goes inside a leaf (an array, map, opaque unit or scalar) at `unit`.
+    InsideLeaf {
+        unit: String,
+        node: &'a Node,
+    },
+}
+
+impl FlatSchema {
+    /// Flattens a whole object's schema; `apiVersion`, `kind` and `metadata` are left out
+    /// (the router and the metadata strategies own them).
+    pub fn object(schema: &Value) -> FlatSchema {
+        let mut fs = FlatSchema {
+            root: Node {
+                shape: Shape::Object { has_properties: true, preserve_unknown: false },
+                nullable: false,
+            },
+            nodes: BTreeMap::new(),
+        };
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            for (k, v) in props {
+                if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                fs.add(k.clone(), v, 1);
+            }
+        }
+        fs.root = Node {
+            shape: Shape::Object {
+                has_properties: true,
+                preserve_unknown: flag(schema, "x-kubernetes-preserve-unknown-fields"),
+            },
+            nullable: false,
+        };
+        fs
+    }
+
+    /// Flattens any schema node as a root (array items, map values).
+    pub fn node(schema: &Value) -> FlatSchema {
+        Self::node_at(schema, 0)
+    }
+
+    fn node_at(schema: &Value, depth: usize) -> FlatSchema {
+        let mut fs = FlatSchema {
+            root: Node {
+                shape: Shape::Object { has_properties: false, preserve_unknown: false },
+                nullable: false,
+            },
+            nodes: BTreeMap::new(),
+        };
+        let root = classify(schema, depth);
+        if matches!(root.shape, Shape::Object { has_properties: true, .. })
+            && let Some(props) = schema.get("properties").and_then(Value::as_object)
+        {
+            for (k, v) in props {
+                fs.add(k.clone(), v, depth + 1);
+            }
+        }
+        fs.root = root;
+        fs
+    }
+
+    fn add(&mut self, path: String, schema: &Value, depth: usize) {
+        let node = classify(schema, depth);
+        let interior = matches!(node.shape, Shape::Object { has_properties: true, .. });
+        self.nodes.insert(path.clone(), node);
+        if interior && let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            for (k, v) in props {
+                self.add(format!("{path}.{k}"), v, depth + 1);
+            }
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Option<&Node> {
+        if path.is_empty() {
+            return Some(&self.root);
+        }
+        self.nodes.get(path)
+    }
+
+    /// Leaf paths in sorted order.
+    pub fn leaves(&self) -> impl Iterator<Item = (&str, &Node)> {
+        self.nodes.iter().filter(|(_, n)| n.is_leaf()).map(|(k, n)| (k.as_str(), n))
+    }
+
+    pub fn leaf_count(&self) -> usize {
+        self.nodes.values().filter(|n| n.is_leaf()).count()
+    }
+
+    /// Leaves at or below `path` (just `path` when it is a leaf).
+    pub fn leaves_under<'a>(&'a self, path: &'a str) -> impl Iterator<Item = (&'a str, &'a Node)> + 'a {
+        let prefix = format!("{path}.");
+        self.nodes
+            .range::<str, _>((std::ops::Bound::Included(path), std::ops::Bound::Unbounded))
+            .take_while(move |(k, _)| k.as_str() == path || k.starts_with(&prefix))
+            .filter(|(_, n)| n.is_leaf())
+            .map(|(k, n)| (k.as_str(), n))
+    }
+
+    /// Direct children of an interior path (names only).
+    pub fn children(&self, path: &str) -> Vec<&str> {
+        let prefix = if path.is_empty() { String::new() } else { format!("{path}.") };
+        self.nodes
+            .keys()
+            .filter_map(|k| k.strip_prefix(prefix.as_str()))
+            .filter(|rest| !rest.contains('.'))
+            .collect()
+    }
+
+    pub fn resolve(&self, path: &str) -> Resolved<'_> {
+        if let Some(n) = self.get(path) {
+            return Resolved::Node(n);
+        }
+        let mut parent = String::new();
+        let mut cur = String::new();
+        for seg in path.split('.') {
+            if !cur.is_empty() {
+                cur.push('.');
+            }
+            cur.push_str(seg);
+            match self.nodes.get(&cur) {
+                Some(n) if n.is_leaf() => return Resolved::InsideLeaf { unit: cur, node: n },
+                Some(_) => parent = cur.clone(),
+                None => break,
+            }
+        }
+        Resolved::Missing { parent }
+    }
+
+    /// The subtree at an interior path, re-rooted (for comparing whole objects).
+    pub fn subtree(&self, path: &str) -> Option<FlatSchema> {
+        if path.is_empty() {
+            return Some(self.clone());
+        }
+        let root = self.nodes.get(path)?.clone();
+        let prefix = format!("{path}.");
+        let nodes = self
+            .nodes
+            .range::<str, _>((std::ops::Bound::Excluded(path), std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, n)| (k[prefix.len()..].to_string(), n.clone()))
+            .collect();
+        Some(FlatSchema { root, nodes })
+    }
+}
+
+fn flag(schema: &Value, name: &str) -> bool {
+    schema.get(name).and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn canonical_without_docs(schema: &Value) -> String {
+    fn strip(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .filter(|(k, _)| {
+                        !matches!(k.as_str(), "description" | "example" | "externalDocs" | "title")
+                    })
+                    .map(|(k, v)| (k.clone(), strip(v)))
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(strip).collect()),
+            other => other.clone(),
+        }
+    }
+    let mut s = String::new();
+    canonical_json(&strip(schema), &mut s);
+    s
+}
+
+fn classify(schema: &Value, depth: usize) -> Node {
+    let nullable = flag(schema, "nullable");
+    let opaque =
+        |kind| Node { shape: Shape::Opaque { kind, canonical: canonical_without_docs(schema) }, nullable };
+    if depth > MAX_DEPTH {
+        return opaque(OpaqueKind::TooDeep);
+    }
+    if ["oneOf", "anyOf", "allOf", "not", "$ref"].iter().any(|k| schema.get(*k).is_some()) {
+        return opaque(OpaqueKind::Composite);
+    }
+    if flag(schema, "x-kubernetes-int-or-string") {
+        return Node { shape: Shape::Scalar(scalar(schema, ScalarType::IntOrString)), nullable };
+    }
+    let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields");
+    let has_props = schema.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
+    let ty = schema.get("type").and_then(Value::as_str);
+    match ty {
+        Some("string") => Node { shape: Shape::Scalar(scalar(schema, ScalarType::String)), nullable },
+        Some("integer") => Node { shape: Shape::Scalar(scalar(schema, ScalarType::Integer)), nullable },
+        Some("number") => Node { shape: Shape::Scalar(scalar(schema, ScalarType::Number)), nullable },
+        Some("boolean") => Node { shape: Shape::Scalar(scalar(schema, ScalarType::Boolean)), nullable },
+        Some("array") => match schema.get("items") {
+            Some(items) if items.is_object() => Node {
+                shape: Shape::Array {
+                    items: Box::new(FlatSchema::node_at(items, depth + 1)),
+                    max_items: schema.get("maxItems").and_then(Value::as_u64),
+                },
+                nullable,
+            },
+            _ => opaque(OpaqueKind::FreeForm),
+        },
+        Some("object") | None if has_props => {
+            Node { shape: Shape::Object { has_properties: true, preserve_unknown: preserve }, nullable }
+        }
+        Some("object") => match schema.get("additionalProperties") {
+            Some(Value::Object(_)) => Node {
+                shape: Shape::Map {
+                    values: Box::new(FlatSchema::node_at(&schema["additionalProperties"], depth + 1)),
+                },
+                nullable,
+            },
+            Some(Value::Bool(true)) => opaque(OpaqueKind::FreeForm),
+            _ if preserve => opaque(OpaqueKind::FreeForm),
+            _ => Node { shape: Shape::Object { has_properties: false, preserve_unknown: false }, nullable },
+        },
+        _ => opaque(OpaqueKind::FreeForm),
+    }
+}
+
+fn scalar(schema: &Value, ty: ScalarType) -> Scalar {
+    Scalar {
+        ty,
+        format: schema.get("format").and_then(Value::as_str).map(str::to_string),
+        enumeration: schema.get("enum").and_then(Value::as_array).cloned(),
+    }
+}
+
+/// Whether every value valid under `a` is valid, unchanged, under `b`. `Err` says why not.
+pub fn node_fits(a: &Node, b: &Node) -> Result<(), String> {
+    if b.accepts_anything() {
+        return Ok(());
+    }
+    if a.nullable && !b.nullable {
+        return Err("null is allowed on one side only".into());
+    }
+    match (&a.shape, &b.shape) {
+        (Shape::Opaque { canonical: ca, .. }, Shape::Opaque { canonical: cb, .. }) => {
+            if ca == cb {
+                Ok(())
+            } else {
+                Err("the opaque units' schemas differ".into())
+            }
+        }
+        (Shape::Scalar(x), Shape::Scalar(y)) => scalar_fits(x, y),
+        (Shape::Array { items: ia, max_items: ma }, Shape::Array { items: ib, max_items: mb }) => {
+            if let Some(mb) = mb
+                && ma.is_none_or(|ma| ma > *mb)
+            {
+                return Err(format!("the destination allows at most {mb} items"));
+            }
+            schema_fits(ia, ib).map_err(|e| format!("items: {e}"))
+        }
+        (Shape::Map { values: va }, Shape::Map { values: vb }) => {
+            schema_fits(va, vb).map_err(|e| format!("map values: {e}"))
+        }
+        (Shape::Object { .. }, Shape::Object { .. }) => Ok(()),
+        _ => Err(format!("{} vs {}", a.describe(), b.describe())),
+    }
+}
+
+fn scalar_fits(a: &Scalar, b: &Scalar) -> Result<(), String> {
+    use ScalarType::*;
+    let ty_ok = matches!(
+        (a.ty, b.ty),
+        (String, String)
+            | (Integer, Integer)
+            | (Integer, Number)
+            | (Number, Number)
+            | (Boolean, Boolean)
+            | (IntOrString, IntOrString)
+            | (Integer, IntOrString)
+            | (String, IntOrString)
+    );
+    if !ty_ok {
+        return Err(format!("{} vs {}", a.ty.name(), b.ty.name()));
+    }
+    if let Some(fb) = &b.format
+        && a.format.as_ref() != Some(fb)
+    {
+        return Err(format!("format {:?} vs {fb:?}", a.format.as_deref().unwrap_or("none")));
+    }
+    if let Some(eb) = &b.enumeration {
+        match &a.enumeration {
+            None => return Err("the destination restricts values to an enum".into()),
+            Some(ea) => {
+                if let Some(missing) = ea.iter().find(|v| !eb.contains(v)) {
+                    return Err(format!("enum value {missing} is not allowed on the other side"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether every value valid under schema `a` fits schema `b` unchanged (recursively).
+pub fn schema_fits(a: &FlatSchema, b: &FlatSchema) -> Result<(), String> {
+    node_fits(&a.root, &b.root)?;
+    if b.root.accepts_anything() {
+        return Ok(());
+    }
+    for (path, na) in a.leaves() {
+        match b.resolve(path) {
+            Resolved::Node(nb) => node_fits(na, nb).map_err(|e| format!("{path}: {e}"))?,
+            Resolved::InsideLeaf { node, .. } if node.accepts_anything() => {}
+            _ => return Err(format!("{path} has no counterpart")),
+        }
+    }
+    Ok(())
+}
+
+/// Same type and shape: fits both ways. This is what a leftover identity copy needs.
+pub fn same_shape(a: &Node, b: &Node) -> Result<(), String> {
+    node_fits(a, b)?;
+    node_fits(b, a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": {
+                    "type": "object",
+                    "properties": {
+                        "size": {"type": "string", "enum": ["S", "L"]},
+                        "replicas": {"type": "integer", "format": "int32"},
+                        "ratio": {"type": "number"},
+                        "port": {"x-kubernetes-int-or-string": true},
+                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "values": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "source": {"oneOf": [{"required": ["a"]}, {"required": ["b"]}], "properties": {"a": {"type": "string"}}},
+                        "disks": {"type": "array", "maxItems": 4, "items": {
+                            "type": "object", "properties": {"name": {"type": "string"}, "gb": {"type": "integer"}}}},
+                        "tags": {"type": "array", "items": {"type": "string"}},
+                        "empty": {"type": "object"},
+                        "nested": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                            "properties": {"x": {"type": "boolean"}}}
+                    }
+                },
+                "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}}
+            }
+        })
+    }
+
+    #[test]
+    fn flattens_every_shape() {
+        let fs = FlatSchema::object(&sample());
+        let leaves: Vec<&str> = fs.leaves().map(|(p, _)| p).collect();
+        assert_eq!(
+            leaves,
+            vec![
+                "spec.disks",
+                "spec.empty",
+                "spec.labels",
+                "spec.nested.x",
+                "spec.port",
+                "spec.ratio",
+                "spec.replicas",
+                "spec.size",
+                "spec.source",
+                "spec.tags",
+                "spec.values",
+                "status.ready"
+            ]
+        );
+        assert!(fs.get("metadata").is_none());
+        assert!(matches!(
+            fs.get("spec.nested").unwrap().shape,
+            Shape::Object { has_properties: true, preserve_unknown: true }
+        ));
+        assert!(matches!(
+            fs.get("spec.source").unwrap().shape,
+            Shape::Opaque { kind: OpaqueKind::Composite, .. }
+        ));
+        assert!(fs.get("spec.values").unwrap().accepts_anything());
+        match &fs.get("spec.disks").unwrap().shape {
+            Shape::Array { items, max_items } => {
+                assert_eq!(*max_items, Some(4));
+                let item_leaves: Vec<&str> = items.leaves().map(|(p, _)| p).collect();
+                assert_eq!(item_leaves, vec!["gb", "name"]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(fs.get("spec.labels").unwrap().shape, Shape::Map { .. }));
+        assert_eq!(fs.get("spec.port").unwrap().scalar().unwrap().ty, ScalarType::IntOrString);
+        assert_eq!(fs.get("spec.replicas").unwrap().scalar().unwrap().format.as_deref(), Some("int32"));
+    }
+
+    #[test]
+    fn resolve_distinguishes_missing_and_inside_leaf() {
+        let fs = FlatSchema::object(&sample());
+        assert!(matches!(fs.resolve("spec.size"), Resolved::Node(_)));
+        assert!(matches!(fs.resolve("spec.nope.x"), Resolved::Missing { parent } if parent == "spec"));
+        assert!(
+            matches!(fs.resolve("spec.values.foo"), Resolved::InsideLeaf { unit, .. } if unit == "spec.values")
+        );
+        assert_eq!(fs.leaves_under("spec.nested").count(), 1);
+        assert_eq!(fs.leaves_under("spec").count(), 11);
+        assert_eq!(fs.children("status"), vec!["ready"]);
+    }
+
+    #[test]
+    fn deep_schemas_become_opaque_instead_of_overflowing() {
+        let mut s = json!({"type": "string"});
+        for _ in 0..500 {
+            s = json!({"type": "object", "properties": {"a": s}});
+        }
+        let fs = FlatSchema::object(&json!({"type": "object", "properties": {"spec": s}}));
+        assert!(fs.leaves().any(|(_, n)| matches!(n.shape, Shape::Opaque { kind: OpaqueKind::TooDeep, .. })));
+    }
+
+    #[test]
+    fn fits_rules() {
+        let s = |v: Value| classify(&v, 0);
+        assert!(node_fits(&s(json!({"type": "integer"})), &s(json!({"type": "number"}))).is_ok());
+        assert!(node_fits(&s(json!({"type": "number"})), &s(json!({"type": "integer"}))).is_err());
+        let small = s(json!({"type": "string", "enum": ["a"]}));
+        let big = s(json!({"type": "string", "enum": ["a", "b"]}));
+        assert!(node_fits(&small, &big).is_ok());
+        assert!(node_fits(&big, &small).is_err());
+        assert!(same_shape(&small, &big).is_err());
+        let one = s(json!({"type": "array", "maxItems": 1, "items": {"type": "string"}}));
+        let many = s(json!({"type": "array", "items": {"type": "string"}}));
+        assert!(node_fits(&one, &many).is_ok());
+        assert!(node_fits(&many, &one).is_err());
+        let free = s(json!({"x-kubernetes-preserve-unknown-fields": true}));
+        assert!(node_fits(&many, &free).is_ok());
+        assert!(node_fits(&free, &many).is_err());
+        let doc_only = s(json!({"oneOf": [{"type": "string"}], "description": "x"}));
+        let doc_other = s(json!({"oneOf": [{"type": "string"}], "description": "y"}));
+        assert!(same_shape(&doc_only, &doc_other).is_ok());
+    }
+}
