@@ -247,6 +247,9 @@ pub struct HandoverStatus {
     pub traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The move proceeded without served-target Leases to prove a step (HandoverUnverified).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unverified: bool,
 }
 
 /// Status of both config kinds.

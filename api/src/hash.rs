@@ -16,10 +16,10 @@ pub fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Maps a hash strictly inside (0, 1): 53 significant bits plus a half step, so neither
-/// 0 (−ln would be ∞) nor 1 (−ln would be 0) can occur.
+/// Maps a hash strictly inside (0, 1): 52 bits plus a half step, all exactly representable
+/// below 1.0, so neither 0 (−ln would be ∞) nor 1 (−ln would be 0) can occur.
 pub fn unit_interval(h: u64) -> f64 {
-    ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    ((h >> 12) as f64 + 0.5) / (1u64 << 52) as f64
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub mod config;
 pub mod hash;
 pub mod rules;
 pub mod schema;
+pub mod served_lease;
 pub mod server;
 
 pub use config::{
@@ -55,11 +56,18 @@ pub fn crds()
     vec![XRDConversionConfig::crd(), CRDConversionConfig::crd(), ConversionWebhookServer::crd()]
 }
 
-/// The CRDs as multi-document YAML, as `crdgen` prints them and the chart ships them.
+/// The CRDs as multi-document YAML, as `crdgen` prints them.
 pub fn crds_yaml() -> String {
+    crd_files().into_iter().map(|(_, yaml)| yaml).collect::<Vec<_>>().join("---\n")
+}
+
+/// One `(<plural>.yaml, YAML)` per CRD, as the chart ships them under `charts/dco/crds/`.
+pub fn crd_files() -> Vec<(String, String)> {
     crds()
         .iter()
-        .map(|c| serde_yaml::to_string(c).expect("a CRD always serialises"))
-        .collect::<Vec<_>>()
-        .join("---\n")
+        .map(|c| {
+            let yaml = serde_yaml::to_string(c).expect("a CRD always serialises");
+            (format!("{}.yaml", c.spec.names.plural), yaml)
+        })
+        .collect()
 }

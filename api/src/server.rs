@@ -96,7 +96,7 @@ pub struct AutoscalingSpec {
     pub min_replicas: i32,
     #[schemars(range(min = 1))]
     pub max_replicas: i32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "targetCPUUtilizationPercentage", skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub target_cpu_utilization_percentage: Option<i32>,
 }
