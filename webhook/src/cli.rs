@@ -1,0 +1,120 @@
+//! Command-line flags (each also settable from the environment).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// dco's conversion webhook server.
+///
+/// In a cluster it watches configs, servers and targets, compiles plans for the targets its
+/// instance serves and answers ConversionReviews for them. With --static-dir it serves the
+/// configs and CRD/XRD manifests in a directory, without a cluster.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "dco-webhook", version)]
+pub struct Args {
+    /// Address to serve HTTPS on.
+    #[arg(long, env = "DCO_LISTEN", default_value = "0.0.0.0:9443")]
+    pub listen: SocketAddr,
+    /// PEM certificate chain (reloaded when it changes).
+    #[arg(long, env = "DCO_TLS_CERT_FILE")]
+    pub tls_cert_file: PathBuf,
+    /// PEM private key (reloaded when it changes).
+    #[arg(long, env = "DCO_TLS_KEY_FILE")]
+    pub tls_key_file: PathBuf,
+    /// How often to check the certificate files for changes.
+    #[arg(long, env = "DCO_TLS_RELOAD_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub tls_reload_interval: Duration,
+
+    /// Serve the configs and targets in this directory; no cluster.
+    #[arg(long, env = "DCO_STATIC_DIR")]
+    pub static_dir: Option<PathBuf>,
+
+    /// The ConversionWebhookServer this replica belongs to.
+    #[arg(long, env = "DCO_INSTANCE", required_unless_present = "static_dir")]
+    pub instance: Option<String>,
+    /// This Pod's name (downward API); names the served-target Lease.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// This Pod's namespace (downward API); where the Lease lives.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// The instance's Service name, matched against targets' spec.conversion
+    /// (default: the instance name).
+    #[arg(long, env = "DCO_SERVICE_NAME")]
+    pub service_name: Option<String>,
+
+    /// Largest ConversionReview body accepted (bytes); larger gets 413.
+    #[arg(long, env = "DCO_MAX_REQUEST_BYTES", default_value_t = 64 << 20)]
+    pub max_request_bytes: usize,
+    /// Time budget of one ConversionReview.
+    #[arg(long, env = "DCO_REQUEST_TIMEOUT", default_value = "25s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// How long a target that is neither assigned here nor named by its spec.conversion is
+    /// still served (apiservers pick up spec.conversion changes asynchronously).
+    #[arg(long, env = "DCO_DRAIN_PERIOD", default_value = "30s", value_parser = parse_duration)]
+    pub drain_period: Duration,
+
+    /// Served-target Lease heartbeat.
+    #[arg(long, env = "DCO_LEASE_RENEW_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub lease_renew_interval: Duration,
+    /// Lease duration: readers treat a Lease not renewed within it as dead.
+    #[arg(long, env = "DCO_LEASE_DURATION", default_value = "90s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// Cap on the encoded served-target annotation; above it the Lease is marked truncated.
+    #[arg(long, env = "DCO_SERVED_TARGETS_MAX_BYTES", default_value_t = dco_api::served_lease::DEFAULT_MAX_ENCODED_BYTES)]
+    pub served_targets_max_bytes: usize,
+
+    /// After SIGTERM, how long /readyz reports 503 before the listener closes, so endpoints
+    /// stop routing here first.
+    #[arg(long, env = "DCO_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+    /// How long in-flight requests get to finish once the listener closed.
+    #[arg(long, env = "DCO_SHUTDOWN_TIMEOUT", default_value = "25s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Log format.
+    #[arg(long, env = "DCO_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// `250ms`, `5s`, `2m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration; use e.g. 500ms, 5s, 2m, 1h"))?;
+    let d = match unit {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(format!("{s:?} has unknown unit {unit:?}; use ms, s, m or h")),
+    };
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn instance_is_required_outside_static_mode() {
+        let base = ["dco-webhook", "--tls-cert-file", "c", "--tls-key-file", "k"];
+        assert!(Args::try_parse_from(base).is_err());
+        assert!(Args::try_parse_from(base.iter().chain(&["--static-dir", "d"])).is_ok());
+        let a = Args::try_parse_from(base.iter().chain(&["--instance", "pool-a"])).unwrap();
+        assert_eq!(a.instance.as_deref(), Some("pool-a"));
+        assert_eq!(a.drain_period, Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,105 @@
+//! Cluster mode's sync loop: wait for the caches, run a pass whenever something changed (or
+//! a drain ends, or a periodic resync is due), mark the replica ready after the first full
+//! pass, and rebuild the caches when the instance's `cacheSelector` changes.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use dco_api::ConversionWebhookServer;
+use kube::Client;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::Notify;
+
+use crate::caches::{self, Caches, Scope};
+use crate::health::Health;
+use crate::sync::Syncer;
+
+/// A full pass even without events, as a backstop against a missed wake-up.
+const RESYNC: Duration = Duration::from_secs(60);
+/// Coalesce bursts of events (a rollout, the initial lists) into one pass.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+fn scope_of(servers: &Store<ConversionWebhookServer>, instance: &str) -> Scope {
+    let own = servers.get(&ObjectRef::new(instance));
+    if own.is_none() {
+        tracing::warn!(
+            instance,
+            "ConversionWebhookServer {instance:?} not found; watching configs and targets without a cacheSelector"
+        );
+    }
+    match Scope::of(own.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(instance, error = %e, "ignoring the instance's cacheSelector; fix spec.cacheSelector");
+            Scope::default()
+        }
+    }
+}
+
+pub async fn run(
+    client: Client,
+    instance: String,
+    syncer: Syncer,
+    health: Arc<Health>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let mut stop = std::pin::pin!(stop);
+    let notify = Arc::new(Notify::new());
+    let (servers, _servers_task) = caches::watch_servers(&client, notify.clone());
+    tokio::select! {
+        _ = servers.wait_until_ready() => {}
+        () = &mut stop => return,
+    }
+    let scope = scope_of(&servers, &instance);
+    tracing::info!(?scope, "starting watches");
+    let mut caches = Arc::new(Caches::start(&client, servers.clone(), scope, notify.clone()).await);
+    tokio::select! {
+        () = caches.wait_ready() => {}
+        () = &mut stop => return,
+    }
+    tracing::info!("caches synced; running the first pass over existing configs");
+
+    let syncer = Arc::new(Mutex::new(syncer));
+    let mut first = true;
+    loop {
+        let (s, c) = (syncer.clone(), caches.clone());
+        let started = Instant::now();
+        let report = tokio::task::spawn_blocking(move || {
+            let world = c.world();
+            s.lock().unwrap_or_else(PoisonError::into_inner).pass(&world, Instant::now())
+        })
+        .await;
+        let next_wake = match report {
+            Ok(r) => {
+                tracing::debug!(?r, took = ?started.elapsed(), "pass done");
+                if first {
+                    tracing::info!(compiled = r.compiled, failed = r.failed, took = ?started.elapsed(), "first pass done; ready");
+                    health.mark_synced();
+                    first = false;
+                }
+                r.next_wake
+            }
+            Err(e) => {
+                // A panic in a pass is a bug; keep serving what the registry holds and retry.
+                tracing::error!(error = %e, "sync pass failed; retrying");
+                Some(Instant::now() + Duration::from_secs(1))
+            }
+        };
+        let deadline = next_wake.unwrap_or_else(|| Instant::now() + RESYNC).min(Instant::now() + RESYNC);
+        tokio::select! {
+            () = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
+            () = tokio::time::sleep_until(deadline.into()) => {}
+            () = &mut stop => return,
+        }
+        let scope = scope_of(&servers, &instance);
+        if scope != caches.scope {
+            tracing::info!(old = ?caches.scope, new = ?scope, "the instance's cacheSelector changed; rebuilding the watches (the registry keeps serving meanwhile)");
+            let fresh = Caches::start(&client, servers.clone(), scope, notify.clone()).await;
+            tokio::select! {
+                () = fresh.wait_ready() => {}
+                () = &mut stop => return,
+            }
+            caches = Arc::new(fresh);
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The hold rule (design §5): whether this replica keeps a plan for a target.
+//!
+//! A replica holds a plan while EITHER the resolver assigns the target to its instance OR the
+//! live target's `spec.conversion.webhook.clientConfig.service.name` still names its Service.
+//! The second clause closes the handover window from the losing side: the operator repoints
+//! the target only after the destination serves it, and until then the apiserver keeps
+//! calling us. When neither holds, a plan already held is kept for a short drain period,
+//! because apiservers pick up a changed `spec.conversion` asynchronously.
+//!
+//! Pure: facts in, decision out. The sync loop gathers the facts and acts.
+
+use std::time::{Duration, Instant};
+
+/// Why a target is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum HoldReason {
+    /// The resolver assigns it to this instance.
+    Assigned,
+    /// Not assigned here, but the live target's `spec.conversion` still names our Service.
+    NamedBySpecConversion,
+    /// Static mode: every config in the directory is served.
+    Static,
+}
+
+/// Why a target is dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// The target no longer exists and it is not assigned here.
+    TargetGone,
+    /// Neither clause holds and the drain period is over.
+    Released,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Facts {
+    /// The resolver assigns the target to this instance (false when no config exists, or
+    /// when resolution fails).
+    pub assigned_here: bool,
+    /// Static mode: serve every config.
+    pub static_mode: bool,
+    pub target_exists: bool,
+    /// The live target's `spec.conversion...service.name` equals our Service name.
+    pub names_our_service: bool,
+    /// The registry has an entry for the target.
+    pub held: bool,
+    /// When the current drain began, if one is running.
+    pub drain_started: Option<Instant>,
+    pub drain_period: Duration,
+    pub now: Instant,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Keep the plan (and build or refresh it when a config is there).
+    Hold(HoldReason),
+    /// Neither clause holds; keep serving the plan already held until `until`.
+    Drain { started: Instant, until: Instant },
+    /// Remove the entry.
+    Drop(DropReason),
+    /// Nothing is held and nothing should be.
+    Ignore,
+}
+
+pub fn decide(f: &Facts) -> Decision {
+    if f.static_mode {
+        return Decision::Hold(HoldReason::Static);
+    }
+    if f.assigned_here {
+        // Held even while the target is missing, so the failure shows in /debug/registry.
+        return Decision::Hold(HoldReason::Assigned);
+    }
+    if !f.target_exists {
+        // A deleted target cannot be calling us: nothing to drain.
+        return if f.held { Decision::Drop(DropReason::TargetGone) } else { Decision::Ignore };
+    }
+    if f.names_our_service {
+        return Decision::Hold(HoldReason::NamedBySpecConversion);
+    }
+    if !f.held {
+        return Decision::Ignore;
+    }
+    let started = f.drain_started.unwrap_or(f.now);
+    let until = started + f.drain_period;
+    if f.now < until { Decision::Drain { started, until } } else { Decision::Drop(DropReason::Released) }
+}
+
+/// The Service a target's `spec.conversion` calls, from its JSON form (CRD or XRD; both use
+/// the same `spec.conversion.webhook.clientConfig.service.name` layout). Anything missing or
+/// differently shaped reads as "names no Service".
+pub fn conversion_service_name(target: &serde_json::Value) -> Option<&str> {
+    target
+        .pointer("/spec/conversion/webhook/clientConfig/service/name")
+        .and_then(serde_json::Value::as_str)
+        .filter(|_| {
+            target.pointer("/spec/conversion/strategy").and_then(serde_json::Value::as_str) == Some("Webhook")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> Facts {
+        Facts {
+            assigned_here: false,
+            static_mode: false,
+            target_exists: true,
+            names_our_service: false,
+            held: false,
+            drain_started: None,
+            drain_period: Duration::from_secs(30),
+            now: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn assignment_alone_holds() {
+        let f = Facts { assigned_here: true, ..facts() };
+        assert_eq!(decide(&f), Decision::Hold(HoldReason::Assigned));
+        // Even with the target missing: the failure must be visible, not silently dropped.
+        assert_eq!(decide(&Facts { target_exists: false, ..f }), Decision::Hold(HoldReason::Assigned));
+    }
+
+    #[test]
+    fn spec_conversion_alone_holds_after_the_assignment_moved() {
+        let f = Facts { names_our_service: true, held: true, ..facts() };
+        assert_eq!(decide(&f), Decision::Hold(HoldReason::NamedBySpecConversion));
+        // And builds one when nothing is held yet (e.g. after a restart mid-move).
+        assert_eq!(decide(&Facts { held: false, ..f }), Decision::Hold(HoldReason::NamedBySpecConversion));
+        // A running drain is irrelevant once a clause holds again.
+        let f = Facts { drain_started: Some(f.now), ..f };
+        assert_eq!(decide(&f), Decision::Hold(HoldReason::NamedBySpecConversion));
+    }
+
+    #[test]
+    fn neither_clause_drains_then_drops() {
+        let now = Instant::now();
+        let f = Facts { held: true, now, ..facts() };
+        assert_eq!(decide(&f), Decision::Drain { started: now, until: now + Duration::from_secs(30) });
+        let later = Facts { drain_started: Some(now), now: now + Duration::from_secs(29), ..f };
+        assert!(matches!(decide(&later), Decision::Drain { started, .. } if started == now));
+        let done = Facts { now: now + Duration::from_secs(30), ..later };
+        assert_eq!(decide(&done), Decision::Drop(DropReason::Released));
+        let no_drain = Facts { drain_period: Duration::ZERO, ..f };
+        assert_eq!(decide(&no_drain), Decision::Drop(DropReason::Released));
+    }
+
+    #[test]
+    fn neither_clause_and_nothing_held_is_ignored() {
+        assert_eq!(decide(&facts()), Decision::Ignore);
+    }
+
+    #[test]
+    fn a_deleted_target_drops_at_once_unless_assigned() {
+        let f = Facts { target_exists: false, held: true, names_our_service: true, ..facts() };
+        assert_eq!(decide(&f), Decision::Drop(DropReason::TargetGone));
+        assert_eq!(decide(&Facts { held: false, ..f }), Decision::Ignore);
+    }
+
+    #[test]
+    fn static_mode_serves_everything() {
+        let f = Facts { static_mode: true, target_exists: false, ..facts() };
+        assert_eq!(decide(&f), Decision::Hold(HoldReason::Static));
+    }
+
+    #[test]
+    fn service_name_is_read_only_from_a_webhook_conversion() {
+        let crd = serde_json::json!({"spec": {"conversion": {"strategy": "Webhook", "webhook": {
+            "clientConfig": {"service": {"name": "dco-pool-a", "namespace": "x", "path": "/convert/t"}},
+            "conversionReviewVersions": ["v1"]}}}});
+        assert_eq!(conversion_service_name(&crd), Some("dco-pool-a"));
+        let none = serde_json::json!({"spec": {"conversion": {"strategy": "None", "webhook": {
+            "clientConfig": {"service": {"name": "dco-pool-a"}}}}}});
+        assert_eq!(conversion_service_name(&none), None);
+        assert_eq!(conversion_service_name(&serde_json::json!({"spec": {}})), None);
+        assert_eq!(conversion_service_name(&serde_json::json!({"spec": {"conversion": 3}})), None);
+        let url = serde_json::json!({"spec": {"conversion": {"strategy": "Webhook", "webhook": {
+            "clientConfig": {"url": "https://127.0.0.1/convert"}}}}});
+        assert_eq!(conversion_service_name(&url), None);
+    }
+}

@@ -1,0 +1,257 @@
+//! The HTTP surface: `POST /convert/{target}`, `/healthz`, `/readyz`, `/metrics` and
+//! `/debug/registry`.
+//!
+//! The convert handler is the apiserver's write and read path for every served target, so it
+//! fails closed (no plan → 503), bounds the body and the time spent, runs the CPU-bound
+//! conversion off the async workers, and never panics.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use sonic_rs::JsonValueTrait;
+
+use crate::health::Health;
+use crate::metrics::{Metrics, Outcome, TargetLabel, UNKNOWN_TARGET};
+use crate::plan::BadReview;
+use crate::registry::{Entry, Registry};
+
+/// Request limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // 64 MiB holds a list of several thousand large objects; the apiserver's own
+        // conversion timeout is 30 s, and answering first lets it report our message.
+        Limits { max_body_bytes: 64 << 20, request_timeout: Duration::from_secs(25) }
+    }
+}
+
+/// Shared state of all routes.
+pub struct App {
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub limits: Limits,
+    /// Named in 503 messages so an operator knows which instance answered.
+    pub instance: String,
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    let limit = app.limits.max_body_bytes;
+    Router::new()
+        .route("/convert/{target}", post(convert).layer(DefaultBodyLimit::max(limit)))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/debug/registry", get(debug_registry))
+        .with_state(app)
+}
+
+fn text(status: StatusCode, msg: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg).into_response()
+}
+
+async fn convert(
+    State(app): State<Arc<App>>,
+    Path(target): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let start = Instant::now();
+    let entry = app.registry.get(&target);
+    // Only registered names become metric labels.
+    let label = if entry.is_some() { target.as_str() } else { UNKNOWN_TARGET };
+    let (outcome, response) = convert_inner(&app, &target, entry, body).await;
+    app.metrics.observe_request(label, outcome, start.elapsed().as_secs_f64());
+    response
+}
+
+async fn convert_inner(
+    app: &App,
+    target: &str,
+    entry: Option<Arc<Entry>>,
+    body: Result<Bytes, BytesRejection>,
+) -> (Outcome, Response) {
+    let body = match body {
+        Ok(b) => b,
+        Err(rej) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let msg = format!(
+                "ConversionReview body for target {target:?} exceeds the {}-byte limit; raise --max-request-bytes on dco-webhook if batches this large are expected",
+                app.limits.max_body_bytes
+            );
+            return (Outcome::too_large, text(StatusCode::PAYLOAD_TOO_LARGE, msg));
+        }
+        Err(rej) => {
+            return (
+                Outcome::bad_request,
+                text(StatusCode::BAD_REQUEST, format!("cannot read the body: {rej}")),
+            );
+        }
+    };
+    let Some(entry) = entry else {
+        let msg = format!(
+            "no conversion plan for target {target:?} on this replica of ConversionWebhookServer {:?}: the target is not assigned to this instance and its spec.conversion does not name this instance's Service; check the config's status.assignedWebhookServer, or retry if it was just created",
+            app.instance
+        );
+        return (Outcome::unknown_target, text(StatusCode::SERVICE_UNAVAILABLE, msg));
+    };
+    let Some(plan) = entry.plan().cloned() else {
+        let why = entry.failure.as_ref().map_or("no plan compiled yet", |f| f.message.as_str());
+        let msg = format!(
+            "target {target:?} has no servable plan on this replica of ConversionWebhookServer {:?}: {why}",
+            app.instance
+        );
+        return (Outcome::unknown_target, text(StatusCode::SERVICE_UNAVAILABLE, msg));
+    };
+
+    // Conversion is CPU-bound: keep it off the async workers so probes and other requests
+    // stay responsive, and bound it so a pathological review cannot hold a worker forever.
+    let input = body.clone();
+    let job = tokio::task::spawn_blocking(move || plan.review(&input));
+    match tokio::time::timeout(app.limits.request_timeout, job).await {
+        Ok(Ok(Ok(reviewed))) => {
+            let outcome = if reviewed.failure.is_some() {
+                tracing::debug!(target = target, uid = %reviewed.uid, failure = ?reviewed.failure, "conversion failed");
+                Outcome::conversion_failure
+            } else {
+                app.metrics
+                    .objects_converted
+                    .get_or_create(&TargetLabel { target: target.to_string() })
+                    .inc_by(u64::try_from(reviewed.objects).unwrap_or(u64::MAX));
+                Outcome::success
+            };
+            (outcome, ([(header::CONTENT_TYPE, "application/json")], reviewed.body).into_response())
+        }
+        Ok(Ok(Err(bad))) => {
+            let status = StatusCode::BAD_REQUEST;
+            let msg = match bad {
+                BadReview::Malformed(_) | BadReview::MissingRequest => bad.to_string(),
+            };
+            (Outcome::bad_request, text(status, msg))
+        }
+        Ok(Err(join)) => {
+            tracing::error!(target = target, error = %join, "the conversion plan panicked; answering 500");
+            let msg = format!("internal error converting target {target:?}; see the dco-webhook log");
+            (Outcome::internal_error, text(StatusCode::INTERNAL_SERVER_ERROR, msg))
+        }
+        Err(_) => {
+            let msg = format!(
+                "converting target {target:?} exceeded the {:?} per-request budget; raise --request-timeout on dco-webhook or check the config for expensive rules (CEL, deep ForEach)",
+                app.limits.request_timeout
+            );
+            tracing::warn!(target = target, "{msg}");
+            (Outcome::timeout, failure_review(&body, &msg))
+        }
+    }
+}
+
+/// A ConversionReview with a Failure result, for the paths where the plan never answered.
+/// The apiserver only accepts a response that echoes the request's uid and apiVersion, so
+/// both are read lazily from the body (no full parse of a large review).
+pub fn failure_review(body: &[u8], message: &str) -> Response {
+    let uid = sonic_rs::get(body, ["request", "uid"]).ok().and_then(|v| v.as_str().map(str::to_string));
+    let api_version = sonic_rs::get(body, ["apiVersion"])
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .filter(|v| v == "apiextensions.k8s.io/v1beta1")
+        .unwrap_or_else(|| "apiextensions.k8s.io/v1".to_string());
+    let review = serde_json::json!({
+        "apiVersion": api_version,
+        "kind": "ConversionReview",
+        "response": {
+            "uid": uid.unwrap_or_default(),
+            "convertedObjects": [],
+            "result": {"status": "Failure", "message": message},
+        },
+    });
+    ([(header::CONTENT_TYPE, "application/json")], review.to_string()).into_response()
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    match app.health.readiness() {
+        Ok(()) => "ok".into_response(),
+        Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, why.to_string()),
+    }
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        app.metrics.encode(),
+    )
+        .into_response()
+}
+
+fn rfc3339(t: SystemTime) -> Option<String> {
+    k8s_openapi::jiff::Timestamp::try_from(t).ok().map(|t| t.to_string())
+}
+
+/// One registry entry as `/debug/registry` shows it.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EntryView<'a> {
+    target: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config: Option<&'a crate::registry::ConfigRef>,
+    hold: crate::hold::HoldReason,
+    servable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hub_version: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    versions: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plan_hash: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compiled_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draining_until: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_error: Option<ErrorView<'a>>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ErrorView<'a> {
+    message: &'a str,
+    errors: &'a [String],
+    at: Option<String>,
+}
+
+async fn debug_registry(State(app): State<Arc<App>>) -> Response {
+    let snap = app.registry.snapshot();
+    let mut entries: Vec<&Arc<Entry>> = snap.values().collect();
+    entries.sort_by(|a, b| a.target.cmp(&b.target));
+    let views: Vec<EntryView<'_>> = entries
+        .iter()
+        .map(|e| EntryView {
+            target: &e.target,
+            config: e.config.as_ref(),
+            hold: e.hold,
+            servable: e.served.is_some(),
+            hub_version: e.plan().map(|p| p.hub_version().to_string()),
+            versions: e.plan().map(|p| p.versions()).unwrap_or_default(),
+            plan_hash: e.served.as_ref().map(|s| s.plan_hash.as_str()),
+            compiled_at: e.served.as_ref().and_then(|s| rfc3339(s.compiled_at)),
+            draining_until: e.draining_until.and_then(rfc3339),
+            last_error: e.failure.as_ref().map(|f| ErrorView {
+                message: &f.message,
+                errors: &f.errors,
+                at: rfc3339(f.at),
+            }),
+        })
+        .collect();
+    match serde_json::to_vec_pretty(&views) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot render the registry: {e}")),
+    }
+}

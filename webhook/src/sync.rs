@@ -1,0 +1,583 @@
+//! The sync pass: from what the caches (or the static directory) hold now, decide per target
+//! whether to hold it ([`crate::hold`]), compile what changed, and swap the result into the
+//! registry in one batch.
+//!
+//! A pass is idempotent and cheap when nothing changed: a plan is only recompiled when the
+//! fingerprint of its config and target (identity and generation) changes, and a failing
+//! config is not retried until either changes. One config's failure keeps the last good
+//! plan for its target and never affects another target.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use dco_api::assign::Servers;
+use dco_api::config::{ConversionSpec, TargetKind};
+
+use crate::hold::{self, Decision, DropReason, Facts, HoldReason};
+use crate::metrics::{Metrics, TargetLabel};
+use crate::plan::Compiler;
+use crate::registry::{ConfigRef, Entry, Failure, Registry, Served};
+
+/// One config as the pass sees it.
+#[derive(Clone, Debug)]
+pub struct ConfigView {
+    /// `XRDConversionConfig`, `CRDConversionConfig`, or `file` in static mode.
+    pub kind: String,
+    pub name: String,
+    pub target: String,
+    pub target_kind: TargetKind,
+    pub spec: Arc<ConversionSpec>,
+    /// Changes whenever the spec may have (uid + generation).
+    pub fingerprint: String,
+}
+
+/// One target (CRD or XRD) as JSON with `apiVersion` and `kind` set.
+#[derive(Clone, Debug)]
+pub struct TargetView {
+    pub value: Arc<serde_json::Value>,
+    /// Changes whenever the schema or spec.conversion may have (uid + generation).
+    pub fingerprint: String,
+}
+
+/// Everything a pass needs.
+#[derive(Clone, Debug, Default)]
+pub struct World {
+    pub configs: Vec<ConfigView>,
+    pub targets: HashMap<(TargetKind, String), TargetView>,
+    pub servers: Servers,
+}
+
+/// Who this replica is.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub instance: String,
+    /// Our Service's name, matched against the targets' `spec.conversion`.
+    pub service_name: String,
+    /// Serve every config, no resolver (static mode).
+    pub static_mode: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassReport {
+    pub compiled: usize,
+    pub failed: usize,
+    pub dropped: usize,
+    /// When the next pass must run even if nothing changes (a drain ends).
+    pub next_wake: Option<Instant>,
+}
+
+pub struct Syncer {
+    compiler: Arc<dyn Compiler>,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    identity: Identity,
+    drain_period: Duration,
+    drains: HashMap<String, Instant>,
+}
+
+fn kind_name(k: TargetKind) -> &'static str {
+    match k {
+        TargetKind::Crd => "CustomResourceDefinition",
+        TargetKind::Xrd => "CompositeResourceDefinition",
+    }
+}
+
+impl Syncer {
+    pub fn new(
+        compiler: Arc<dyn Compiler>,
+        registry: Arc<Registry>,
+        metrics: Arc<Metrics>,
+        identity: Identity,
+        drain_period: Duration,
+    ) -> Self {
+        Syncer { compiler, registry, metrics, identity, drain_period, drains: HashMap::new() }
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Run one pass over `world` at `now`.
+    pub fn pass(&mut self, world: &World, now: Instant) -> PassReport {
+        let mut report = PassReport::default();
+        let current = self.registry.snapshot();
+
+        // One config per target; admission forbids two, but if it happens anyway the choice
+        // must be the same on every replica and every pass.
+        let mut by_target: BTreeMap<&str, &ConfigView> = BTreeMap::new();
+        let mut sorted: Vec<&ConfigView> = world.configs.iter().collect();
+        sorted.sort_by(|a, b| (&a.target, &a.kind, &a.name).cmp(&(&b.target, &b.kind, &b.name)));
+        for c in sorted {
+            if let Some(first) = by_target.get(c.target.as_str()) {
+                tracing::warn!(target = %c.target, chosen = %format!("{}/{}", first.kind, first.name), ignored = %format!("{}/{}", c.kind, c.name),
+                    "two configs name the same target; serving the first by kind and name, delete the other");
+                continue;
+            }
+            by_target.insert(&c.target, c);
+        }
+        let mut targets: Vec<&str> = by_target.keys().copied().collect();
+        targets.extend(current.keys().map(String::as_str).filter(|t| !by_target.contains_key(t)));
+
+        let mut changes: Vec<(String, Option<Entry>)> = Vec::new();
+        for target in targets {
+            let config = by_target.get(target).copied();
+            let entry = current.get(target);
+            let kind = config.map(|c| c.target_kind).or_else(|| entry.map(|e| e.target_kind));
+            let Some(kind) = kind else { continue };
+            let live = world.targets.get(&(kind, target.to_string()));
+            let assigned_here = config.is_some_and(|c| self.assigned_here(world, c));
+            let facts = Facts {
+                assigned_here,
+                static_mode: self.identity.static_mode,
+                target_exists: live.is_some(),
+                names_our_service: live.and_then(|t| hold::conversion_service_name(&t.value))
+                    == Some(self.identity.service_name.as_str()),
+                held: entry.is_some(),
+                drain_started: self.drains.get(target).copied(),
+                drain_period: self.drain_period,
+                now,
+            };
+            match hold::decide(&facts) {
+                Decision::Hold(reason) => {
+                    if self.drains.remove(target).is_some() {
+                        tracing::info!(target, ?reason, "drain cancelled: the target is ours again");
+                    }
+                    let next =
+                        self.hold(target, kind, reason, config, live, entry.map(Arc::as_ref), &mut report);
+                    if let Some(next) = next {
+                        changes.push((target.to_string(), Some(next)));
+                    }
+                }
+                Decision::Drain { started, until } => {
+                    let Some(entry) = entry else { continue };
+                    if !self.drains.contains_key(target) {
+                        tracing::info!(target, drain = ?self.drain_period,
+                            "target is no longer assigned to this instance and its spec.conversion no longer names Service {:?}; serving it until the drain ends",
+                            self.identity.service_name);
+                    }
+                    self.drains.insert(target.to_string(), started);
+                    report.next_wake = Some(report.next_wake.map_or(until, |w| w.min(until)));
+                    if entry.draining_until.is_none() {
+                        let mut e = (**entry).clone();
+                        e.draining_until = Some(SystemTime::now() + until.saturating_duration_since(now));
+                        changes.push((target.to_string(), Some(e)));
+                    }
+                }
+                Decision::Drop(why) => {
+                    self.drains.remove(target);
+                    match why {
+                        DropReason::TargetGone => {
+                            tracing::info!(target, "dropping the plan: the target was deleted")
+                        }
+                        DropReason::Released => tracing::info!(
+                            target,
+                            "dropping the plan: not assigned to this instance, spec.conversion names another Service, drain over"
+                        ),
+                    }
+                    report.dropped += 1;
+                    changes.push((target.to_string(), None));
+                }
+                Decision::Ignore => {
+                    self.drains.remove(target);
+                }
+            }
+        }
+
+        if !changes.is_empty() {
+            self.registry.update(|m| {
+                for (target, e) in changes {
+                    match e {
+                        Some(e) => m.insert(target, Arc::new(e)),
+                        None => m.remove(&target),
+                    };
+                }
+                ((), true)
+            });
+        }
+        let snap = self.registry.snapshot();
+        let served = snap.values().filter(|e| e.served.is_some()).count();
+        self.metrics.set_registry_size(served, snap.len() - served);
+        report
+    }
+
+    fn assigned_here(&self, world: &World, c: &ConfigView) -> bool {
+        let pin = c.spec.webhook_server_ref.as_ref().map(|r| r.name.as_str());
+        match world.servers.resolve(&c.target, pin) {
+            Ok(a) => a.server == self.identity.instance,
+            Err(e) => {
+                tracing::debug!(target = %c.target, config = %c.name, error = %e, "cannot resolve a server for the target");
+                false
+            }
+        }
+    }
+
+    /// The entry to store for a held target, or `None` when the current one stays.
+    #[allow(clippy::too_many_arguments)]
+    fn hold(
+        &self,
+        target: &str,
+        kind: TargetKind,
+        reason: HoldReason,
+        config: Option<&ConfigView>,
+        live: Option<&TargetView>,
+        entry: Option<&Entry>,
+        report: &mut PassReport,
+    ) -> Option<Entry> {
+        let base = || Entry {
+            target: target.to_string(),
+            target_kind: kind,
+            config: None,
+            served: None,
+            failure: None,
+            hold: reason,
+            draining_until: None,
+        };
+        let Some(config) = config else {
+            // Held by spec.conversion alone, with the config gone: keep serving what we
+            // have; there is nothing to compile from.
+            let e = entry?;
+            if e.hold == reason && e.draining_until.is_none() {
+                return None;
+            }
+            tracing::info!(
+                target,
+                ?reason,
+                "holding the last plan: the config is gone but the target's spec.conversion still names this instance's Service"
+            );
+            return Some(Entry { hold: reason, draining_until: None, ..e.clone() });
+        };
+        let mut next = entry.cloned().unwrap_or_else(base);
+        let changed_hold = entry.is_none_or(|e| e.hold != reason || e.draining_until.is_some());
+        if changed_hold {
+            tracing::info!(target, config = %config.name, ?reason, "holding the target");
+        }
+        next.hold = reason;
+        next.draining_until = None;
+        next.config = Some(ConfigRef { kind: config.kind.clone(), name: config.name.clone() });
+
+        let Some(live) = live else {
+            let msg = format!(
+                "target {} {target:?} named by {} {:?} does not exist; create it or fix spec.target{}.name",
+                kind_name(kind),
+                config.kind,
+                config.name,
+                if kind == TargetKind::Xrd { "XRD" } else { "CRD" }
+            );
+            let fp = format!("{}/absent", config.fingerprint);
+            if next.failure.as_ref().is_some_and(|f| f.fingerprint == fp) {
+                return changed_hold.then_some(next);
+            }
+            tracing::warn!(target, "{msg}");
+            next.failure =
+                Some(Failure { message: msg, errors: Vec::new(), at: SystemTime::now(), fingerprint: fp });
+            return Some(next);
+        };
+
+        let fp = format!("{}/{}", config.fingerprint, live.fingerprint);
+        let up_to_date = next.served.as_ref().is_some_and(|s| s.fingerprint == fp)
+            || next.failure.as_ref().is_some_and(|f| f.fingerprint == fp);
+        if up_to_date {
+            return changed_hold.then_some(next);
+        }
+        let compiled = self.compiler.compile(&config.spec, &live.value);
+        match compiled.plan {
+            Some(plan) => {
+                report.compiled += 1;
+                let plan_hash = plan.hash();
+                tracing::info!(target, config = %config.name, plan_hash = %plan_hash, versions = ?plan.versions(),
+                    warnings = compiled.warnings.len(), "compiled a plan");
+                next.served =
+                    Some(Served { plan, plan_hash, compiled_at: SystemTime::now(), fingerprint: fp });
+                next.failure = None;
+            }
+            None => {
+                report.failed += 1;
+                self.metrics
+                    .compile_failures
+                    .get_or_create(&TargetLabel { target: target.to_string() })
+                    .inc();
+                let keeping = if next.served.is_some() {
+                    "keeping the last good plan"
+                } else {
+                    "no plan to serve until it compiles"
+                };
+                let message = format!(
+                    "{} {:?} does not compile against {} {target:?} ({} error(s), first: {}); {keeping}",
+                    config.kind,
+                    config.name,
+                    kind_name(kind),
+                    compiled.errors.len(),
+                    compiled.errors.first().map_or("none reported", String::as_str),
+                );
+                tracing::warn!(target, errors = ?compiled.errors, "{message}");
+                next.failure = Some(Failure {
+                    message,
+                    errors: compiled.errors,
+                    at: SystemTime::now(),
+                    fingerprint: fp,
+                });
+            }
+        }
+        Some(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{BadReview, Compilation, Reviewed, ServablePlan};
+    use dco_api::assign::ServerInfo;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Fixed(String);
+    impl ServablePlan for Fixed {
+        fn hub_version(&self) -> &str {
+            "v2"
+        }
+        fn versions(&self) -> Vec<String> {
+            vec!["v1".into(), "v2".into()]
+        }
+        fn hash(&self) -> String {
+            self.0.clone()
+        }
+        fn review(&self, _: &[u8]) -> Result<Reviewed, BadReview> {
+            Err(BadReview::MissingRequest)
+        }
+    }
+
+    /// Compiles unless the hub version is "bad"; the plan hash is the hub plus the target's
+    /// generation, so a test can tell which compile is being served.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+    impl Compiler for Counting {
+        fn compile(&self, spec: &ConversionSpec, target: &serde_json::Value) -> Compilation {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            if spec.hub_version == "bad" {
+                return Compilation {
+                    plan: None,
+                    errors: vec!["spoke v1, rule 0 (FieldRename) spec.x: no such path".into()],
+                    warnings: vec![],
+                };
+            }
+            let g = target.pointer("/metadata/generation").and_then(|v| v.as_i64()).unwrap_or(0);
+            Compilation {
+                plan: Some(Arc::new(Fixed(format!("{}-{g}", spec.hub_version)))),
+                errors: vec![],
+                warnings: vec![],
+            }
+        }
+    }
+
+    const TARGET: &str = "widgets.example.org";
+
+    fn world(hub: &str, generation: i64, pin: Option<&str>, service: Option<&str>) -> World {
+        let spec = ConversionSpec {
+            hub_version: hub.into(),
+            webhook_server_ref: pin.map(|p| dco_api::config::WebhookServerRef { name: p.into() }),
+            ..ConversionSpec::default()
+        };
+        let mut crd = serde_json::json!({"metadata": {"name": TARGET, "generation": generation}, "spec": {}});
+        if let Some(svc) = service {
+            crd["spec"]["conversion"] = serde_json::json!({"strategy": "Webhook",
+                "webhook": {"clientConfig": {"service": {"name": svc, "namespace": "dco"}}}});
+        }
+        World {
+            configs: vec![ConfigView {
+                kind: "CRDConversionConfig".into(),
+                name: "widgets".into(),
+                target: TARGET.into(),
+                target_kind: TargetKind::Crd,
+                spec: Arc::new(spec),
+                fingerprint: format!("c@{hub}"),
+            }],
+            targets: HashMap::from([(
+                (TargetKind::Crd, TARGET.to_string()),
+                TargetView { value: Arc::new(crd), fingerprint: format!("t@{generation}@{service:?}") },
+            )]),
+            servers: Servers::new([
+                ServerInfo { name: "a".into(), default: true, pool_weight: None },
+                ServerInfo { name: "b".into(), default: false, pool_weight: None },
+            ]),
+        }
+    }
+
+    fn syncer(instance: &str, compiler: Arc<Counting>) -> Syncer {
+        Syncer::new(
+            compiler,
+            Arc::new(Registry::new()),
+            Arc::new(Metrics::new()),
+            Identity {
+                instance: instance.into(),
+                service_name: format!("svc-{instance}"),
+                static_mode: false,
+            },
+            Duration::from_secs(30),
+        )
+    }
+
+    fn hash(s: &Syncer) -> Option<String> {
+        s.registry().get(TARGET)?.served.as_ref().map(|x| x.plan_hash.clone())
+    }
+
+    #[test]
+    fn compiles_once_per_fingerprint() {
+        let c = Arc::new(Counting::default());
+        let mut s = syncer("a", c.clone());
+        let now = Instant::now();
+        let r = s.pass(&world("v2", 1, None, None), now);
+        assert_eq!((r.compiled, r.failed), (1, 0));
+        assert_eq!(hash(&s).as_deref(), Some("v2-1"));
+        let mut rx = s.registry().subscribe();
+        rx.mark_unchanged();
+        s.pass(&world("v2", 1, None, None), now);
+        assert_eq!(c.0.load(Ordering::SeqCst), 1, "an unchanged world must not recompile");
+        assert!(!rx.has_changed().unwrap(), "an unchanged world must not republish");
+        s.pass(&world("v2", 2, None, None), now);
+        assert_eq!(hash(&s).as_deref(), Some("v2-2"));
+    }
+
+    #[test]
+    fn a_compile_failure_keeps_the_last_good_plan_and_is_not_retried_until_something_changes() {
+        let c = Arc::new(Counting::default());
+        let mut s = syncer("a", c.clone());
+        let now = Instant::now();
+        s.pass(&world("v2", 1, None, None), now);
+        let r = s.pass(&world("bad", 1, None, None), now);
+        assert_eq!(r.failed, 1);
+        let e = s.registry().get(TARGET).unwrap();
+        assert_eq!(e.served.as_ref().unwrap().plan_hash, "v2-1", "last good plan must keep serving");
+        let f = e.failure.as_ref().unwrap();
+        assert!(
+            f.message.contains("CRDConversionConfig \"widgets\"")
+                && f.message.contains("keeping the last good plan"),
+            "{}",
+            f.message
+        );
+        assert_eq!(f.errors.len(), 1);
+        s.pass(&world("bad", 1, None, None), now);
+        assert_eq!(c.0.load(Ordering::SeqCst), 2, "a failing config is not recompiled every pass");
+        let text = s.metrics.encode();
+        assert!(
+            text.contains(r#"dco_webhook_compile_failures_total{target="widgets.example.org"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"dco_webhook_registry_entries{state="served"} 1"#), "{text}");
+        // Fixing the config clears the failure.
+        s.pass(&world("v3", 1, None, None), now);
+        let e = s.registry().get(TARGET).unwrap();
+        assert!(e.failure.is_none());
+        assert_eq!(e.served.as_ref().unwrap().plan_hash, "v3-1");
+    }
+
+    #[test]
+    fn a_failure_with_nothing_to_keep_is_visible_but_not_served() {
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        s.pass(&world("bad", 1, None, None), Instant::now());
+        let e = s.registry().get(TARGET).unwrap();
+        assert!(e.served.is_none());
+        assert!(e.failure.as_ref().unwrap().message.contains("no plan to serve"));
+        assert!(s.registry().served_targets().is_empty());
+    }
+
+    #[test]
+    fn not_assigned_here_is_not_served() {
+        let mut s = syncer("b", Arc::new(Counting::default()));
+        s.pass(&world("v2", 1, None, None), Instant::now());
+        assert!(s.registry().get(TARGET).is_none());
+        // Pinned here: served.
+        s.pass(&world("v2", 1, Some("b"), None), Instant::now());
+        assert_eq!(s.registry().get(TARGET).unwrap().hold, HoldReason::Assigned);
+    }
+
+    #[test]
+    fn a_move_away_holds_while_spec_conversion_names_us_then_drains_then_drops() {
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        let t0 = Instant::now();
+        s.pass(&world("v2", 1, None, Some("svc-a")), t0);
+        assert_eq!(s.registry().get(TARGET).unwrap().hold, HoldReason::Assigned);
+        // Pinned to b; the target still calls a's Service: keep serving.
+        let r = s.pass(&world("v2", 1, Some("b"), Some("svc-a")), t0);
+        assert_eq!(s.registry().get(TARGET).unwrap().hold, HoldReason::NamedBySpecConversion);
+        assert_eq!(r.next_wake, None);
+        // The operator repointed the target at b: drain.
+        let r = s.pass(&world("v2", 2, Some("b"), Some("svc-b")), t0);
+        let e = s.registry().get(TARGET).unwrap();
+        assert!(e.draining_until.is_some() && e.served.is_some());
+        assert_eq!(r.next_wake, Some(t0 + Duration::from_secs(30)));
+        let r = s.pass(&world("v2", 2, Some("b"), Some("svc-b")), t0 + Duration::from_secs(10));
+        assert_eq!(r.next_wake, Some(t0 + Duration::from_secs(30)), "the drain keeps its start");
+        assert!(s.registry().get(TARGET).is_some());
+        let r = s.pass(&world("v2", 2, Some("b"), Some("svc-b")), t0 + Duration::from_secs(30));
+        assert_eq!(r.dropped, 1);
+        assert!(s.registry().get(TARGET).is_none());
+    }
+
+    #[test]
+    fn a_move_back_cancels_the_drain() {
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        let t0 = Instant::now();
+        s.pass(&world("v2", 1, None, None), t0);
+        s.pass(&world("v2", 1, Some("b"), None), t0);
+        assert!(s.registry().get(TARGET).unwrap().draining_until.is_some());
+        s.pass(&world("v2", 1, None, None), t0 + Duration::from_secs(5));
+        let e = s.registry().get(TARGET).unwrap();
+        assert!(e.draining_until.is_none());
+        assert_eq!(e.hold, HoldReason::Assigned);
+        // And a later move starts a fresh drain, not the old one.
+        let r = s.pass(&world("v2", 1, Some("b"), None), t0 + Duration::from_secs(40));
+        assert_eq!(r.next_wake, Some(t0 + Duration::from_secs(70)));
+    }
+
+    #[test]
+    fn a_deleted_config_keeps_its_plan_only_while_spec_conversion_names_us() {
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        let t0 = Instant::now();
+        s.pass(&world("v2", 1, None, Some("svc-a")), t0);
+        let mut gone = world("v2", 1, None, Some("svc-a"));
+        gone.configs.clear();
+        s.pass(&gone, t0);
+        let e = s.registry().get(TARGET).unwrap();
+        assert_eq!(e.hold, HoldReason::NamedBySpecConversion);
+        assert!(e.served.is_some());
+        // The operator reverted spec.conversion (finalizer): drain, then drop.
+        let mut reverted = world("v2", 2, None, None);
+        reverted.configs.clear();
+        s.pass(&reverted, t0);
+        assert!(s.registry().get(TARGET).unwrap().draining_until.is_some());
+        s.pass(&reverted, t0 + Duration::from_secs(31));
+        assert!(s.registry().get(TARGET).is_none());
+    }
+
+    #[test]
+    fn a_missing_target_is_reported_when_assigned_and_dropped_otherwise() {
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        let mut w = world("v2", 1, None, None);
+        w.targets.clear();
+        s.pass(&w, Instant::now());
+        let e = s.registry().get(TARGET).unwrap();
+        let msg = &e.failure.as_ref().unwrap().message;
+        assert!(msg.contains("does not exist") && msg.contains("spec.targetCRD.name"), "{msg}");
+        let mut w = world("v2", 1, Some("b"), None);
+        w.targets.clear();
+        s.pass(&w, Instant::now());
+        assert!(s.registry().get(TARGET).is_none());
+    }
+
+    #[test]
+    fn two_configs_for_one_target_pick_the_same_one_in_any_order() {
+        let mut w = world("v2", 1, None, None);
+        let mut other = w.configs[0].clone();
+        other.name = "aaa-first".into();
+        other.spec = Arc::new(ConversionSpec { hub_version: "v9".into(), ..ConversionSpec::default() });
+        other.fingerprint = "other".into();
+        w.configs.push(other);
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        s.pass(&w, Instant::now());
+        assert_eq!(hash(&s).as_deref(), Some("v9-1"));
+        w.configs.reverse();
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        s.pass(&w, Instant::now());
+        assert_eq!(hash(&s).as_deref(), Some("v9-1"));
+    }
+}
