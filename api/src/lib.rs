@@ -8,7 +8,6 @@ pub mod rules;
 pub mod schema;
 pub mod served_lease;
 pub mod server;
-pub mod served_lease;
 
 pub use config::{
     CRDConversionConfig, CRDConversionConfigSpec, ConfigStatus, ConversionConfig, ConversionSpec,
