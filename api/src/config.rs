@@ -66,55 +66,56 @@ const WARN_NEEDS_REASON: &str =
 const WARN_NEEDS_REASON_MSG: &str =
     "unmappedFieldPolicy Warn needs unmappedFieldReason: say why unmapped fields may be dropped";
 
-/// Converts a Crossplane CompositeResourceDefinition between its versions.
-#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "conversion.dco.rs",
-    version = "v1alpha1",
-    kind = "XRDConversionConfig",
-    shortname = "xcc",
-    category = "dco",
-    status = "ConfigStatus",
-    printcolumn = r#"{"name":"Target","type":"string","jsonPath":".spec.targetXRD.name"}"#,
-    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
-    printcolumn = r#"{"name":"Server","type":"string","jsonPath":".status.assignedWebhookServer"}"#,
-    printcolumn = r#"{"name":"Handover","type":"string","jsonPath":".status.handover.state"}"#,
-    printcolumn = r#"{"name":"Lossless","type":"boolean","jsonPath":".status.overallLossless"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = kube::core::Rule::new(WARN_NEEDS_REASON).message(WARN_NEEDS_REASON_MSG)
-)]
-#[serde(rename_all = "camelCase")]
-pub struct XRDConversionConfigSpec {
-    #[serde(rename = "targetXRD")]
-    pub target_xrd: TargetRef,
-    #[serde(flatten)]
-    pub conversion: ConversionSpec,
+/// Declares one config kind. The two kinds differ only in the field naming their target, and
+/// must stay identical otherwise (columns, CEL rules, status), so one definition makes both.
+macro_rules! config_kind {
+    ($(#[$doc:meta])* $spec:ident, $kind:literal, $short:literal, $target_col:literal, $field:ident, $json:literal) => {
+        $(#[$doc])*
+        #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[kube(
+            group = "conversion.dco.rs",
+            version = "v1alpha1",
+            kind = $kind,
+            shortname = $short,
+            category = "dco",
+            status = "ConfigStatus",
+            printcolumn = $target_col,
+            printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+            printcolumn = r#"{"name":"Server","type":"string","jsonPath":".status.assignedWebhookServer"}"#,
+            printcolumn = r#"{"name":"Handover","type":"string","jsonPath":".status.handover.state"}"#,
+            printcolumn = r#"{"name":"Lossless","type":"boolean","jsonPath":".status.overallLossless"}"#,
+            printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+            validation = kube::core::Rule::new(WARN_NEEDS_REASON).message(WARN_NEEDS_REASON_MSG)
+        )]
+        #[serde(rename_all = "camelCase")]
+        pub struct $spec {
+            #[serde(rename = $json)]
+            pub $field: TargetRef,
+            #[serde(flatten)]
+            pub conversion: ConversionSpec,
+        }
+    };
 }
 
-/// Converts a native CustomResourceDefinition between its versions.
-#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "conversion.dco.rs",
-    version = "v1alpha1",
-    kind = "CRDConversionConfig",
-    shortname = "ccc",
-    category = "dco",
-    status = "ConfigStatus",
-    printcolumn = r#"{"name":"Target","type":"string","jsonPath":".spec.targetCRD.name"}"#,
-    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
-    printcolumn = r#"{"name":"Server","type":"string","jsonPath":".status.assignedWebhookServer"}"#,
-    printcolumn = r#"{"name":"Handover","type":"string","jsonPath":".status.handover.state"}"#,
-    printcolumn = r#"{"name":"Lossless","type":"boolean","jsonPath":".status.overallLossless"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = kube::core::Rule::new(WARN_NEEDS_REASON).message(WARN_NEEDS_REASON_MSG)
-)]
-#[serde(rename_all = "camelCase")]
-pub struct CRDConversionConfigSpec {
-    #[serde(rename = "targetCRD")]
-    pub target_crd: TargetRef,
-    #[serde(flatten)]
-    pub conversion: ConversionSpec,
-}
+config_kind!(
+    /// Converts a Crossplane CompositeResourceDefinition between its versions.
+    XRDConversionConfigSpec,
+    "XRDConversionConfig",
+    "xcc",
+    r#"{"name":"Target","type":"string","jsonPath":".spec.targetXRD.name"}"#,
+    target_xrd,
+    "targetXRD"
+);
+
+config_kind!(
+    /// Converts a native CustomResourceDefinition between its versions.
+    CRDConversionConfigSpec,
+    "CRDConversionConfig",
+    "ccc",
+    r#"{"name":"Target","type":"string","jsonPath":".spec.targetCRD.name"}"#,
+    target_crd,
+    "targetCRD"
+);
 
 /// Which kind of object a config targets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
