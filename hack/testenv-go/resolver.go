@@ -63,9 +63,14 @@ func (r *serviceResolver) ResolveEndpoint(namespace, name string, port int32) (*
 		return nil, fmt.Errorf("testenv resolver: not started yet")
 	}
 	// The first call may come before the informers synced: wait a little.
-	deadline := time.Now().Add(5 * time.Second)
-	for !cache.WaitForCacheSync(nil, synced...) && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		all := true
+		for _, s := range synced {
+			all = all && s()
+		}
+		if all {
+			break
+		}
 	}
 	svc, err := services.Services(namespace).Get(name)
 	if err != nil {

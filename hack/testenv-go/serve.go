@@ -214,7 +214,8 @@ func serve(cfg serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
-	defer etcd.Close()
+	var closeEtcd sync.Once
+	defer closeEtcd.Do(etcd.Close)
 	select {
 	case <-etcd.Server.ReadyNotify():
 	case <-time.After(60 * time.Second):
@@ -301,7 +302,7 @@ func serve(cfg serveConfig) error {
 	case <-apiErr:
 	case <-time.After(10 * time.Second):
 	}
-	etcd.Close()
+	closeEtcd.Do(etcd.Close)
 	os.Remove(filepath.Join(stateDir, "run", "testenv.pid"))
 	klog.Flush()
 	return runErr
