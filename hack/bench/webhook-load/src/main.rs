@@ -1,0 +1,206 @@
+//! Load generator for `dco-webhook --static-dir` (see hack/bench/webhook.sh).
+//!
+//! `cert` writes a self-signed serving certificate; `run` posts ConversionReviews of N
+//! objects of about K bytes each and reports latency percentiles and objects per second.
+//! Loopback only, bounded in request count and in time.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+use sonic_rs::JsonValueTrait;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write tls.crt and tls.key for localhost/127.0.0.1 into DIR.
+    Cert { dir: PathBuf },
+    /// Send reviews and report latency.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// e.g. https://127.0.0.1:9443/convert/widgets.bench.dco.rs (loopback only).
+    #[arg(long)]
+    url: String,
+    /// CA (the self-signed certificate) to trust.
+    #[arg(long)]
+    ca: PathBuf,
+    #[arg(long, default_value_t = 1500)]
+    objects: usize,
+    /// Approximate serialized size of one object.
+    #[arg(long, default_value_t = 10 * 1024)]
+    object_bytes: usize,
+    /// Measured requests (after the warm-up).
+    #[arg(long, default_value_t = 200)]
+    requests: usize,
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Stop early after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    max_seconds: u64,
+    #[arg(long, default_value = "bench.dco.rs/v1")]
+    from: String,
+    #[arg(long, default_value = "bench.dco.rs/v2")]
+    to: String,
+}
+
+fn widget(i: usize, api_version: &str, size: usize) -> Value {
+    let mut items = Vec::new();
+    let mut obj = json!({});
+    let mut n = 0;
+    loop {
+        obj = json!({
+            "apiVersion": api_version,
+            "kind": "Widget",
+            "metadata": {"name": format!("widget-{i:05}"), "namespace": "bench", "uid": format!("00000000-0000-0000-0000-{i:012}"),
+                "resourceVersion": "12345", "generation": 3, "labels": {"team": "storage", "env": "prod"}},
+            "spec": {"storageSize": 100 + i, "replicas": 3, "tier": "gold", "owner": "team-storage",
+                "settings": {"retention": "30d", "backup": "nightly", "region": "eu-west-1"},
+                "items": items.clone()},
+            "status": {"phase": "Ready"},
+        });
+        if obj.to_string().len() >= size {
+            return obj;
+        }
+        items.push(json!({"name": format!("item-{n:04}"), "value": "v".repeat(96), "weight": n}));
+        n += 1;
+    }
+}
+
+fn review(args: &RunArgs) -> String {
+    let objects: Vec<Value> = (0..args.objects).map(|i| widget(i, &args.from, args.object_bytes)).collect();
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": "bench", "desiredAPIVersion": args.to, "objects": objects}})
+    .to_string()
+}
+
+fn ensure_loopback(url: &str) -> anyhow::Result<()> {
+    let u = reqwest::Url::parse(url).context("--url")?;
+    let host = u.host_str().unwrap_or_default().trim_matches(|c| c == '[' || c == ']');
+    let ok = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !ok {
+        bail!("refusing to send load to {host:?}: loopback only");
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    ensure_loopback(&args.url)?;
+    let ca = std::fs::read(&args.ca).with_context(|| format!("reading {}", args.ca.display()))?;
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+        .timeout(Duration::from_secs(60))
+        .build()?;
+    let body = bytes::Bytes::from(review(&args).into_bytes());
+    eprintln!(
+        "review: {} objects, {} bytes ({:.1} KB/object)",
+        args.objects,
+        body.len(),
+        body.len() as f64 / args.objects as f64 / 1024.0
+    );
+
+    let send = |client: reqwest::Client, url: String, body: bytes::Bytes| async move {
+        let t = Instant::now();
+        let r = client.post(url).header("content-type", "application/json").body(body).send().await?;
+        let status = r.status();
+        let bytes = r.bytes().await?;
+        let took = t.elapsed();
+        if !status.is_success() {
+            bail!("HTTP {status}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(500)]));
+        }
+        let result = sonic_rs::get(&bytes[..], ["response", "result", "status"])
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string));
+        if result.as_deref() != Some("Success") {
+            let msg = sonic_rs::get(&bytes[..], ["response", "result", "message"])
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string));
+            bail!("review failed: {msg:?}");
+        }
+        anyhow::Ok((took, bytes.len()))
+    };
+
+    for _ in 0..args.warmup {
+        send(client.clone(), args.url.clone(), body.clone()).await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
+    let started = Instant::now();
+    let mut latencies = Vec::with_capacity(args.requests);
+    let mut in_flight = tokio::task::JoinSet::new();
+    let mut sent = 0;
+    let mut out_bytes = 0;
+    while latencies.len() < args.requests {
+        while sent < args.requests && in_flight.len() < args.concurrency && Instant::now() < deadline {
+            in_flight.spawn(send(client.clone(), args.url.clone(), body.clone()));
+            sent += 1;
+        }
+        match in_flight.join_next().await {
+            Some(r) => {
+                let (took, n) = r??;
+                latencies.push(took);
+                out_bytes = n;
+            }
+            None => break,
+        }
+    }
+    let wall = started.elapsed();
+    latencies.sort();
+    let n = latencies.len();
+    let objects_per_s = (n * args.objects) as f64 / wall.as_secs_f64();
+    println!(
+        "requests={n} concurrency={} objects={} request_bytes={} response_bytes={out_bytes} p50_ms={:.1} p90_ms={:.1} p99_ms={:.1} max_ms={:.1} objects_per_s={:.0} wall_s={:.1}",
+        args.concurrency,
+        args.objects,
+        body.len(),
+        ms(percentile(&latencies, 50.0)),
+        ms(percentile(&latencies, 90.0)),
+        ms(percentile(&latencies, 99.0)),
+        ms(latencies.last().copied().unwrap_or_default()),
+        objects_per_s,
+        wall.as_secs_f64(),
+    );
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn cert(dir: PathBuf) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&dir)?;
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+    std::fs::write(dir.join("tls.crt"), ck.cert.pem())?;
+    std::fs::write(dir.join("tls.key"), ck.signing_key.serialize_pem())?;
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match Cli::parse().cmd {
+        Cmd::Cert { dir } => cert(dir),
+        Cmd::Run(args) => {
+            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(args))
+        }
+    }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Load benchmark of dco-webhook (static mode) on loopback: ConversionReviews of 1500 objects
+# x 10 KB, the server pinned to one core, the load generator on another. Bounded: at most
+# REQUESTS measured requests per run and MAX_SECONDS each.
+#
+#   hack/bench/webhook.sh            # defaults below
+#   REQUESTS=50 hack/bench/webhook.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+REQUESTS=${REQUESTS:-200}
+OBJECTS=${OBJECTS:-1500}
+OBJECT_BYTES=${OBJECT_BYTES:-10240}
+MAX_SECONDS=${MAX_SECONDS:-180}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+PORT=${PORT:-19443}
+
+cargo build --release -q -p dco-webhook -p dco-webhook-load
+bin=target/release
+work=$(mktemp -d)
+trap 'kill "${server_pid:-}" 2>/dev/null || true; wait "${server_pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+"$bin/dco-webhook-load" cert "$work"
+taskset -c "$SERVER_CPU" "$bin/dco-webhook" --static-dir hack/bench/webhook-fixtures \
+  --listen "127.0.0.1:$PORT" --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" \
+  --shutdown-delay 0s >"$work/server.log" 2>&1 &
+server_pid=$!
+
+for _ in $(seq 1 100); do
+  if curl -fsk "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then break; fi
+  sleep 0.1
+done
+curl -fsk "https://127.0.0.1:$PORT/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
+
+echo "server: dco-webhook --static-dir, pinned to CPU $SERVER_CPU; client pinned to CPU $CLIENT_CPU"
+for conc in 1 2; do
+  taskset -c "$CLIENT_CPU" "$bin/dco-webhook-load" run \
+    --url "https://127.0.0.1:$PORT/convert/widgets.bench.dco.rs" --ca "$work/tls.crt" \
+    --objects "$OBJECTS" --object-bytes "$OBJECT_BYTES" --requests "$REQUESTS" \
+    --concurrency "$conc" --max-seconds "$MAX_SECONDS"
+done
+# The server's own view of the same requests.
+curl -fsk "https://127.0.0.1:$PORT/metrics" | grep -E '^dco_webhook_(requests_total|objects_converted_total)' || true

@@ -1,0 +1,398 @@
+//! The HTTPS surface end to end on loopback: real TLS, real hyper, the axum routes, with a
+//! small hand-made plan so every bad-input path can be provoked on purpose.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use dco_api::config::TargetKind;
+use dco_webhook::health::Health;
+use dco_webhook::hold::HoldReason;
+use dco_webhook::metrics::Metrics;
+use dco_webhook::plan::{BadReview, Reviewed, ServablePlan};
+use dco_webhook::registry::{ConfigRef, Entry, Failure, Registry, Served};
+use dco_webhook::routes::{App, Limits, router};
+use dco_webhook::tls::{CertFiles, CertStore, server_config};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+/// Sets every object's apiVersion to the desired one. Objects can ask to fail (`spec.fail`),
+/// to be slow (`spec.sleepMs`) or to panic (`spec.panic`).
+struct Relabel;
+
+impl ServablePlan for Relabel {
+    fn hub_version(&self) -> &str {
+        "v2"
+    }
+    fn versions(&self) -> Vec<String> {
+        vec!["v1".into(), "v2".into()]
+    }
+    fn hash(&self) -> String {
+        "relabel".into()
+    }
+    fn review(&self, body: &[u8]) -> Result<Reviewed, BadReview> {
+        let review: Value = serde_json::from_slice(body).map_err(|e| BadReview::Malformed(e.to_string()))?;
+        let req = review.get("request").ok_or(BadReview::MissingRequest)?;
+        let uid = req["uid"].as_str().unwrap_or_default().to_string();
+        let desired = req["desiredAPIVersion"].as_str().unwrap_or_default();
+        let objects = req["objects"].as_array().cloned().unwrap_or_default();
+        let mut out = Vec::new();
+        let mut failure = None;
+        for mut o in objects.clone() {
+            if o.pointer("/spec/panic").is_some() {
+                panic!("asked to");
+            }
+            if let Some(ms) = o.pointer("/spec/sleepMs").and_then(Value::as_u64) {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+            if o.pointer("/spec/fail").is_some() {
+                failure =
+                    Some(format!("Widget default/{}: spec.fail: cannot convert", o["metadata"]["name"]));
+                break;
+            }
+            o["apiVersion"] = json!(desired);
+            out.push(o);
+        }
+        let result = match &failure {
+            Some(m) => json!({"status": "Failure", "message": m}),
+            None => json!({"status": "Success"}),
+        };
+        let body = json!({"apiVersion": review["apiVersion"], "kind": "ConversionReview",
+            "response": {"uid": uid, "convertedObjects": if failure.is_some() { json!([]) } else { json!(out) }, "result": result}});
+        Ok(Reviewed { body: body.to_string().into_bytes(), uid, objects: objects.len(), failure })
+    }
+}
+
+struct Harness {
+    base: String,
+    client: reqwest::Client,
+    app: Arc<App>,
+    certs: Arc<CertStore>,
+    dir: PathBuf,
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+fn write_cert(dir: &std::path::Path) -> String {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(dir.join("tls.crt"), ck.cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), ck.signing_key.serialize_pem()).unwrap();
+    ck.cert.pem()
+}
+
+fn client_trusting(ca_pem: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .resolve("localhost", "127.0.0.1:0".parse().unwrap())
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+fn entry(target: &str, served: bool, failure: Option<&str>) -> Entry {
+    Entry {
+        target: target.into(),
+        target_kind: TargetKind::Crd,
+        config: Some(ConfigRef { kind: "CRDConversionConfig".into(), name: "widgets".into() }),
+        served: served.then(|| Served {
+            plan: Arc::new(Relabel),
+            plan_hash: "relabel".into(),
+            compiled_at: SystemTime::now(),
+            fingerprint: "f".into(),
+        }),
+        failure: failure.map(|m| Failure {
+            message: m.into(),
+            errors: vec!["spoke v1, rule 0 (FieldRename) spec.x: no such path".into()],
+            at: SystemTime::now(),
+            fingerprint: "f".into(),
+        }),
+        hold: HoldReason::Assigned,
+        draining_until: None,
+    }
+}
+
+async fn start(limits: Limits) -> Harness {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = std::env::temp_dir().join(format!("dco-http-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = write_cert(&dir);
+    let certs = CertStore::load(CertFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") }).unwrap();
+    let tls = Arc::new(server_config(certs.clone()).unwrap());
+    let metrics = Arc::new(Metrics::new());
+    let registry = Arc::new(Registry::new());
+    registry.insert(entry("widgets.example.org", true, None));
+    registry.insert(entry(
+        "broken.example.org",
+        false,
+        Some("CRDConversionConfig \"broken\" does not compile"),
+    ));
+    let app = Arc::new(App {
+        registry,
+        health: Arc::new(Health::new(metrics.clone())),
+        metrics,
+        limits,
+        instance: "pool-a".into(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, rx) = watch::channel(false);
+    let mut rx2 = rx.clone();
+    let server = tokio::spawn(dco_webhook::serve::serve(
+        listener,
+        tls,
+        router(app.clone()),
+        async move {
+            let _ = rx2.wait_for(|s| *s).await;
+        },
+        Duration::from_secs(5),
+    ));
+    drop(rx);
+    Harness {
+        base: format!("https://localhost:{port}"),
+        client: client_trusting(&ca),
+        app,
+        certs,
+        dir,
+        stop,
+        server,
+    }
+}
+
+fn rand_suffix() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+fn review(api_version: &str, objects: Vec<Value>) -> Value {
+    json!({"apiVersion": api_version, "kind": "ConversionReview",
+        "request": {"uid": "uid-123", "desiredAPIVersion": "example.org/v2", "objects": objects}})
+}
+
+fn widget(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+}
+
+impl Harness {
+    async fn post(&self, target: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
+        let r = self.client.post(format!("{}/convert/{target}", self.base)).body(body).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+    async fn get(&self, path: &str) -> (u16, String) {
+        let r = self.client.get(format!("{}{path}", self.base)).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn converts_v1_and_v1beta1_reviews() {
+    let h = start(Limits::default()).await;
+    for av in ["apiextensions.k8s.io/v1", "apiextensions.k8s.io/v1beta1"] {
+        let body = review(av, vec![widget("a", json!({})), widget("b", json!({}))]).to_string();
+        let (status, text) = h.post("widgets.example.org", body).await;
+        assert_eq!(status, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["apiVersion"], av);
+        assert_eq!(v["response"]["uid"], "uid-123");
+        assert_eq!(v["response"]["convertedObjects"][1]["apiVersion"], "example.org/v2");
+    }
+    let (_, metrics) = h.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"dco_webhook_requests_total{target="widgets.example.org",result="success"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"dco_webhook_objects_converted_total{target="widgets.example.org"} 4"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_target_fails_closed_with_503() {
+    let h = start(Limits::default()).await;
+    let (status, text) =
+        h.post("nobody.example.org", review("apiextensions.k8s.io/v1", vec![]).to_string()).await;
+    assert_eq!(status, 503);
+    assert!(text.contains("\"nobody.example.org\"") && text.contains("\"pool-a\""), "{text}");
+    // A target whose config never compiled is not servable either, and says why.
+    let (status, text) =
+        h.post("broken.example.org", review("apiextensions.k8s.io/v1", vec![]).to_string()).await;
+    assert_eq!(status, 503);
+    assert!(text.contains("does not compile"), "{text}");
+    let (_, metrics) = h.get("/metrics").await;
+    // Made-up paths never become labels.
+    assert!(!metrics.contains("nobody.example.org"), "{metrics}");
+    assert!(
+        metrics.contains(r#"dco_webhook_requests_total{target="<unknown>",result="unknown_target"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_json_and_missing_request_are_400() {
+    let h = start(Limits::default()).await;
+    let (status, text) = h.post("widgets.example.org", "{not json").await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("not a ConversionReview"), "{text}");
+    let (status, text) = h
+        .post(
+            "widgets.example.org",
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(text.contains("no .request"), "{text}");
+}
+
+#[tokio::test]
+async fn body_over_the_limit_is_413() {
+    let h = start(Limits { max_body_bytes: 4096, ..Limits::default() }).await;
+    let big =
+        review("apiextensions.k8s.io/v1", vec![widget("a", json!({"blob": "x".repeat(8192)}))]).to_string();
+    let (status, text) = h.post("widgets.example.org", big.clone()).await;
+    assert_eq!(status, 413);
+    assert!(text.contains("--max-request-bytes"), "{text}");
+    // Also when the client streams without a Content-Length.
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        big.into_bytes().chunks(1000).map(|c| Ok(c.to_vec())).collect();
+    let stream = reqwest::Body::wrap_stream(futures::stream::iter(chunks));
+    let (status, _) = h.post("widgets.example.org", stream).await;
+    assert_eq!(status, 413);
+}
+
+#[tokio::test]
+async fn an_object_that_fails_is_a_failure_result_naming_it() {
+    let h = start(Limits::default()).await;
+    let body = review(
+        "apiextensions.k8s.io/v1",
+        vec![widget("ok", json!({})), widget("bad-one", json!({"fail": true}))],
+    );
+    let (status, text) = h.post("widgets.example.org", body.to_string()).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["response"]["result"]["status"], "Failure");
+    assert!(v["response"]["result"]["message"].as_str().unwrap().contains("bad-one"), "{text}");
+    let (_, metrics) = h.get("/metrics").await;
+    assert!(metrics.contains(r#"result="conversion_failure"} 1"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_slow_review_times_out_with_a_failure_echoing_the_uid() {
+    let h = start(Limits { request_timeout: Duration::from_millis(100), ..Limits::default() }).await;
+    let body = review("apiextensions.k8s.io/v1beta1", vec![widget("slow", json!({"sleepMs": 400}))]);
+    let (status, text) = h.post("widgets.example.org", body.to_string()).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["apiVersion"], "apiextensions.k8s.io/v1beta1");
+    assert_eq!(v["response"]["uid"], "uid-123");
+    assert_eq!(v["response"]["result"]["status"], "Failure");
+    assert!(v["response"]["result"]["message"].as_str().unwrap().contains("--request-timeout"), "{text}");
+}
+
+#[tokio::test]
+async fn a_panicking_plan_is_a_500_and_the_server_keeps_serving() {
+    let h = start(Limits::default()).await;
+    let (status, text) = h
+        .post(
+            "widgets.example.org",
+            review("apiextensions.k8s.io/v1", vec![widget("p", json!({"panic": 1}))]).to_string(),
+        )
+        .await;
+    assert_eq!(status, 500);
+    assert!(text.contains("internal error"), "{text}");
+    let (status, _) = h
+        .post(
+            "widgets.example.org",
+            review("apiextensions.k8s.io/v1", vec![widget("a", json!({}))]).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn wrong_method_and_path_are_refused() {
+    let h = start(Limits::default()).await;
+    assert_eq!(h.get("/convert/widgets.example.org").await.0, 405);
+    assert_eq!(h.get("/nothing-here").await.0, 404);
+}
+
+#[tokio::test]
+async fn readiness_follows_sync_and_shutdown_and_health_is_always_ok() {
+    let h = start(Limits::default()).await;
+    assert_eq!(h.get("/healthz").await, (200, "ok".to_string()));
+    let (status, text) = h.get("/readyz").await;
+    assert_eq!(status, 503);
+    assert!(text.contains("not yet synced"), "{text}");
+    h.app.health.mark_synced();
+    assert_eq!(h.get("/readyz").await.0, 200);
+    assert!(h.get("/metrics").await.1.contains("dco_webhook_ready 1"));
+    h.app.health.mark_shutting_down();
+    let (status, text) = h.get("/readyz").await;
+    assert_eq!(status, 503);
+    assert!(text.contains("shutting down"), "{text}");
+    assert_eq!(h.get("/healthz").await.0, 200);
+}
+
+#[tokio::test]
+async fn debug_registry_shows_plans_and_failures() {
+    let h = start(Limits::default()).await;
+    let (status, text) = h.get("/debug/registry").await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let entries = v.as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0]["target"], "broken.example.org");
+    assert_eq!(entries[0]["servable"], false);
+    assert!(entries[0]["lastError"]["message"].as_str().unwrap().contains("does not compile"));
+    assert_eq!(entries[0]["lastError"]["errors"].as_array().unwrap().len(), 1);
+    assert_eq!(entries[1]["servable"], true);
+    assert_eq!(entries[1]["hold"], "Assigned");
+    assert_eq!(entries[1]["versions"], json!(["v1", "v2"]));
+    assert_eq!(entries[1]["config"]["name"], "widgets");
+}
+
+#[tokio::test]
+async fn a_rotated_certificate_is_served_without_restart() {
+    let h = start(Limits::default()).await;
+    assert!(!h.certs.reload().unwrap(), "unchanged files must not swap");
+    let new_ca = write_cert(&h.dir);
+    assert!(h.certs.reload().unwrap());
+    // A client trusting only the new certificate now connects; the old client does not.
+    let fresh = client_trusting(&new_ca);
+    let r = fresh.get(format!("{}/healthz", h.base)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(h.client.get(format!("{}/healthz", h.base)).send().await.is_err());
+    // A broken pair keeps the current certificate.
+    std::fs::write(h.dir.join("tls.key"), "garbage").unwrap();
+    let err = h.certs.reload().unwrap_err().to_string();
+    assert!(err.contains("tls.key"), "{err}");
+    assert_eq!(fresh.get(format!("{}/healthz", h.base)).send().await.unwrap().status(), 200);
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(h.dir.join("tls.key"), other.signing_key.serialize_pem()).unwrap();
+    let err = h.certs.reload().unwrap_err().to_string();
+    assert!(err.contains("does not belong"), "{err}");
+}
+
+#[tokio::test]
+async fn graceful_stop_drains_in_flight_requests_then_refuses_new_ones() {
+    let h = start(Limits::default()).await;
+    let slow = {
+        let (client, url) = (h.client.clone(), format!("{}/convert/widgets.example.org", h.base));
+        let body =
+            review("apiextensions.k8s.io/v1", vec![widget("slow", json!({"sleepMs": 600}))]).to_string();
+        tokio::spawn(async move { client.post(url).body(body).send().await.map(|r| r.status().as_u16()) })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    h.stop.send(true).unwrap();
+    assert_eq!(slow.await.unwrap().unwrap(), 200, "the in-flight request must complete");
+    let mut h = h;
+    tokio::time::timeout(Duration::from_secs(5), &mut h.server)
+        .await
+        .expect("serve returns after draining")
+        .unwrap();
+    assert!(h.client.get(format!("{}/healthz", h.base)).send().await.is_err(), "the listener is closed");
+}
