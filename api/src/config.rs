@@ -61,11 +61,6 @@ pub struct ConversionSpec {
     pub drift_policy: DriftPolicy,
 }
 
-const WARN_NEEDS_REASON: &str =
-    "self.unmappedFieldPolicy != 'Warn' || (has(self.unmappedFieldReason) && self.unmappedFieldReason != '')";
-const WARN_NEEDS_REASON_MSG: &str =
-    "unmappedFieldPolicy Warn needs unmappedFieldReason: say why unmapped fields may be dropped";
-
 /// Declares one config kind. The two kinds differ only in the field naming their target, and
 /// must stay identical otherwise (columns, CEL rules, status), so one definition makes both.
 macro_rules! config_kind {
@@ -84,10 +79,10 @@ macro_rules! config_kind {
             printcolumn = r#"{"name":"Server","type":"string","jsonPath":".status.assignedWebhookServer"}"#,
             printcolumn = r#"{"name":"Handover","type":"string","jsonPath":".status.handover.state"}"#,
             printcolumn = r#"{"name":"Lossless","type":"boolean","jsonPath":".status.overallLossless"}"#,
-            printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-            validation = kube::core::Rule::new(WARN_NEEDS_REASON).message(WARN_NEEDS_REASON_MSG)
+            printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
         )]
         #[serde(rename_all = "camelCase")]
+        #[schemars(transform = crate::schema::warn_needs_reason)]
         pub struct $spec {
             #[serde(rename = $json)]
             pub $field: TargetRef,

@@ -452,10 +452,18 @@ pub struct BranchMapParams {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Branch {
-    /// Branch key under the hub union.
+    /// Branch key under the hub union (`hubBranch` is accepted too, as the reference spells it).
+    #[serde(alias = "hubBranch")]
     pub hub: String,
-    /// Branch key under the spoke union.
+    /// Branch key under the spoke union (`spokeBranch` is accepted too).
+    #[serde(alias = "spokeBranch")]
     pub spoke: String,
+    /// The hub discriminator's value for this branch; defaults to the hub branch key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub_discriminator_value: Option<String>,
+    /// The spoke discriminator's value for this branch; defaults to the spoke branch key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spoke_discriminator_value: Option<String>,
     /// Branch-relative rules, stored opaquely like ForEach's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "opaque_rules")]

@@ -51,6 +51,34 @@ pub fn params_block_validations(schema: &mut Schema) {
     schema.insert("x-kubernetes-validations".into(), Value::Array(rules));
 }
 
+fn add_validation(schema: &mut Schema, rule: &str, message: &str) {
+    let entry = json!({ "rule": rule, "message": message });
+    match schema.get_mut("x-kubernetes-validations").and_then(Value::as_array_mut) {
+        Some(list) => list.push(entry),
+        None => {
+            schema.insert("x-kubernetes-validations".into(), json!([entry]));
+        }
+    }
+}
+
+/// On a config's spec: `unmappedFieldPolicy: Warn` must say why.
+pub fn warn_needs_reason(schema: &mut Schema) {
+    add_validation(
+        schema,
+        "!has(self.unmappedFieldPolicy) || self.unmappedFieldPolicy != 'Warn' || (has(self.unmappedFieldReason) && self.unmappedFieldReason != '')",
+        "unmappedFieldPolicy Warn needs unmappedFieldReason: say why unmapped fields may be dropped",
+    );
+}
+
+/// On `autoscaling`: the bounds must be in order.
+pub fn min_within_max(schema: &mut Schema) {
+    add_validation(
+        schema,
+        "self.minReplicas <= self.maxReplicas",
+        "autoscaling.minReplicas must not exceed autoscaling.maxReplicas",
+    );
+}
+
 /// The schema of `T` as kube would put it into a CRD (used by tests and docs).
 pub fn schema_of<T: JsonSchema>() -> Value {
     serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)

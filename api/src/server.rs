@@ -29,8 +29,7 @@ fn default_replicas() -> i32 {
     printcolumn = r#"{"name":"Pool","type":"boolean","jsonPath":".spec.sharding.enabled"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas"}"#,
     printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".status.endpoint"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = kube::core::Rule::new("!has(self.autoscaling) || self.autoscaling.minReplicas <= self.autoscaling.maxReplicas").message("autoscaling.minReplicas must not exceed autoscaling.maxReplicas")
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ConversionWebhookServerSpec {
@@ -91,6 +90,7 @@ pub struct ConversionWebhookServerSpec {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::min_within_max)]
 pub struct AutoscalingSpec {
     #[schemars(range(min = 1))]
     pub min_replicas: i32,
