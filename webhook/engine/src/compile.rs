@@ -9,7 +9,7 @@ use dco_api::rules::{ConversionRule, Strategy};
 
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::plan::{Plan, RulePlan, ScopePlan, SpokePlan, When};
-use crate::schema::{FlatSchema, Node, Resolved, same_shape};
+use crate::schema::{FlatSchema, Node, Resolved, Shape, same_shape};
 use crate::strategies::{self, CompiledRule};
 use crate::target::Target;
 use crate::value::{Path, from_serde};
@@ -377,7 +377,7 @@ fn compile_scope(
     let mut uncovered_spoke = Vec::new();
     let mut reasons: BTreeMap<String, String> = BTreeMap::new();
     for (path, hn) in hub.leaves() {
-        if claimed_hub.contains_key(path) {
+        if claimed_hub.contains_key(path) || empty_vs_interior(hn, spoke_fs, path) {
             continue;
         }
         match spoke_fs.resolve(path) {
@@ -398,7 +398,7 @@ fn compile_scope(
         }
     }
     for (path, sn) in spoke_fs.leaves() {
-        if claimed_spoke.contains_key(path) {
+        if claimed_spoke.contains_key(path) || empty_vs_interior(sn, hub, path) {
             continue;
         }
         match hub.resolve(path) {
@@ -463,6 +463,14 @@ fn compile_scope(
     }
     let had_errors = diags.iter().filter(|d| d.is_error()).count() > errors_before;
     ScopeOutcome { plan, verdict, uncovered_hub, uncovered_spoke, rule_facts, had_errors }
+}
+
+/// An object declared without properties on one side and with them on the other: its
+/// fields are checked one by one on the side that declares them, so the empty object itself
+/// is no finding.
+fn empty_vs_interior(node: &Node, other: &FlatSchema, path: &str) -> bool {
+    matches!(node.shape, Shape::Object { has_properties: false, .. })
+        && other.get(path).is_some_and(|n| matches!(n.shape, Shape::Object { has_properties: true, .. }))
 }
 
 fn suggest(hub: &Node, spoke: &Node) -> &'static str {

@@ -6,15 +6,20 @@
 //! - [`Plan::convert`] / [`Plan::convert_value`]: one object to another version.
 //! - [`review::convert_review`]: a ConversionReview body in, the response body out.
 
+pub mod cel;
 pub mod compile;
 pub mod convert;
 pub mod diagnostic;
+pub mod duration;
+pub mod patch;
 pub mod plan;
+pub mod quantity;
 pub mod review;
 pub mod router;
 pub mod schema;
 pub mod strategies;
 pub mod target;
+pub mod template;
 pub mod value;
 
 pub use compile::{Compiled, Report, compile};

@@ -16,7 +16,26 @@ pub use crate::compile::RuleCx;
 use crate::schema::{FlatSchema, Node, node_fits, schema_fits};
 use crate::value::{Path, Value};
 
+mod array_map;
+mod branch_map;
+mod cel;
+mod default_value;
+mod duration;
+mod enum_remap;
 mod field_rename;
+mod fields_map;
+mod fields_to_scalar;
+mod for_each;
+mod json_patch;
+mod list;
+mod map_key_rename;
+mod metadata;
+mod numeric_scale;
+mod quantity;
+mod scalar_object;
+mod scalar_to_fields;
+mod singleton_array;
+mod type_coerce;
 
 /// One strategy's compiler. Implementations are stateless unit structs.
 pub trait StrategyImpl: Sync {
@@ -107,16 +126,36 @@ pub trait RuleOp: Send + Sync + fmt::Debug {
 pub fn implementation(s: Strategy) -> Option<&'static dyn StrategyImpl> {
     match s {
         Strategy::FieldRename => Some(&field_rename::FieldRename),
+        Strategy::ScalarToObject => Some(&scalar_object::ScalarToObject),
+        Strategy::ObjectToScalar => Some(&scalar_object::ObjectToScalar),
+        Strategy::SingletonArrayToObject => Some(&singleton_array::SingletonArrayToObject),
+        Strategy::ObjectToSingletonArray => Some(&singleton_array::ObjectToSingletonArray),
+        Strategy::FieldsToMap => Some(&fields_map::FieldsToMap),
+        Strategy::MapToFields => Some(&fields_map::MapToFields),
+        Strategy::ToAnnotation => Some(&metadata::ToAnnotation),
+        Strategy::ToLabel => Some(&metadata::ToLabel),
+        Strategy::FromAnnotation => Some(&metadata::FromAnnotation),
+        Strategy::FromLabel => Some(&metadata::FromLabel),
+        Strategy::EnumRemap => Some(&enum_remap::EnumRemap),
+        Strategy::DefaultValue => Some(&default_value::DefaultValue),
+        Strategy::Constant => Some(&default_value::Constant),
+        Strategy::Delete => Some(&default_value::Delete),
+        Strategy::ForEach => Some(&for_each::ForEach),
+        Strategy::ArrayToMapByKey => Some(&array_map::ArrayToMapByKey),
+        Strategy::MapToArrayByKey => Some(&array_map::MapToArrayByKey),
+        Strategy::NumericScale => Some(&numeric_scale::NumericScale),
+        Strategy::ListJoin => Some(&list::ListJoin),
+        Strategy::ListSplit => Some(&list::ListSplit),
+        Strategy::MapKeyRename => Some(&map_key_rename::MapKeyRename),
         // Implemented in their own modules by the engine-libs work; registered here.
-        Strategy::JsonPatch => None,
-        Strategy::TypeCoerce => None,
-        Strategy::ScalarToFields => None,
-        Strategy::FieldsToScalar => None,
-        Strategy::Quantity => None,
-        Strategy::Duration => None,
-        Strategy::Cel => None,
-        Strategy::BranchMap => None,
-        _ => None,
+        Strategy::JsonPatch => Some(&json_patch::JsonPatch),
+        Strategy::TypeCoerce => Some(&type_coerce::TypeCoerce),
+        Strategy::ScalarToFields => Some(&scalar_to_fields::ScalarToFields),
+        Strategy::FieldsToScalar => Some(&fields_to_scalar::FieldsToScalar),
+        Strategy::Quantity => Some(&quantity::QuantityStrategy),
+        Strategy::Duration => Some(&duration::DurationStrategy),
+        Strategy::Cel => Some(&cel::Cel),
+        Strategy::BranchMap => Some(&branch_map::BranchMap),
     }
 }
 
