@@ -169,7 +169,12 @@ impl Patch {
                 Op::Add(v) => ("add", add(doc, &step.path, v.clone())),
                 Op::Remove => ("remove", remove(doc, &step.path).map(drop)),
                 Op::Replace(v) => ("replace", replace(doc, &step.path, v.clone())),
-                Op::Move(from) => ("move", remove(doc, from).and_then(|v| add(doc, &step.path, v))),
+                Op::Move(from) => (
+                    "move",
+                    remove(doc, from)
+                        .map_err(|e| format!("`from` {}: {e}", from.as_str()))
+                        .and_then(|v| add(doc, &step.path, v)),
+                ),
                 Op::Copy(from) => (
                     "copy",
                     get(doc, from)

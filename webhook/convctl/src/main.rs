@@ -1,0 +1,308 @@
+//! convctl: check a dco conversion config against its target's schemas without a cluster.
+//!
+//! Exit codes: 0 success, 1 the config or a sample fails (diagnostics, conversion errors,
+//! loss), 2 usage (bad arguments, unreadable or malformed input files).
+
+mod analyze;
+mod load;
+mod roundtrip;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use dco_api::config::TargetKind;
+use dco_engine::{Compiled, Target, compile};
+
+/// What went wrong, and so the exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad arguments or unusable input files: exit 2.
+    #[error("{0}")]
+    Usage(String),
+    /// The config or a sample fails: exit 1 (the details are already printed).
+    #[error("{0}")]
+    Failed(String),
+}
+
+#[derive(Parser)]
+#[command(
+    name = "convctl",
+    version,
+    about = "Validate, analyze, convert and round-trip test dco conversion configs offline"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compile the config against the target's schemas; print the diagnostics.
+    Validate(Inputs),
+    /// Show per-spoke and per-rule verdicts, claims and uncovered fields.
+    Analyze {
+        #[command(flatten)]
+        inputs: Inputs,
+        #[arg(short, long, value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
+    /// Convert a sample object to another version.
+    Convert {
+        #[command(flatten)]
+        inputs: Inputs,
+        /// The object (YAML or JSON; several documents are converted one by one).
+        #[arg(long)]
+        sample: PathBuf,
+        /// The version to convert to.
+        #[arg(long)]
+        to: String,
+        /// The sample's version, when its apiVersion is missing (or to check it).
+        #[arg(long)]
+        from: Option<String>,
+        #[arg(short, long, value_enum, default_value_t = ObjectFormat::Yaml)]
+        output: ObjectFormat,
+    },
+    /// Convert every sample to every other version and back; report what did not survive.
+    Test {
+        #[command(flatten)]
+        inputs: Inputs,
+        /// Directory of sample objects (*.yaml, *.yml, *.json), each in any served version.
+        #[arg(long)]
+        samples: PathBuf,
+        #[arg(short, long, value_enum, default_value_t = TestFormat::Table)]
+        output: TestFormat,
+        /// Which differences fail the run: `loss` unacknowledged loss, `warn` any loss, `none`
+        /// no difference (conversion errors always fail).
+        #[arg(long, value_enum, default_value_t = FailOn::Loss)]
+        fail_on: FailOn,
+    },
+}
+
+#[derive(Args)]
+struct Inputs {
+    /// The XRDConversionConfig or CRDConversionConfig (conversion.dco.rs/v1alpha1).
+    #[arg(long)]
+    config: PathBuf,
+    /// The CustomResourceDefinition the config targets.
+    #[arg(long, conflicts_with = "xrd", required_unless_present = "xrd")]
+    crd: Option<PathBuf>,
+    /// The Crossplane CompositeResourceDefinition the config targets.
+    #[arg(long)]
+    xrd: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ObjectFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TestFormat {
+    Table,
+    Json,
+    Junit,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    None,
+    Warn,
+    Loss,
+}
+
+/// The config, its target and the compile outcome.
+pub struct Loaded {
+    pub config: load::Config,
+    pub target: Target,
+    pub compiled: Compiled,
+}
+
+impl Inputs {
+    fn load(&self) -> Result<Loaded, CliError> {
+        let config = load::config(&self.config)?;
+        let (path, kind) = match (&self.crd, &self.xrd) {
+            (Some(p), None) => (p, TargetKind::Crd),
+            (None, Some(p)) => (p, TargetKind::Xrd),
+            _ => return Err(CliError::Usage("give exactly one of --crd or --xrd".into())),
+        };
+        if config.kind != kind {
+            let (have, flag) = match config.kind {
+                TargetKind::Xrd => ("an XRDConversionConfig", "--xrd"),
+                TargetKind::Crd => ("a CRDConversionConfig", "--crd"),
+            };
+            return Err(CliError::Usage(format!(
+                "{} is {have}; give its target with {flag}",
+                self.config.display()
+            )));
+        }
+        let target = load::target(path, kind)?;
+        let compiled = compile(&config.spec, &target);
+        Ok(Loaded { config, target, compiled })
+    }
+}
+
+impl Loaded {
+    /// Config-level problems the engine cannot see (the config names another target).
+    pub fn extra_errors(&self) -> Vec<String> {
+        if self.config.target_name != self.target.name() {
+            vec![format!(
+                "config {} targets {} but the given definition is {}; give the matching definition or fix the target name",
+                self.config.name,
+                self.config.target_name,
+                self.target.name()
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    pub fn ok(&self) -> bool {
+        self.compiled.plan.is_some() && self.extra_errors().is_empty()
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(inputs) => inputs.load().and_then(|l| validate(&l)),
+        Command::Analyze { inputs, output } => inputs.load().and_then(|l| analyze::run(&l, output)),
+        Command::Convert { inputs, sample, to, from, output } => {
+            inputs.load().and_then(|l| convert(&l, &sample, &to, from.as_deref(), output))
+        }
+        Command::Test { inputs, samples, output, fail_on } => {
+            inputs.load().and_then(|l| roundtrip::run(&l, &samples, output, fail_on))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Failed(msg)) => {
+            if !msg.is_empty() {
+                eprintln!("convctl: {msg}");
+            }
+            ExitCode::from(1)
+        }
+        Err(CliError::Usage(msg)) => {
+            eprintln!("convctl: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Writes to stdout; a closed pipe (`convctl ... | head`) is not an error worth a panic.
+pub fn emit(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// Prints the diagnostics; fails when the config does not compile.
+fn validate(l: &Loaded) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    let r = &l.compiled.report;
+    for e in l.extra_errors() {
+        let _ = writeln!(out, "error: {e}");
+    }
+    for d in &r.diagnostics {
+        let sev = if d.is_error() { "error" } else { "warning" };
+        let _ = writeln!(out, "{sev}: {d}");
+    }
+    let errors = r.errors().count() + l.extra_errors().len();
+    let warnings = r.warnings().count();
+    if l.ok() {
+        let _ = writeln!(
+            out,
+            "ok: {} converts {} between hub {} and {} spoke(s); lossless: {}; {warnings} warning(s)",
+            l.config.name,
+            l.target.name(),
+            l.config.spec.hub_version,
+            l.config.spec.spokes.len(),
+            if r.overall_lossless { "yes" } else { "no (acknowledged)" }
+        );
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "{} does not compile: {errors} error(s), {warnings} warning(s)",
+            l.config.name
+        )))
+    }
+}
+
+/// Fails with the diagnostics when the config does not compile (for convert and test).
+pub fn require_plan(l: &Loaded) -> Result<std::sync::Arc<dco_engine::Plan>, CliError> {
+    match (&l.compiled.plan, l.extra_errors().is_empty()) {
+        (Some(p), true) => Ok(p.clone()),
+        _ => {
+            for e in l.extra_errors() {
+                eprintln!("error: {e}");
+            }
+            for d in l.compiled.report.errors() {
+                eprintln!("error: {d}");
+            }
+            Err(CliError::Failed(format!(
+                "{} does not compile; run convctl validate for details",
+                l.config.name
+            )))
+        }
+    }
+}
+
+fn convert(
+    l: &Loaded,
+    sample: &std::path::Path,
+    to: &str,
+    from: Option<&str>,
+    output: ObjectFormat,
+) -> Result<(), CliError> {
+    let plan = require_plan(l)?;
+    if !plan.versions().contains(&to) {
+        return Err(CliError::Usage(format!(
+            "--to {to}: {} has versions {}",
+            l.target.name(),
+            plan.versions().join(", ")
+        )));
+    }
+    let mut converted = Vec::new();
+    for (label, mut obj) in load::samples_in_file(sample)? {
+        match (load::version_of(&obj), from) {
+            (Some(have), Some(want)) if have != want => {
+                return Err(CliError::Usage(format!(
+                    "{label}: --from {want} but the object's apiVersion says {have}"
+                )));
+            }
+            (None, Some(want)) => {
+                obj["apiVersion"] = serde_json::Value::String(format!("{}/{want}", plan.group()));
+            }
+            (None, None) => {
+                return Err(CliError::Usage(format!(
+                    "{label}: the object has no apiVersion; give --from VERSION"
+                )));
+            }
+            _ => {}
+        }
+        let out = plan
+            .convert(&obj, &format!("{}/{to}", plan.group()))
+            .map_err(|e| CliError::Failed(format!("{label}: {e}")))?;
+        converted.push(out);
+    }
+    let text = match output {
+        ObjectFormat::Json => {
+            let v =
+                if converted.len() == 1 { converted.remove(0) } else { serde_json::Value::Array(converted) };
+            serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+        }
+        ObjectFormat::Yaml => converted
+            .iter()
+            .map(|v| serde_yaml::to_string(v).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("---\n"),
+    };
+    crate::emit(&text);
+    Ok(())
+}

@@ -1,0 +1,454 @@
+//! Runs the convctl binary on the fixtures in docs/examples/convctl and checks exit codes and
+//! output.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/convctl")
+}
+
+fn ex(name: &str) -> String {
+    examples().join(name).to_string_lossy().into_owned()
+}
+
+fn convctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_convctl")).args(args).output().expect("convctl runs")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exit code")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("convctl-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn widgets(cmd: &str) -> Vec<String> {
+    vec![cmd.into(), "--config".into(), ex("widgets-config.yaml"), "--xrd".into(), ex("widgets-xrd.yaml")]
+}
+
+fn run(args: Vec<String>) -> Output {
+    convctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+#[test]
+fn validate_ok_exits_0() {
+    let o = run(widgets("validate"));
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("ok: xwidgets converts xwidgets.example.org between hub v3 and 2 spoke(s)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn validate_reports_diagnostics_and_exits_1() {
+    let o =
+        convctl(&["validate", "--config", &ex("invalid-config.yaml"), "--crd", &ex("databases-crd.yaml")]);
+    assert_eq!(code(&o), 1);
+    let out = stdout(&o);
+    assert!(
+        out.contains("error: spoke v1, rule 1 (Quantity) spec.memory, spec.memoryMillis: rule is lossy"),
+        "{out}"
+    );
+    assert!(out.contains("error: spoke v1 spec.replicas: hub field differs between hub and spoke (integer vs string) — TypeCoerce"), "{out}");
+    assert!(stderr(&o).contains("databases-broken does not compile: 4 error(s)"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_reference_config_moves_over_by_changing_only_its_api_version() {
+    let reference = ex("reference-config.yaml");
+    let o = convctl(&["validate", "--config", &reference, "--xrd", &ex("widgets-xrd.yaml")]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o)
+            .contains("apiVersion is \"terasky.com/v1alpha1\"; dco configs use conversion.dco.rs/v1alpha1"),
+        "{}",
+        stderr(&o)
+    );
+
+    let text = std::fs::read_to_string(&reference).unwrap();
+    let moved = text.replace("apiVersion: terasky.com/v1alpha1", "apiVersion: conversion.dco.rs/v1alpha1");
+    assert_eq!(moved.lines().count(), text.lines().count());
+    let changed: Vec<_> = text.lines().zip(moved.lines()).filter(|(a, b)| a != b).collect();
+    assert_eq!(changed.len(), 1, "only the apiVersion line changes");
+    let dir = scratch("reference");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, moved).unwrap();
+    let o = convctl(&["validate", "--config", path.to_str().unwrap(), "--xrd", &ex("widgets-xrd.yaml")]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    // It converts exactly as the dco config does (the reference spells BranchMap's
+    // branches hubBranch/spokeBranch).
+    let a = convctl(&[
+        "convert",
+        "--config",
+        path.to_str().unwrap(),
+        "--xrd",
+        &ex("widgets-xrd.yaml"),
+        "--sample",
+        &ex("samples/spoke-v2.yaml"),
+        "--to",
+        "v3",
+    ]);
+    let mut args = widgets("convert");
+    args.extend(["--sample".into(), ex("samples/spoke-v2.yaml"), "--to".into(), "v3".into()]);
+    let b = run(args);
+    assert_eq!(code(&a), 0);
+    assert_eq!(stdout(&a), stdout(&b));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    // An XRD config given a --crd.
+    let o = convctl(&["validate", "--config", &ex("widgets-config.yaml"), "--crd", &ex("widgets-xrd.yaml")]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("is an XRDConversionConfig; give its target with --xrd"), "{}", stderr(&o));
+    // A file that does not exist.
+    let o = convctl(&["validate", "--config", &ex("nope.yaml"), "--xrd", &ex("widgets-xrd.yaml")]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("cannot read"), "{}", stderr(&o));
+    // Not YAML.
+    let dir = scratch("usage");
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "spec: [unclosed").unwrap();
+    let o = convctl(&["validate", "--config", bad.to_str().unwrap(), "--xrd", &ex("widgets-xrd.yaml")]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("not valid YAML or JSON"), "{}", stderr(&o));
+    // Missing arguments, both targets, unknown output format.
+    assert_eq!(code(&convctl(&["validate", "--config", &ex("widgets-config.yaml")])), 2);
+    assert_eq!(
+        code(&convctl(&[
+            "validate",
+            "--config",
+            &ex("widgets-config.yaml"),
+            "--xrd",
+            &ex("widgets-xrd.yaml"),
+            "--crd",
+            &ex("databases-crd.yaml")
+        ])),
+        2
+    );
+    let mut args = widgets("analyze");
+    args.extend(["-o".into(), "xml".into()]);
+    assert_eq!(code(&run(args)), 2);
+    assert_eq!(code(&convctl(&["frobnicate"])), 2);
+}
+
+#[test]
+fn target_name_mismatch_fails_validation() {
+    let dir = scratch("mismatch");
+    let text = std::fs::read_to_string(ex("widgets-config.yaml"))
+        .unwrap()
+        .replace("name: xwidgets.example.org", "name: gadgets.example.org");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, text).unwrap();
+    let o = convctl(&["validate", "--config", path.to_str().unwrap(), "--xrd", &ex("widgets-xrd.yaml")]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stdout(&o).contains("targets gadgets.example.org but the given definition is xwidgets.example.org"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn analyze_table_and_json() {
+    let o = run(widgets("analyze"));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("spoke v2: hub→spoke LOSSY, spoke→hub LOSSY"), "{out}");
+    assert!(
+        out.lines().any(|l| l.contains("Quantity")
+            && l.contains("spec.cpuRequest")
+            && l.contains("spec.cpuMillis")
+            && l.ends_with("LOSSY")),
+        "{out}"
+    );
+    assert!(out.contains("spoke v1: hub→spoke lossless, spoke→hub lossless"), "{out}");
+
+    let mut args = widgets("analyze");
+    args.extend(["-o".into(), "json".into()]);
+    let o = run(args);
+    assert_eq!(code(&o), 0);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("analyze -o json prints JSON");
+    assert_eq!(v["compiles"], true);
+    assert_eq!(v["overallLossless"], false);
+    assert_eq!(v["kind"], "XRD");
+    let v2 = &v["spokes"][0];
+    assert_eq!(v2["version"], "v2");
+    assert_eq!(v2["ruleResults"].as_array().unwrap().len(), 10);
+    assert_eq!(v2["ruleResults"][2]["strategy"], "Quantity");
+    assert_eq!(
+        v2["ruleResults"][2]["lossless"],
+        serde_json::json!({"hubToSpoke": true, "spokeToHub": false})
+    );
+    assert_eq!(v2["ruleResults"][9]["hubPaths"], serde_json::json!(["spec.store"]));
+
+    let o = convctl(&[
+        "analyze",
+        "--config",
+        &ex("invalid-config.yaml"),
+        "--crd",
+        &ex("databases-crd.yaml"),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code(&o), 1);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["compiles"], false);
+    assert_eq!(v["spokes"][0]["fieldsUncoveredHub"], serde_json::json!(["spec.memory", "spec.replicas"]));
+}
+
+#[test]
+fn convert_prints_the_object() {
+    let mut args = widgets("convert");
+    args.extend(["--sample".into(), ex("samples/hub-v3.yaml"), "--to".into(), "v2".into()]);
+    let o = run(args);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let docs: Vec<serde_json::Value> =
+        stdout(&o).split("---\n").map(|d| serde_yaml::from_str(d).expect("YAML output")).collect();
+    assert_eq!(docs.len(), 2);
+    let spec = &docs[0]["spec"];
+    assert_eq!(docs[0]["apiVersion"], "example.org/v2");
+    assert_eq!(spec["storageSize"], 20);
+    assert_eq!(spec["size"], "M");
+    assert_eq!(spec["cpuMillis"], 500);
+    assert_eq!(spec["timeoutSeconds"], 300);
+    assert_eq!(spec["priority"], "3");
+    assert_eq!(spec["diskSizeValue"], 50);
+    assert_eq!(spec["diskSizeUnit"], "Gi");
+    assert_eq!(spec["contact"], "Jane Doe <jane@example.com>");
+    assert_eq!(spec["legacyFlagV2"], true);
+    assert_eq!(
+        (spec["bitHigh"].clone(), spec["bitLow"].clone()),
+        (serde_json::json!(4), serde_json::json!(1))
+    );
+    assert_eq!(spec["store"], serde_json::json!({"backend": "objectStore", "objectStore": {"name": "logs"}}));
+    assert_eq!(docs[0]["status"]["phase"], "Ready");
+
+    // JSON output, CRD target, --from check.
+    let o = convctl(&[
+        "convert",
+        "--config",
+        &ex("databases-config.yaml"),
+        "--crd",
+        &ex("databases-crd.yaml"),
+        "--sample",
+        &ex("samples-db/db-v1.json"),
+        "--to",
+        "v2",
+        "--from",
+        "v1",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["spec"], serde_json::json!({"storageGB": 10, "memory": "536870912", "replicas": 1}));
+    let o = convctl(&[
+        "convert",
+        "--config",
+        &ex("databases-config.yaml"),
+        "--crd",
+        &ex("databases-crd.yaml"),
+        "--sample",
+        &ex("samples-db/db-v1.json"),
+        "--to",
+        "v2",
+        "--from",
+        "v2",
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("--from v2 but the object's apiVersion says v1"), "{}", stderr(&o));
+    let o = convctl(&[
+        "convert",
+        "--config",
+        &ex("databases-config.yaml"),
+        "--crd",
+        &ex("databases-crd.yaml"),
+        "--sample",
+        &ex("samples-db/db-v1.json"),
+        "--to",
+        "v9",
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("has versions v2, v1"), "{}", stderr(&o));
+}
+
+#[test]
+fn convert_failure_names_object_rule_and_path() {
+    let dir = scratch("convert-fail");
+    let sample = dir.join("bad.yaml");
+    std::fs::write(&sample, "apiVersion: example.org/v2\nkind: Database\nmetadata: {name: bad, namespace: shop}\nspec: {memory: lots}\n").unwrap();
+    let o = convctl(&[
+        "convert",
+        "--config",
+        &ex("databases-config.yaml"),
+        "--crd",
+        &ex("databases-crd.yaml"),
+        "--sample",
+        sample.to_str().unwrap(),
+        "--to",
+        "v1",
+    ]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stderr(&o).contains(
+            "Database shop/bad: spoke v1, rule 1 (Quantity) spec.memory: \"lots\" is not a quantity"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    // A sample without apiVersion needs --from.
+    std::fs::write(&sample, "kind: Database\nmetadata: {name: x}\nspec: {storageGB: 1}\n").unwrap();
+    let base = [
+        "convert",
+        "--config",
+        &ex("databases-config.yaml"),
+        "--crd",
+        &ex("databases-crd.yaml"),
+        "--sample",
+        sample.to_str().unwrap(),
+        "--to",
+        "v1",
+    ];
+    assert_eq!(code(&convctl(&base)), 2);
+    let mut with_from = base.to_vec();
+    with_from.extend(["--from", "v2"]);
+    let o = convctl(&with_from);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("storageSize: 1"), "{}", stdout(&o));
+}
+
+#[test]
+fn test_round_trips_every_sample() {
+    let mut args = widgets("test");
+    args.extend(["--samples".into(), ex("samples"), "-o".into(), "json".into()]);
+    let o = run(args.clone());
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["summary"]["total"], 8);
+    assert_eq!(v["summary"]["pass"], 7);
+    assert_eq!(v["summary"]["acknowledgedLoss"], 1);
+    let lossy = v["results"].as_array().unwrap().iter().find(|r| r["status"] == "acknowledged-loss").unwrap();
+    assert_eq!((lossy["from"].as_str(), lossy["to"].as_str()), (Some("v3"), Some("v2")));
+    let paths: Vec<&str> =
+        lossy["diffs"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["spec.cpuRequest", "spec.timeout"]);
+    assert!(lossy["diffs"][0]["acknowledgedBy"].as_str().unwrap().contains("spoke v2 rule 2 (Quantity)"));
+
+    // --fail-on warn fails on the acknowledged loss too.
+    args.extend(["--fail-on".into(), "warn".into()]);
+    let o = run(args);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("1 of 8 round trip(s) failed (--fail-on warn)"), "{}", stderr(&o));
+}
+
+#[test]
+fn unacknowledged_loss_fails_unless_fail_on_none() {
+    let mut args = widgets("test");
+    args.extend(["--samples".into(), ex("samples-loss")]);
+    let o = run(args.clone());
+    assert_eq!(code(&o), 1);
+    let out = stdout(&o);
+    assert!(out.contains("spec.diskSize: \"050Gi\" → \"50Gi\" [UNACKNOWLEDGED]"), "{out}");
+    assert!(out.contains("2 round trip(s): 1 pass, 0 acknowledged loss, 1 loss, 0 error"), "{out}");
+    args.extend(["--fail-on".into(), "none".into()]);
+    assert_eq!(code(&run(args)), 0);
+}
+
+#[test]
+fn junit_output_and_crd_targets() {
+    let o = convctl(&[
+        "test",
+        "--config",
+        &ex("databases-config.yaml"),
+        "--crd",
+        &ex("databases-crd.yaml"),
+        "--samples",
+        &ex("samples-db"),
+        "-o",
+        "junit",
+        "--fail-on",
+        "warn",
+    ]);
+    assert_eq!(code(&o), 1);
+    let out = stdout(&o);
+    assert!(out.starts_with("<?xml"), "{out}");
+    assert!(out.contains("<testsuites name=\"convctl\" tests=\"2\" failures=\"1\" errors=\"0\">"), "{out}");
+    assert!(
+        out.contains(
+            "<failure message=\"acknowledged-loss\">spec.memory: &quot;4Gi&quot; → &quot;4294967296&quot;"
+        ),
+        "{out}"
+    );
+    assert_eq!(out.matches("<testcase ").count(), 2);
+    let o = convctl(&[
+        "test",
+        "--config",
+        &ex("databases-config.yaml"),
+        "--crd",
+        &ex("databases-crd.yaml"),
+        "--samples",
+        &ex("samples-db"),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
+
+#[test]
+fn test_reports_conversion_errors_and_unknown_versions() {
+    let dir = scratch("errors");
+    std::fs::write(
+        dir.join("a.yaml"),
+        "apiVersion: example.org/v2\nkind: Database\nmetadata: {name: a}\nspec: {memory: 1n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("b.json"),
+        r#"{"apiVersion": "example.org/v7", "kind": "Database", "metadata": {"name": "b"}}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("ignored.txt"), "not a sample").unwrap();
+    let o = convctl(&[
+        "test",
+        "--config",
+        &ex("databases-config.yaml"),
+        "--crd",
+        &ex("databases-crd.yaml"),
+        "--samples",
+        dir.to_str().unwrap(),
+        "--fail-on",
+        "none",
+    ]);
+    assert_eq!(code(&o), 1, "conversion errors fail even with --fail-on none");
+    let out = stdout(&o);
+    assert!(out.contains("finer than a milli-unit"), "{out}");
+    assert!(out.contains("version v7 is not one of v2, v1"), "{out}");
+    let empty = scratch("empty");
+    assert_eq!(
+        code(&convctl(&[
+            "test",
+            "--config",
+            &ex("databases-config.yaml"),
+            "--crd",
+            &ex("databases-crd.yaml"),
+            "--samples",
+            empty.to_str().unwrap()
+        ])),
+        2
+    );
+}
