@@ -1,0 +1,213 @@
+//! Which configs belong to which server: the assignments a server's status lists, what holds
+//! a server's deletion, and which configs a server change must re-reconcile (rebalancing).
+//! Pure functions over a snapshot of the configs, so the rules are tested without a cluster.
+
+use dco_api::assign::Servers;
+use dco_api::config::{ConfigStatus, ConversionConfig};
+use dco_api::server::AssignedConfig;
+use dco_api::{CRDConversionConfig, HandoverState, XRDConversionConfig};
+use kube::{Resource, ResourceExt};
+
+/// What these rules need of one config, of either kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigRef {
+    pub kind: &'static str,
+    pub name: String,
+    pub target: String,
+    pub pin: Option<String>,
+    /// `status.assignedWebhookServer`: the resolver's last answer as persisted.
+    pub assigned: Option<String>,
+    pub phase: Option<String>,
+    pub source: Option<String>,
+    pub destination: Option<String>,
+    /// The handover is in SourceDropped (nothing in flight).
+    pub settled: bool,
+}
+
+impl ConfigRef {
+    pub fn of<K>(c: &K) -> Self
+    where
+        K: ConversionConfig + Resource<DynamicType = ()> + HasConfigStatus,
+    {
+        let status = c.config_status();
+        let handover = status.and_then(|s| s.handover.as_ref());
+        ConfigRef {
+            kind: leak_kind::<K>(),
+            name: c.name_any(),
+            target: c.target_name().to_string(),
+            pin: c.conversion().webhook_server_ref.as_ref().map(|r| r.name.clone()),
+            assigned: status.and_then(|s| s.assigned_webhook_server.clone()),
+            phase: status.and_then(|s| s.phase).map(|p| format!("{p:?}")),
+            source: handover.and_then(|h| h.source.clone()),
+            destination: handover.and_then(|h| h.destination.clone()),
+            settled: handover.is_some_and(|h| h.state == HandoverState::SourceDropped),
+        }
+    }
+
+    /// Whether this config touches `server` in any way that its status or the server's
+    /// deletion depends on.
+    pub fn involves(&self, server: &str) -> bool {
+        let is = |o: &Option<String>| o.as_deref() == Some(server);
+        is(&self.pin) || is(&self.assigned) || is(&self.destination) || (is(&self.source) && !self.settled)
+    }
+}
+
+fn leak_kind<K: Resource<DynamicType = ()>>() -> &'static str {
+    // The two config kinds have static names; matching avoids allocating per call.
+    match K::kind(&()).as_ref() {
+        "XRDConversionConfig" => "XRDConversionConfig",
+        "CRDConversionConfig" => "CRDConversionConfig",
+        _ => "ConversionConfig",
+    }
+}
+
+/// Status access shared by both config kinds.
+pub trait HasConfigStatus {
+    fn config_status(&self) -> Option<&ConfigStatus>;
+}
+
+impl HasConfigStatus for XRDConversionConfig {
+    fn config_status(&self) -> Option<&ConfigStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl HasConfigStatus for CRDConversionConfig {
+    fn config_status(&self) -> Option<&ConfigStatus> {
+        self.status.as_ref()
+    }
+}
+
+/// The configs the resolver assigns to `server` now, sorted by kind and name.
+pub fn assigned_to(configs: &[ConfigRef], servers: &Servers, server: &str) -> Vec<AssignedConfig> {
+    let mut out: Vec<AssignedConfig> = configs
+        .iter()
+        .filter(|c| servers.resolve(&c.target, c.pin.as_deref()).is_ok_and(|a| a.server == server))
+        .map(|c| AssignedConfig {
+            kind: c.kind.to_string(),
+            name: c.name.clone(),
+            target: c.target.clone(),
+            phase: c.phase.clone(),
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
+    out
+}
+
+/// What holds the deletion of `server`: configs that pin it, that it still serves, or that
+/// are moving away from it. `servers` must already leave the deleting server out.
+pub fn deletion_blockers(configs: &[ConfigRef], servers: &Servers, server: &str) -> Vec<String> {
+    let mut out: Vec<String> = configs
+        .iter()
+        .filter(|c| {
+            c.pin.as_deref() == Some(server)
+                || servers.resolve(&c.target, c.pin.as_deref()).is_ok_and(|a| a.server == server)
+                || (c.assigned.as_deref() == Some(server) && !c.settled)
+                || (c.destination.as_deref() == Some(server) && c.settled)
+                || (c.source.as_deref() == Some(server) && !c.settled)
+        })
+        .map(|c| format!("{} {}", c.kind, c.name))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The configs a change of `server` (its spec, status or certificate) must reconcile again:
+/// those whose resolution now differs from the persisted one (rebalancing: a new pool member
+/// enqueues what it wins, a removed one what it held), and those involving the server (their
+/// handover may progress on its served targets, or its CA changed).
+pub fn affected_by(configs: &[ConfigRef], servers: &Servers, server: &str) -> Vec<String> {
+    configs
+        .iter()
+        .filter(|c| {
+            let now = servers.resolve(&c.target, c.pin.as_deref()).ok().map(|a| a.server);
+            now != c.assigned || c.involves(server)
+        })
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dco_api::assign::ServerInfo;
+
+    fn cfg(name: &str, target: &str, pin: Option<&str>, assigned: Option<&str>) -> ConfigRef {
+        ConfigRef {
+            kind: "CRDConversionConfig",
+            name: name.into(),
+            target: target.into(),
+            pin: pin.map(str::to_string),
+            assigned: assigned.map(str::to_string),
+            phase: None,
+            source: None,
+            destination: assigned.map(str::to_string),
+            settled: true,
+        }
+    }
+
+    fn pool(members: &[&str], default: &str) -> Servers {
+        Servers::new(members.iter().map(|m| ServerInfo {
+            name: m.to_string(),
+            default: *m == default,
+            pool_weight: Some(1),
+        }))
+    }
+
+    #[test]
+    fn a_new_member_enqueues_exactly_what_it_wins_plus_its_own() {
+        let before = pool(&["a", "b"], "a");
+        let configs: Vec<ConfigRef> = (0..200)
+            .map(|i| {
+                let t = format!("t{i}.example.org");
+                let s = before.resolve(&t, None).unwrap().server;
+                cfg(&format!("c{i}"), &t, None, Some(&s))
+            })
+            .collect();
+        let after = pool(&["a", "b", "c"], "a");
+        let affected = affected_by(&configs, &after, "c");
+        let wins: Vec<String> = configs
+            .iter()
+            .filter(|c| after.resolve(&c.target, None).unwrap().server == "c")
+            .map(|c| c.name.clone())
+            .collect();
+        assert!(!wins.is_empty());
+        assert_eq!(affected, wins);
+        // Nothing changed for an unrelated server's status update.
+        assert!(affected_by(&configs, &before, "zzz").is_empty());
+    }
+
+    #[test]
+    fn a_removed_member_enqueues_what_it_held() {
+        let full = pool(&["a", "b"], "a");
+        let configs: Vec<ConfigRef> = (0..50)
+            .map(|i| {
+                let t = format!("t{i}");
+                let s = full.resolve(&t, None).unwrap().server;
+                cfg(&format!("c{i}"), &t, None, Some(&s))
+            })
+            .collect();
+        let without_b = pool(&["a"], "a");
+        let held: Vec<String> =
+            configs.iter().filter(|c| c.assigned.as_deref() == Some("b")).map(|c| c.name.clone()).collect();
+        assert_eq!(affected_by(&configs, &without_b, "b"), held);
+    }
+
+    #[test]
+    fn assignments_and_blockers() {
+        let s = pool(&["a"], "a");
+        let mut moving = cfg("moving", "t2", None, Some("a"));
+        moving.source = Some("gone".into());
+        moving.settled = false;
+        let configs = vec![cfg("pinned", "t1", Some("gone"), Some("gone")), moving];
+        let assigned = assigned_to(&configs, &s, "a");
+        assert_eq!(assigned.len(), 1);
+        assert_eq!(assigned[0].name, "moving");
+        // "gone" is deleting (left out of `s`): the pin and the unfinished move hold it.
+        assert_eq!(
+            deletion_blockers(&configs, &s, "gone"),
+            ["CRDConversionConfig moving", "CRDConversionConfig pinned"]
+        );
+        assert!(deletion_blockers(&[cfg("x", "t3", None, Some("a"))], &s, "gone").is_empty());
+    }
+}

@@ -1,0 +1,74 @@
+//! Command-line flags (each also settable from the environment).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// dco's operator: runs ConversionWebhookServers and wires targets' conversion to them.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "dco-operator", version)]
+pub struct Args {
+    /// Namespace for the workloads of servers whose spec.namespace is empty.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "dco-system")]
+    pub namespace: String,
+    /// The dco-webhook image for servers that set no spec.image (repository:tag).
+    #[arg(long, env = "DCO_WEBHOOK_IMAGE", default_value = concat!("dco-webhook:v", env!("CARGO_PKG_VERSION")))]
+    pub webhook_image: String,
+    /// --listen of every webhook container; `$(POD_IP):9443` binds the Pod's own address.
+    #[arg(long, env = "DCO_WEBHOOK_LISTEN", default_value = "0.0.0.0:9443")]
+    pub webhook_listen: String,
+    /// A flag added to every webhook container before the server's extraArgs (repeatable).
+    #[arg(long = "webhook-arg", env = "DCO_WEBHOOK_ARGS", value_delimiter = ',')]
+    pub webhook_args: Vec<String>,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "DCO_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    pub metrics_listen: SocketAddr,
+    /// How often settled objects are reconciled without an event.
+    #[arg(long, env = "DCO_RESYNC", default_value = "5m", value_parser = parse_duration)]
+    pub resync: Duration,
+    /// Pace of config reconciles fanned out by server changes (rebalancing), per second.
+    #[arg(long, env = "DCO_REBALANCE_QPS", default_value_t = 50)]
+    pub rebalance_qps: u32,
+    /// Log format.
+    #[arg(long, env = "DCO_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// `250ms`, `5s`, `2m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration; use e.g. 500ms, 5s, 2m, 1h"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
+        _ => Err(format!("{s:?} has unknown unit {unit:?}; use ms, s, m or h")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let a = Args::try_parse_from(["dco-operator"]).unwrap();
+        assert_eq!(a.webhook_listen, "0.0.0.0:9443");
+        assert_eq!(a.resync, Duration::from_secs(300));
+        assert_eq!(a.rebalance_qps, 50);
+        let a = Args::try_parse_from([
+            "dco-operator",
+            "--webhook-listen=$(POD_IP):9443",
+            "--webhook-arg=--drain-period=5s",
+            "--webhook-arg=--lease-renew-interval=5s",
+            "--resync=30s",
+        ])
+        .unwrap();
+        assert_eq!(a.webhook_args, ["--drain-period=5s", "--lease-renew-interval=5s"]);
+        assert_eq!(a.resync, Duration::from_secs(30));
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+}

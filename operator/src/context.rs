@@ -1,0 +1,137 @@
+//! What every reconcile shares: the client, the settings, the caches and the event recorder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dco_api::assign::{ServerInfo, Servers};
+use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+
+use crate::certs::{self, Lifetimes};
+use crate::metrics::Metrics;
+use crate::names::ServerNames;
+
+/// SSA field manager of everything the operator writes.
+pub const FIELD_MANAGER: &str = "dco-operator";
+
+/// Operator-wide settings from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Where a server's workload goes when its `spec.namespace` is empty.
+    pub namespace: String,
+    /// The dco-webhook image when a server sets none.
+    pub webhook_image: String,
+    /// `--listen` of the webhook containers (`$(POD_IP)` is expanded by the kubelet).
+    pub webhook_listen: String,
+    /// Flags added to every webhook container before the server's `extraArgs`.
+    pub webhook_args: Vec<String>,
+    pub cert_lifetimes: Lifetimes,
+    /// How often a settled object is looked at again without an event.
+    pub resync: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: "dco-system".to_string(),
+            webhook_image: format!("dco-webhook:v{}", env!("CARGO_PKG_VERSION")),
+            webhook_listen: "0.0.0.0:9443".to_string(),
+            webhook_args: Vec::new(),
+            cert_lifetimes: Lifetimes::default(),
+            resync: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The caches (reflector stores) the reconcilers read instead of calling the apiserver.
+#[derive(Clone)]
+pub struct Stores {
+    pub servers: Store<ConversionWebhookServer>,
+    /// Served-target Leases (label `app.kubernetes.io/managed-by=dco`).
+    pub leases: Store<Lease>,
+    /// The operator's Secrets (same label): serving certificates and CAs.
+    pub secrets: Store<Secret>,
+    pub xccs: Store<XRDConversionConfig>,
+    pub cccs: Store<CRDConversionConfig>,
+}
+
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub stores: Stores,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Context {
+    pub fn new(client: Client, settings: Settings, stores: Stores, metrics: Arc<Metrics>) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.to_string(),
+            instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),
+        };
+        Context { recorder: Recorder::new(client.clone(), reporter), client, settings, stores, metrics }
+    }
+
+    /// The resolver over servers that are not being deleted: a deleting server takes no new
+    /// targets and its targets move away, which is what lets its finalizer go.
+    pub fn servers(&self) -> Servers {
+        Servers::new(
+            self.stores
+                .servers
+                .state()
+                .iter()
+                .filter(|s| s.meta().deletion_timestamp.is_none())
+                .map(|s| ServerInfo::from(s.as_ref())),
+        )
+    }
+
+    pub fn server(&self, name: &str) -> Option<Arc<ConversionWebhookServer>> {
+        self.stores.servers.get(&ObjectRef::new(name))
+    }
+
+    pub fn names(&self, server: &ConversionWebhookServer) -> ServerNames {
+        ServerNames::of(server, &self.settings.namespace)
+    }
+
+    /// The PEM bundle the apiserver must trust to call `server`, from the cached Secret.
+    pub fn ca_bundle(&self, server: &ConversionWebhookServer) -> Option<String> {
+        let names = self.names(server);
+        let secret = self.stores.secrets.get(&ObjectRef::new(&names.tls_secret).within(&names.namespace))?;
+        let pem = secret.data.as_ref()?.get(certs::CA_CRT)?;
+        String::from_utf8(pem.0.clone()).ok().filter(|s| s.contains("BEGIN CERTIFICATE"))
+    }
+
+    /// Which server's Service is `(namespace, name)`.
+    pub fn server_by_service(&self, namespace: &str, service: &str) -> Option<Arc<ConversionWebhookServer>> {
+        self.stores.servers.state().into_iter().find(|s| {
+            let n = self.names(s);
+            n.namespace == namespace && n.service() == service
+        })
+    }
+
+    /// Publish an Event about `obj`; failing to record one never fails a reconcile.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let reference: ObjectReference = obj.object_ref(&());
+        let ev = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.to_string(),
+            note: Some(note),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(object = %obj.name_any(), reason, error = %e, "cannot record an Event");
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The operator's errors: each names the object and what to do, and carries a short label
+//! for the failure metric.
+
+use crate::certs::CertError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} {kind} {name}: {source}")]
+    Kube {
+        action: &'static str,
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("finalizer of {kind} {name}: {source}")]
+    Finalizer {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: Box<kube::runtime::finalizer::Error<Error>>,
+    },
+
+    #[error("ConversionWebhookServer {server}: {source}")]
+    Certificate {
+        server: String,
+        #[source]
+        source: CertError,
+    },
+
+    /// Deletion is held on purpose; the message says how to release it.
+    #[error("{0}")]
+    DeletionBlocked(String),
+
+    /// The object is not yet in a state the reconcile can act on (not an API failure).
+    #[error("{0}")]
+    NotReady(String),
+
+    #[error("{what}: {source}")]
+    Serialize {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// A low-cardinality label for `dco_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> String {
+        match self {
+            Error::Kube { action, kind, .. } => format!("{action}_{kind}").to_lowercase().replace(' ', "_"),
+            Error::Finalizer { source, .. } => match source.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),
+                _ => "finalizer".to_string(),
+            },
+            Error::Certificate { .. } => "certificate".to_string(),
+            Error::DeletionBlocked(_) => "deletion_blocked".to_string(),
+            Error::NotReady(_) => "not_ready".to_string(),
+            Error::Serialize { .. } => "serialize".to_string(),
+        }
+    }
+
+    pub fn kube(
+        action: &'static str,
+        kind: &'static str,
+        name: impl Into<String>,
+    ) -> impl FnOnce(kube::Error) -> Self {
+        let name = name.into();
+        move |source| Error::Kube { action, kind, name, source }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_low_cardinality() {
+        let e = Error::Kube {
+            action: "apply",
+            kind: "Deployment",
+            name: "dco-system/dco-webhook-a".into(),
+            source: kube::Error::LinesCodecMaxLineLengthExceeded,
+        };
+        assert_eq!(e.metric_label(), "apply_deployment");
+        let f = Error::Finalizer {
+            kind: "CRDConversionConfig",
+            name: "x".into(),
+            source: Box::new(kube::runtime::finalizer::Error::CleanupFailed(Error::DeletionBlocked(
+                "held".into(),
+            ))),
+        };
+        assert_eq!(f.metric_label(), "deletion_blocked");
+    }
+}

@@ -1,0 +1,83 @@
+//! Prometheus metrics of the reconcilers, served on `/metrics`.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: String,
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabels {
+    pub reason: String,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconciles: Family<ControllerLabel, Counter>,
+    pub failures: Family<ErrorLabels, Counter>,
+    pub duration: Family<ControllerLabel, Histogram>,
+    pub handover_transitions: Family<TransitionLabels, Counter>,
+    pub target_patches: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("dco_operator");
+        let reconciles = Family::<ControllerLabel, Counter>::default();
+        let failures = Family::<ErrorLabels, Counter>::default();
+        let duration = Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0])
+        });
+        let handover_transitions = Family::<TransitionLabels, Counter>::default();
+        let target_patches = Counter::default();
+        registry.register("reconciles", "Reconciles run", reconciles.clone());
+        registry.register("reconcile_errors", "Reconciles that failed, by error", failures.clone());
+        registry.register("reconcile_duration_seconds", "Reconcile duration", duration.clone());
+        registry.register(
+            "handover_transitions",
+            "Handover state transitions, by reason",
+            handover_transitions.clone(),
+        );
+        registry.register(
+            "target_conversion_patches",
+            "Server-side applies of targets' spec.conversion",
+            target_patches.clone(),
+        );
+        Metrics { registry, reconciles, failures, duration, handover_transitions, target_patches }
+    }
+}
+
+impl Metrics {
+    pub fn reconciled(&self, controller: &str, took: Duration) {
+        let l = ControllerLabel { controller: controller.to_string() };
+        self.reconciles.get_or_create(&l).inc();
+        self.duration.get_or_create(&l).observe(took.as_secs_f64());
+    }
+
+    pub fn failed(&self, controller: &str, error: &crate::error::Error) {
+        self.failures
+            .get_or_create(&ErrorLabels { controller: controller.to_string(), error: error.metric_label() })
+            .inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

@@ -1,0 +1,126 @@
+//! The names and labels of everything the operator creates for a ConversionWebhookServer.
+//!
+//! One function per object so the controller that writes them and the config controller that
+//! reads them (the Service a target is wired to, the Secret holding the CA) cannot disagree.
+
+use std::collections::BTreeMap;
+
+use dco_api::{ConversionWebhookServer, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY};
+use kube::ResourceExt;
+use sha2::{Digest, Sha256};
+
+/// DNS-1035 labels (Service names) are at most 63 characters.
+const MAX_LABEL: usize = 63;
+const PREFIX: &str = "dco-webhook-";
+
+/// `dco-webhook-<server>`, shortened with a hash suffix when the server name is too long for
+/// a Service name, so every server still gets a distinct, valid name.
+pub fn base(server: &str) -> String {
+    let full = format!("{PREFIX}{server}");
+    if full.len() <= MAX_LABEL - 4 {
+        return full;
+    }
+    let digest = Sha256::digest(server.as_bytes());
+    let suffix: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    // 63 - 4 reserved for "-tls"/"-ca" suffixes on Secrets; keep the Service the same stem.
+    let keep = MAX_LABEL - 4 - suffix.len() - 1;
+    let mut stem: String = full.chars().take(keep).collect();
+    while stem.ends_with('-') || stem.ends_with('.') {
+        stem.pop();
+    }
+    format!("{stem}-{suffix}")
+}
+
+/// The names of one server's objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerNames {
+    pub server: String,
+    pub namespace: String,
+    /// Deployment, Service, ServiceAccount, Role and RoleBinding share this name.
+    pub workload: String,
+    /// The serving certificate: `tls.crt`, `tls.key`, `ca.crt`.
+    pub tls_secret: String,
+    /// The self-managed CA's key pair (never mounted into Pods).
+    pub ca_secret: String,
+    /// ClusterRole and ClusterRoleBinding (cluster-scoped: prefixed by the server name).
+    pub cluster_role: String,
+}
+
+impl ServerNames {
+    pub fn new(server: &str, namespace: &str) -> Self {
+        let workload = base(server);
+        ServerNames {
+            server: server.to_string(),
+            namespace: namespace.to_string(),
+            tls_secret: format!("{workload}-tls"),
+            ca_secret: format!("{workload}-ca"),
+            cluster_role: workload.clone(),
+            workload,
+        }
+    }
+
+    /// Names for `cws`, with `default_namespace` when its `spec.namespace` is empty.
+    pub fn of(cws: &ConversionWebhookServer, default_namespace: &str) -> Self {
+        let ns = cws.spec.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(default_namespace);
+        ServerNames::new(&cws.name_any(), ns)
+    }
+
+    pub fn service(&self) -> &str {
+        &self.workload
+    }
+
+    pub fn service_account(&self, cws: &ConversionWebhookServer) -> String {
+        cws.spec
+            .service_account_name
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| self.workload.clone())
+    }
+
+    /// `<svc>.<ns>.svc`, the name the apiserver dials and the certificate covers.
+    pub fn service_host(&self) -> String {
+        format!("{}.{}.svc", self.workload, self.namespace)
+    }
+
+    /// Labels on every object the operator manages for this server.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("app.kubernetes.io/name".to_string(), "dco-webhook".to_string()),
+            ("app.kubernetes.io/component".to_string(), "conversion-webhook".to_string()),
+            (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+            (LABEL_INSTANCE.to_string(), self.server.clone()),
+        ])
+    }
+
+    /// The Deployment's (immutable) Pod selector.
+    pub fn selector(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("app.kubernetes.io/name".to_string(), "dco-webhook".to_string()),
+            (LABEL_INSTANCE.to_string(), self.server.clone()),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_are_prefixed() {
+        let n = ServerNames::new("pool-a", "dco-system");
+        assert_eq!(n.workload, "dco-webhook-pool-a");
+        assert_eq!(n.tls_secret, "dco-webhook-pool-a-tls");
+        assert_eq!(n.service_host(), "dco-webhook-pool-a.dco-system.svc");
+    }
+
+    #[test]
+    fn long_names_stay_valid_and_distinct() {
+        let a = "a".repeat(100);
+        let b = format!("{}b", "a".repeat(99));
+        let (na, nb) = (base(&a), base(&b));
+        assert!(na.len() <= 59, "{na} is {} long", na.len());
+        assert_ne!(na, nb);
+        assert!(na.starts_with("dco-webhook-aaa"));
+        assert!(!na.contains("--"));
+    }
+}

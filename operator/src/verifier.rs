@@ -1,0 +1,514 @@
+//! Reconcile paths against a mocked apiserver (tower-test), in the style of kube-rs'
+//! controller-rs: the test plays the apiserver, asserting each request the reconcile makes in
+//! order and answering it, so the exact writes (field manager, paths, bodies) are checked.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dco_api::{
+    CRDConversionConfig, ConversionWebhookServer, FINALIZER_IN_USE, FINALIZER_SAFE_REVERT, LABEL_INSTANCE,
+    LABEL_MANAGED_BY, MANAGED_BY,
+};
+use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::client::Body;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+
+use crate::context::{Context, Settings, Stores};
+use crate::metrics::Metrics;
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+pub struct ApiServerVerifier(Handle);
+
+pub struct Writers {
+    pub servers: Writer<ConversionWebhookServer>,
+    pub leases: Writer<Lease>,
+    pub secrets: Writer<Secret>,
+    #[allow(dead_code)]
+    pub cccs: Writer<CRDConversionConfig>,
+}
+
+impl Writers {
+    pub fn server(&mut self, s: ConversionWebhookServer) {
+        self.servers.apply_watcher_event(&watcher::Event::Apply(s));
+    }
+    pub fn secret(&mut self, s: Secret) {
+        self.secrets.apply_watcher_event(&watcher::Event::Apply(s));
+    }
+    pub fn lease(&mut self, l: Lease) {
+        self.leases.apply_watcher_event(&watcher::Event::Apply(l));
+    }
+}
+
+pub fn test_context() -> (Arc<Context>, ApiServerVerifier, Writers) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let (servers, servers_w) = reflector::store();
+    let (leases, leases_w) = reflector::store();
+    let (secrets, secrets_w) = reflector::store();
+    let (cccs, cccs_w) = reflector::store();
+    let (xccs, _) = reflector::store();
+    let stores = Stores { servers, leases, secrets, xccs, cccs };
+    let ctx = Context::new(client, Settings::default(), stores, Arc::new(Metrics::default()));
+    (
+        Arc::new(ctx),
+        ApiServerVerifier(handle),
+        Writers { servers: servers_w, leases: leases_w, secrets: secrets_w, cccs: cccs_w },
+    )
+}
+
+/// One request the reconcile must make next.
+pub struct Exchange {
+    pub method: Method,
+    pub path: String,
+    pub query: String,
+    pub body: Value,
+    send: tower_test::mock::SendResponse<Response<Body>>,
+}
+
+impl Exchange {
+    pub fn reply(self, status: StatusCode, body: &Value) {
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let resp = Response::builder().status(status).body(Body::from(bytes));
+        match resp {
+            Ok(r) => self.send.send_response(r),
+            Err(e) => panic!("building a mock response: {e}"),
+        }
+    }
+
+    pub fn ok(self, body: &Value) {
+        self.reply(StatusCode::OK, body);
+    }
+
+    /// Answer an apply with the object as applied (what the apiserver would return).
+    pub fn echo(self) {
+        let b = self.body.clone();
+        self.ok(&b);
+    }
+
+    /// Answer a status apply with `obj` carrying the applied status.
+    pub fn with_status<K: serde::Serialize>(self, obj: &K) {
+        let mut full = serde_json::to_value(obj).unwrap_or_default();
+        full["status"] = self.body["status"].clone();
+        self.ok(&full);
+    }
+
+    pub fn not_found(self) {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"});
+        self.reply(StatusCode::NOT_FOUND, &status);
+    }
+
+    pub fn is_apply_by_operator(&self) -> bool {
+        self.method == Method::PATCH
+            && self.query.contains("fieldManager=dco-operator")
+            && self.query.contains("force=true")
+    }
+}
+
+impl ApiServerVerifier {
+    pub async fn next(&mut self) -> Exchange {
+        let next = tokio::time::timeout(Duration::from_secs(5), self.0.next_request()).await;
+        let (req, send) = match next {
+            Ok(Some(r)) => r,
+            Ok(None) => panic!("the reconcile dropped the client before the expected request"),
+            Err(_) => panic!("the reconcile made no further request within 5 s"),
+        };
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or_default().to_string();
+        let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        };
+        Exchange { method, path, query, body, send }
+    }
+
+    /// The next request must be `method` on `path`.
+    pub async fn expect(&mut self, method: Method, path: &str) -> Exchange {
+        let x = self.next().await;
+        assert_eq!((&x.method, x.path.as_str()), (&method, path), "unexpected request; body: {}", x.body);
+        x
+    }
+
+    /// Answer any Event POSTs (their order relative to each other is not the point), returning
+    /// their reasons, until a request of another kind arrives, which is returned.
+    pub async fn events_then(&mut self, reasons: &mut Vec<String>) -> Exchange {
+        loop {
+            let x = self.next().await;
+            if x.method == Method::POST && x.path.ends_with("/events") {
+                reasons.push(x.body["reason"].as_str().unwrap_or_default().to_string());
+                x.echo();
+                continue;
+            }
+            return x;
+        }
+    }
+}
+
+// --- fixtures --------------------------------------------------------------------------
+
+pub const TARGET: &str = "widgets.example.org";
+
+pub fn server(name: &str, default: bool, ready: i32, served: &[&str]) -> ConversionWebhookServer {
+    let mut s: ConversionWebhookServer = serde_json::from_value(json!({
+        "apiVersion": "conversion.dco.rs/v1alpha1",
+        "kind": "ConversionWebhookServer",
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": 1, "finalizers": [FINALIZER_IN_USE]},
+        "spec": {"default": default, "replicas": 2},
+        "status": {
+            "replicas": 2, "readyReplicas": ready, "reportingReplicas": ready,
+            "servedTargets": served,
+            "conditions": [{"type": "Available", "status": if ready > 0 { "True" } else { "False" }, "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        }
+    }))
+    .unwrap_or_else(|e| panic!("server fixture: {e}"));
+    s.meta_mut().resource_version = Some("1".into());
+    s
+}
+
+pub const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nTUlJQ0ZBS0U=\n-----END CERTIFICATE-----\n";
+
+pub fn tls_secret(server: &str) -> Secret {
+    let names = crate::names::ServerNames::new(server, "dco-system");
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": names.tls_secret, "namespace": "dco-system",
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTANCE: server}},
+        "data": {"ca.crt": base64_of(CA_PEM), "tls.crt": base64_of("x"), "tls.key": base64_of("y")},
+    }))
+    .unwrap_or_else(|e| panic!("secret fixture: {e}"))
+}
+
+pub fn base64_of(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
+}
+
+fn schema(spec: Value) -> Value {
+    json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+        "spec": {"type": "object", "properties": spec}}}})
+}
+
+pub fn crd(conversion: Value) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": TARGET, "generation": 3, "uid": "crd-uid"},
+        "spec": {
+            "group": "example.org", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": false, "schema": schema(json!({"storageSize": {"type": "integer"}, "owner": {"type": "string"}}))},
+                {"name": "v2", "served": true, "storage": true, "schema": schema(json!({"storageGB": {"type": "integer"}, "owner": {"type": "string"}}))},
+            ],
+            "conversion": conversion,
+        },
+        "status": {
+            "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "acceptedNames": {"plural": "widgets", "kind": "Widget"},
+            "storedVersions": ["v2"],
+        }
+    })
+}
+
+pub fn config(pin: Option<&str>, status: Value) -> CRDConversionConfig {
+    let mut spec = json!({
+        "targetCRD": {"name": TARGET},
+        "hubVersion": "v2",
+        "spokes": [{"version": "v1", "rules": [
+            {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}
+        ]}],
+    });
+    if let Some(p) = pin {
+        spec["webhookServerRef"] = json!({"name": p});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+        "metadata": {"name": "widgets", "uid": "cfg-uid", "generation": 1, "finalizers": [FINALIZER_SAFE_REVERT], "resourceVersion": "7"},
+        "spec": spec,
+        "status": status,
+    }))
+    .unwrap_or_else(|e| panic!("config fixture: {e}"))
+}
+
+pub fn wired_to(server: &str) -> Value {
+    json!({"strategy": "Webhook", "webhook": {
+        "clientConfig": {
+            "service": {"namespace": "dco-system", "name": format!("dco-webhook-{server}"), "path": format!("/convert/{TARGET}"), "port": 443},
+            "caBundle": base64_of(CA_PEM)},
+        "conversionReviewVersions": ["v1"]}})
+}
+
+pub fn labels_of(l: &[(&str, &str)]) -> BTreeMap<String, String> {
+    l.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{config_controller, server_controller};
+    use dco_api::served_lease::{DEFAULT_MAX_ENCODED_BYTES, encode};
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use k8s_openapi::jiff::Timestamp;
+
+    const CCC_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.org";
+    const STATUS_PATH: &str = "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs/widgets/status";
+
+    async fn run_config(
+        ctx: Arc<Context>,
+        cfg: CRDConversionConfig,
+    ) -> tokio::task::JoinHandle<crate::error::Result<kube::runtime::controller::Action>> {
+        tokio::spawn(config_controller::reconcile(Arc::new(cfg), ctx))
+    }
+
+    #[tokio::test]
+    async fn first_wiring_goes_straight_to_the_resolved_server_and_settles() {
+        let (ctx, mut api, mut w) = test_context();
+        w.server(server("a", true, 2, &[]));
+        w.secret(tls_secret("a"));
+        let cfg = config(None, json!({}));
+        let task = run_config(ctx, cfg.clone()).await;
+
+        api.expect(Method::GET, CCC_PATH).await.ok(&crd(json!({"strategy": "None"})));
+        let mut reasons = Vec::new();
+        let patch = api.events_then(&mut reasons).await;
+        assert_eq!((&patch.method, patch.path.as_str()), (&Method::PATCH, CCC_PATH));
+        assert!(patch.is_apply_by_operator(), "query {}", patch.query);
+        // Only spec.conversion is sent, and it names the server's Service, path and CA.
+        assert_eq!(patch.body["spec"].as_object().map(|o| o.len()), Some(1));
+        assert_eq!(patch.body["spec"]["conversion"], wired_to("a"));
+        patch.ok(&crd(wired_to("a")));
+
+        let status = api.events_then(&mut reasons).await;
+        assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH));
+        assert!(status.is_apply_by_operator());
+        let st = &status.body["status"];
+        assert_eq!(st["phase"], "Applied");
+        assert_eq!(st["assignedWebhookServer"], "a");
+        assert_eq!(st["webhookPath"], "/convert/widgets.example.org");
+        assert_eq!(st["handover"]["state"], "SourceDropped");
+        assert_eq!(st["handover"]["destination"], "a");
+        assert!(st["handover"].get("source").is_none());
+        assert!(st["handover"]["traceparent"].as_str().is_some_and(|t| t.starts_with("00-")));
+        assert_eq!(st["overallLossless"], true);
+        let cond =
+            |t: &str| st["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == t)).cloned();
+        assert_eq!(cond("HandoverReady").map(|c| c["reason"].clone()), Some(json!("HandoverReady")));
+        assert_eq!(cond("Validated").map(|c| c["status"].clone()), Some(json!("True")));
+        assert_eq!(reasons, ["DestinationReady", "SourceDropped"]);
+        status.with_status(&cfg);
+        let res = task.await.unwrap();
+        assert!(res.is_ok(), "{res:?}");
+    }
+
+    fn settled_on(server: &str) -> Value {
+        json!({
+            "phase": "Applied", "assignedWebhookServer": server,
+            "handover": {"state": "SourceDropped", "destination": server, "attempt": 1},
+        })
+    }
+
+    #[tokio::test]
+    async fn a_move_waits_for_every_replica_of_the_destination_without_touching_the_target() {
+        let (ctx, mut api, mut w) = test_context();
+        w.server(server("a", true, 2, &[TARGET]));
+        // b runs, but its replicas do not report the target yet.
+        w.server(server("b", false, 2, &[]));
+        w.secret(tls_secret("a"));
+        w.secret(tls_secret("b"));
+        let cfg = config(Some("b"), settled_on("a"));
+        let task = run_config(ctx, cfg.clone()).await;
+
+        api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
+        let mut reasons = Vec::new();
+        let status = api.events_then(&mut reasons).await;
+        // No CRD patch: the next request is already the status.
+        assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH));
+        let st = &status.body["status"];
+        assert_eq!(st["handover"]["state"], "Compiling");
+        assert_eq!(st["handover"]["source"], "a");
+        assert_eq!(st["handover"]["destination"], "b");
+        assert_eq!(st["handover"]["attempt"], 2);
+        assert_eq!(st["phase"], "Validated");
+        assert_eq!(reasons, ["HandoverStarted"]);
+        let hr = st["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "HandoverReady"))
+            .cloned();
+        assert_eq!(hr.map(|c| c["reason"].clone()), Some(json!("AwaitingDestination")));
+        status.with_status(&cfg);
+        let res = task.await.unwrap();
+        assert!(res.is_ok(), "{res:?}");
+    }
+
+    #[tokio::test]
+    async fn once_the_destination_reports_the_target_is_rewired_and_waits_for_the_source() {
+        let (ctx, mut api, mut w) = test_context();
+        w.server(server("a", true, 2, &[TARGET]));
+        w.server(server("b", false, 2, &[TARGET]));
+        w.secret(tls_secret("a"));
+        w.secret(tls_secret("b"));
+        let compiling = json!({
+            "phase": "Validated", "assignedWebhookServer": "b",
+            "handover": {"state": "Compiling", "source": "a", "destination": "b", "attempt": 2, "traceparent": "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01"},
+        });
+        let cfg = config(Some("b"), compiling);
+        let task = run_config(ctx, cfg.clone()).await;
+
+        api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
+        let mut reasons = Vec::new();
+        let patch = api.events_then(&mut reasons).await;
+        assert_eq!((&patch.method, patch.path.as_str()), (&Method::PATCH, CCC_PATH));
+        assert_eq!(patch.body["spec"]["conversion"], wired_to("b"));
+        patch.ok(&crd(wired_to("b")));
+        let status = api.events_then(&mut reasons).await;
+        let st = &status.body["status"];
+        // The source still reports the target: the move is Patched, not yet settled.
+        assert_eq!(st["handover"]["state"], "Patched");
+        assert_eq!(st["handover"]["traceparent"], "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01");
+        assert_eq!(reasons, ["DestinationReady", "Patched"]);
+        status.with_status(&cfg);
+        let res = task.await.unwrap();
+        assert!(res.is_ok(), "{res:?}");
+    }
+
+    #[tokio::test]
+    async fn deleting_a_config_whose_target_serves_two_versions_is_blocked() {
+        let (ctx, mut api, mut w) = test_context();
+        w.server(server("a", true, 2, &[TARGET]));
+        w.secret(tls_secret("a"));
+        let mut cfg = config(None, settled_on("a"));
+        cfg.meta_mut().deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+        let task = run_config(ctx, cfg.clone()).await;
+        api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
+        let status = api.expect(Method::PATCH, STATUS_PATH).await;
+        let blocked = status.body["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "DeletionBlocked"))
+            .cloned()
+            .unwrap_or_default();
+        assert!(blocked["message"].as_str().unwrap_or_default().contains("allow-unsafe-delete"));
+        status.with_status(&cfg);
+        let mut reasons = Vec::new();
+        let ev = api.next().await;
+        assert!(ev.path.ends_with("/events"));
+        reasons.push(ev.body["reason"].as_str().unwrap_or_default().to_string());
+        ev.echo();
+        assert_eq!(reasons, ["DeletionBlocked"]);
+        let res = task.await.unwrap();
+        assert!(res.is_err(), "the finalizer must stay");
+    }
+
+    fn lease(pod: &str, server: &str, targets: &[&str]) -> Lease {
+        let annotations = encode(targets.iter(), DEFAULT_MAX_ENCODED_BYTES)
+            .annotations()
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(format!("dco-served-{pod}")),
+                namespace: Some("dco-system".into()),
+                labels: Some(labels_of(&[(LABEL_INSTANCE, server), (LABEL_MANAGED_BY, MANAGED_BY)])),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(Timestamp::now())),
+                lease_duration_seconds: Some(90),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn server_reconcile_applies_the_workload_issues_certs_and_aggregates_leases() {
+        let (ctx, mut api, mut w) = test_context();
+        let cws = server("a", true, 0, &[]);
+        w.server(cws.clone());
+        w.lease(lease("a-1", "a", &["t1", "t2"]));
+        w.lease(lease("a-2", "a", &["t2", "t3"]));
+        w.lease(lease("b-1", "b", &["t9"]));
+        let task = tokio::spawn(server_controller::reconcile(Arc::new(cws.clone()), ctx));
+
+        let ns = "/api/v1/namespaces/dco-system";
+        let rbac = "/apis/rbac.authorization.k8s.io/v1";
+        for path in [
+            format!("{ns}/serviceaccounts/dco-webhook-a"),
+            format!("{rbac}/namespaces/dco-system/roles/dco-webhook-a"),
+            format!("{rbac}/namespaces/dco-system/rolebindings/dco-webhook-a"),
+            format!("{rbac}/clusterroles/dco-webhook-a"),
+            format!("{rbac}/clusterrolebindings/dco-webhook-a"),
+        ] {
+            let x = api.expect(Method::PATCH, &path).await;
+            assert!(x.is_apply_by_operator());
+            assert_eq!(x.body["metadata"]["ownerReferences"][0]["uid"], "uid-a");
+            x.echo();
+        }
+        api.expect(Method::GET, &format!("{ns}/secrets/dco-webhook-a-ca")).await.not_found();
+        api.expect(Method::GET, &format!("{ns}/secrets/dco-webhook-a-tls")).await.not_found();
+        let ca = api.expect(Method::PATCH, &format!("{ns}/secrets/dco-webhook-a-ca")).await;
+        assert!(ca.body["data"]["ca.key"].is_string());
+        ca.echo();
+        let tls = api.expect(Method::PATCH, &format!("{ns}/secrets/dco-webhook-a-tls")).await;
+        assert_eq!(tls.body["type"], "kubernetes.io/tls");
+        assert!(tls.body["data"]["tls.crt"].is_string() && tls.body["data"]["ca.crt"].is_string());
+        tls.echo();
+        let mut reasons = Vec::new();
+        let svc = api.events_then(&mut reasons).await;
+        assert_eq!(reasons, ["CertificateIssued"]);
+        assert_eq!(svc.path, format!("{ns}/services/dco-webhook-a"));
+        svc.echo();
+        let deploy =
+            api.expect(Method::PATCH, "/apis/apps/v1/namespaces/dco-system/deployments/dco-webhook-a").await;
+        assert_eq!(deploy.body["spec"]["template"]["spec"]["containers"][0]["args"][0], "--instance=a");
+        let mut d = deploy.body.clone();
+        d["status"] = json!({"replicas": 2, "readyReplicas": 2});
+        deploy.ok(&d);
+        api.expect(
+            Method::DELETE,
+            "/apis/autoscaling/v2/namespaces/dco-system/horizontalpodautoscalers/dco-webhook-a",
+        )
+        .await
+        .not_found();
+        api.expect(
+            Method::DELETE,
+            "/apis/policy/v1/namespaces/dco-system/poddisruptionbudgets/dco-webhook-a",
+        )
+        .await
+        .not_found();
+        let status = api
+            .expect(Method::PATCH, "/apis/conversion.dco.rs/v1alpha1/conversionwebhookservers/a/status")
+            .await;
+        let st = &status.body["status"];
+        assert_eq!(st["readyReplicas"], 2);
+        assert_eq!(st["reportingReplicas"], 2);
+        assert_eq!(st["servedTargets"], json!(["t2"]));
+        assert_eq!(st["servedTargetsTruncated"], false);
+        assert_eq!(st["endpoint"], "https://dco-webhook-a.dco-system.svc:443");
+        let conds: Vec<(String, String)> = st["conditions"]
+            .as_array()
+            .unwrap_or(&Vec::new())
+            .iter()
+            .map(|c| {
+                (c["type"].as_str().unwrap_or("").to_string(), c["status"].as_str().unwrap_or("").to_string())
+            })
+            .collect();
+        for want in ["Available", "CertificateReady", "ServiceReady"] {
+            assert!(conds.contains(&(want.to_string(), "True".to_string())), "{want} not True in {conds:?}");
+        }
+        status.with_status(&cws);
+        let action = task.await.unwrap();
+        assert!(action.is_ok(), "{action:?}");
+    }
+}

@@ -1,0 +1,533 @@
+//! The objects a ConversionWebhookServer is made of, as pure functions of its spec: the
+//! Deployment of dco-webhook, its Service, ServiceAccount, namespaced Role (its served-target
+//! Leases), ClusterRole (reading configs, servers, targets and Pods), the bindings, and an
+//! HPA and PDB when asked for. The controller server-side applies them as they come out.
+
+use std::collections::BTreeMap;
+
+use dco_api::ConversionWebhookServer;
+use dco_api::server::{ServiceSpec, ServiceType};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, MetricSpec,
+    MetricTarget, ResourceMetricSource,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
+    PodSpec, PodTemplateSpec, Probe, SecretVolumeSource, SecurityContext, Service, ServiceAccount,
+    ServicePort, Volume, VolumeMount,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+
+use crate::context::Settings;
+use crate::names::ServerNames;
+
+pub const CONTAINER: &str = "webhook";
+pub const PORT_NAME: &str = "https";
+/// Where the serving Secret is mounted in the webhook container.
+pub const TLS_MOUNT: &str = "/etc/dco/tls";
+const TLS_VOLUME: &str = "serving-cert";
+
+/// Flags of dco-webhook the operator sets itself; `extraArgs` may not override them.
+pub const MANAGED_FLAGS: &[&str] = &[
+    "--instance",
+    "--service-name",
+    "--listen",
+    "--tls-cert-file",
+    "--tls-key-file",
+    "--pod-name",
+    "--pod-namespace",
+    "--static-dir",
+];
+
+/// Split `extraArgs` into the ones passed on and the ones refused because they would
+/// override a managed flag (admission refuses those too; this is the controller's backstop).
+pub fn split_extra_args(extra: &[String]) -> (Vec<String>, Vec<String>) {
+    extra.iter().cloned().partition(|a| {
+        let flag = a.split('=').next().unwrap_or(a);
+        !MANAGED_FLAGS.contains(&flag)
+    })
+}
+
+/// The port the webhook listens on, from `--listen` (`host:port`, `$(POD_IP):9443`).
+pub fn listen_port(listen: &str) -> i32 {
+    listen.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).map_or(9443, i32::from)
+}
+
+fn meta(name: &str, namespace: Option<&str>, names: &ServerNames, owner: &OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(names.labels()),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The server as the controlling owner of its objects, so deleting it garbage-collects them.
+pub fn owner(cws: &ConversionWebhookServer) -> Option<OwnerReference> {
+    cws.controller_owner_ref(&())
+}
+
+pub fn image(cws: &ConversionWebhookServer, settings: &Settings) -> String {
+    let Some(spec) =
+        cws.spec.image.as_ref().filter(|i| i.repository.as_deref().is_some_and(|r| !r.is_empty()))
+    else {
+        return settings.webhook_image.clone();
+    };
+    let repo = spec.repository.clone().unwrap_or_default();
+    let default_tag = settings.webhook_image.rsplit_once(':').map(|(_, t)| t).filter(|t| !t.contains('/'));
+    match spec.tag.as_deref().filter(|t| !t.is_empty()).or(default_tag) {
+        Some(tag) => format!("{repo}:{tag}"),
+        None => repo,
+    }
+}
+
+/// The dco-webhook arguments: the managed flags, the operator-wide extras, then the server's
+/// accepted `extraArgs` (later flags win in clap, but managed ones are never repeated).
+pub fn args(cws: &ConversionWebhookServer, names: &ServerNames, settings: &Settings) -> Vec<String> {
+    let mut args = vec![
+        format!("--instance={}", names.server),
+        format!("--service-name={}", names.service()),
+        format!("--listen={}", settings.webhook_listen),
+        format!("--tls-cert-file={TLS_MOUNT}/tls.crt"),
+        format!("--tls-key-file={TLS_MOUNT}/tls.key"),
+    ];
+    args.extend(split_extra_args(&settings.webhook_args).0);
+    args.extend(split_extra_args(&cws.spec.extra_args).0);
+    args
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_string(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+pub fn deployment(
+    cws: &ConversionWebhookServer,
+    names: &ServerNames,
+    settings: &Settings,
+    owner: &OwnerReference,
+) -> Deployment {
+    let spec = &cws.spec;
+    let port = listen_port(&settings.webhook_listen);
+    let mut env = vec![
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        field_env("POD_IP", "status.podIP"),
+    ];
+    env.extend(spec.extra_env.iter().cloned());
+    let mut mounts = vec![VolumeMount {
+        name: TLS_VOLUME.to_string(),
+        mount_path: TLS_MOUNT.to_string(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }];
+    mounts.extend(spec.extra_volume_mounts.iter().cloned());
+    let mut volumes = vec![Volume {
+        name: TLS_VOLUME.to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(names.tls_secret.clone()),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    volumes.extend(spec.extra_volumes.iter().cloned());
+    let probe = |path: &str, period: i32, failures: i32, initial: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::String(PORT_NAME.to_string()),
+            scheme: Some("HTTPS".to_string()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        initial_delay_seconds: Some(initial),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    };
+    let container = Container {
+        name: CONTAINER.to_string(),
+        image: Some(image(cws, settings)),
+        image_pull_policy: spec.image.as_ref().and_then(|i| i.pull_policy.clone()),
+        args: Some(args(cws, names, settings)),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some(PORT_NAME.to_string()),
+            container_port: port,
+            protocol: Some("TCP".to_string()),
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(probe("/readyz", 2, 3, 0)),
+        liveness_probe: Some(probe("/healthz", 10, 6, 10)),
+        resources: spec.resources.clone(),
+        volume_mounts: Some(mounts),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_string()]), add: None }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    let mut pod_labels = spec.pod_labels.clone();
+    pod_labels.extend(names.labels());
+    let pod_spec = PodSpec {
+        containers: vec![container],
+        service_account_name: Some(names.service_account(cws)),
+        volumes: Some(volumes),
+        node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
+        tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+        affinity: spec.affinity.clone(),
+        priority_class_name: spec.priority_class_name.clone(),
+        topology_spread_constraints: (!spec.topology_spread_constraints.is_empty())
+            .then(|| spec.topology_spread_constraints.clone()),
+        // dco-webhook's shutdown: 5 s not-ready, then up to 25 s draining in-flight reviews.
+        termination_grace_period_seconds: Some(40),
+        ..PodSpec::default()
+    };
+    Deployment {
+        metadata: meta(&names.workload, Some(&names.namespace), names, owner),
+        spec: DeploymentSpec {
+            // With an HPA the replica count is the HPA's: not sending it leaves it to that manager.
+            replicas: spec.autoscaling.is_none().then_some(spec.replicas),
+            selector: LabelSelector { match_labels: Some(names.selector()), match_expressions: None },
+            // Never fewer ready replicas than asked for during a rollout: reviews keep flowing.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".to_string()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: (!spec.pod_annotations.is_empty()).then(|| spec.pod_annotations.clone()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec),
+            },
+            ..DeploymentSpec::default()
+        },
+        status: None,
+    }
+}
+
+pub fn service_spec(cws: &ConversionWebhookServer) -> ServiceSpec {
+    cws.spec.service.clone().unwrap_or_default()
+}
+
+pub fn service(cws: &ConversionWebhookServer, names: &ServerNames, owner: &OwnerReference) -> Service {
+    let s = service_spec(cws);
+    let mut metadata = meta(names.service(), Some(&names.namespace), names, owner);
+    metadata.annotations = (!s.annotations.is_empty()).then(|| s.annotations.clone());
+    Service {
+        metadata,
+        spec: Some(k8s_openapi::api::core::v1::ServiceSpec {
+            type_: Some(
+                match s.type_ {
+                    ServiceType::ClusterIP => "ClusterIP",
+                    ServiceType::NodePort => "NodePort",
+                    ServiceType::LoadBalancer => "LoadBalancer",
+                }
+                .to_string(),
+            ),
+            selector: Some(names.selector()),
+            ports: Some(vec![ServicePort {
+                name: Some(PORT_NAME.to_string()),
+                port: s.port,
+                target_port: Some(IntOrString::String(PORT_NAME.to_string())),
+                protocol: Some("TCP".to_string()),
+                ..ServicePort::default()
+            }]),
+            ..k8s_openapi::api::core::v1::ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// `None` when the server names its own ServiceAccount (the operator does not create it).
+pub fn service_account(
+    cws: &ConversionWebhookServer,
+    names: &ServerNames,
+    owner: &OwnerReference,
+) -> Option<ServiceAccount> {
+    cws.spec.service_account_name.as_deref().filter(|s| !s.is_empty()).is_none().then(|| ServiceAccount {
+        metadata: meta(&names.workload, Some(&names.namespace), names, owner),
+        ..ServiceAccount::default()
+    })
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(v(groups)),
+        resources: Some(v(resources)),
+        verbs: v(verbs),
+        ..PolicyRule::default()
+    }
+}
+
+/// Its own served-target Leases, in its own namespace only.
+pub fn role(names: &ServerNames, owner: &OwnerReference) -> Role {
+    Role {
+        metadata: meta(&names.workload, Some(&names.namespace), names, owner),
+        rules: Some(vec![rule(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &["get", "create", "update", "patch", "list", "watch"],
+        )]),
+    }
+}
+
+/// Reading what the replicas compile and serve: configs, servers, targets, and Pods (a
+/// replica reads its own Pod to own its Lease).
+pub fn cluster_role(names: &ServerNames, owner: &OwnerReference) -> ClusterRole {
+    let read = ["get", "list", "watch"];
+    ClusterRole {
+        metadata: meta(&names.cluster_role, None, names, owner),
+        rules: Some(vec![
+            rule(
+                &[dco_api::GROUP],
+                &["xrdconversionconfigs", "crdconversionconfigs", "conversionwebhookservers"],
+                &read,
+            ),
+            rule(&["apiextensions.k8s.io"], &["customresourcedefinitions"], &read),
+            rule(&["apiextensions.crossplane.io"], &["compositeresourcedefinitions"], &read),
+            rule(&[""], &["pods"], &read),
+        ]),
+        aggregation_rule: None,
+    }
+}
+
+fn subject(cws: &ConversionWebhookServer, names: &ServerNames) -> Subject {
+    Subject {
+        kind: "ServiceAccount".to_string(),
+        name: names.service_account(cws),
+        namespace: Some(names.namespace.clone()),
+        api_group: None,
+    }
+}
+
+pub fn role_binding(
+    cws: &ConversionWebhookServer,
+    names: &ServerNames,
+    owner: &OwnerReference,
+) -> RoleBinding {
+    RoleBinding {
+        metadata: meta(&names.workload, Some(&names.namespace), names, owner),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_string()),
+            kind: "Role".to_string(),
+            name: names.workload.clone(),
+        },
+        subjects: Some(vec![subject(cws, names)]),
+    }
+}
+
+pub fn cluster_role_binding(
+    cws: &ConversionWebhookServer,
+    names: &ServerNames,
+    owner: &OwnerReference,
+) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(&names.cluster_role, None, names, owner),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_string()),
+            kind: "ClusterRole".to_string(),
+            name: names.cluster_role.clone(),
+        },
+        subjects: Some(vec![subject(cws, names)]),
+    }
+}
+
+pub fn hpa(
+    cws: &ConversionWebhookServer,
+    names: &ServerNames,
+    owner: &OwnerReference,
+) -> Option<HorizontalPodAutoscaler> {
+    let a = cws.spec.autoscaling.as_ref()?;
+    Some(HorizontalPodAutoscaler {
+        metadata: meta(&names.workload, Some(&names.namespace), names, owner),
+        spec: HorizontalPodAutoscalerSpec {
+            scale_target_ref: CrossVersionObjectReference {
+                api_version: Some("apps/v1".to_string()),
+                kind: "Deployment".to_string(),
+                name: names.workload.clone(),
+            },
+            min_replicas: Some(a.min_replicas),
+            max_replicas: a.max_replicas,
+            metrics: Some(vec![MetricSpec {
+                type_: "Resource".to_string(),
+                resource: Some(ResourceMetricSource {
+                    name: "cpu".to_string(),
+                    target: MetricTarget {
+                        type_: "Utilization".to_string(),
+                        average_utilization: Some(a.target_cpu_utilization_percentage.unwrap_or(80)),
+                        ..MetricTarget::default()
+                    },
+                }),
+                ..MetricSpec::default()
+            }]),
+            behavior: None,
+        },
+        status: None,
+    })
+}
+
+pub fn pdb(
+    cws: &ConversionWebhookServer,
+    names: &ServerNames,
+    owner: &OwnerReference,
+) -> Option<PodDisruptionBudget> {
+    let p = cws.spec.pod_disruption_budget.as_ref()?;
+    Some(PodDisruptionBudget {
+        metadata: meta(&names.workload, Some(&names.namespace), names, owner),
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: Some(LabelSelector { match_labels: Some(names.selector()), match_expressions: None }),
+            min_available: p.min_available.clone(),
+            max_unavailable: p.max_unavailable.clone(),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// A Secret of this server with `data`.
+pub fn secret(
+    name: &str,
+    type_: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+    names: &ServerNames,
+    owner: &OwnerReference,
+) -> k8s_openapi::api::core::v1::Secret {
+    k8s_openapi::api::core::v1::Secret {
+        metadata: meta(name, Some(&names.namespace), names, owner),
+        type_: Some(type_.to_string()),
+        data: Some(data.iter().map(|(k, v)| (k.clone(), k8s_openapi::ByteString(v.clone()))).collect()),
+        ..k8s_openapi::api::core::v1::Secret::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dco_api::ConversionWebhookServerSpec;
+
+    fn cws(yaml: &str) -> ConversionWebhookServer {
+        let spec: ConversionWebhookServerSpec = serde_yaml::from_str(yaml).unwrap();
+        let mut c = ConversionWebhookServer::new("pool-a", spec);
+        c.metadata.uid = Some("uid-a".into());
+        c
+    }
+
+    fn settings() -> Settings {
+        Settings { webhook_listen: "$(POD_IP):9443".into(), ..Settings::default() }
+    }
+
+    #[test]
+    fn deployment_runs_dco_webhook_with_the_managed_flags_then_extra_args() {
+        let c = cws(
+            "{replicas: 3, namespace: team, extraArgs: ['--drain-period=5s', '--instance=evil'], extraEnv: [{name: RUST_LOG, value: debug}]}",
+        );
+        let names = ServerNames::of(&c, "dco-system");
+        let o = owner(&c).unwrap();
+        let d = deployment(&c, &names, &settings(), &o);
+        assert_eq!(d.metadata.namespace.as_deref(), Some("team"));
+        assert_eq!(d.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-a");
+        let spec = d.spec;
+        assert_eq!(spec.replicas, Some(3));
+        let pod = spec.template.spec.unwrap();
+        let ctr = &pod.containers[0];
+        assert_eq!(
+            ctr.args.as_deref().unwrap(),
+            [
+                "--instance=pool-a",
+                "--service-name=dco-webhook-pool-a",
+                "--listen=$(POD_IP):9443",
+                "--tls-cert-file=/etc/dco/tls/tls.crt",
+                "--tls-key-file=/etc/dco/tls/tls.key",
+                "--drain-period=5s",
+            ]
+        );
+        let env: Vec<_> = ctr.env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_IP", "RUST_LOG"]);
+        let probe = ctr.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!((probe.path.as_deref(), probe.scheme.as_deref()), (Some("/readyz"), Some("HTTPS")));
+        assert_eq!(ctr.ports.as_ref().unwrap()[0].container_port, 9443);
+        assert_eq!(
+            pod.volumes.unwrap()[0].secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("dco-webhook-pool-a-tls")
+        );
+        assert_eq!(pod.service_account_name.as_deref(), Some("dco-webhook-pool-a"));
+        assert_eq!(ctr.image.as_deref(), Some(settings().webhook_image.as_str()));
+    }
+
+    #[test]
+    fn autoscaling_leaves_replicas_to_the_hpa() {
+        let c = cws("{autoscaling: {minReplicas: 2, maxReplicas: 5}}");
+        let names = ServerNames::of(&c, "dco-system");
+        let o = owner(&c).unwrap();
+        assert_eq!(deployment(&c, &names, &settings(), &o).spec.replicas, None);
+        let h = hpa(&c, &names, &o).unwrap().spec;
+        assert_eq!((h.min_replicas, h.max_replicas), (Some(2), 5));
+        assert!(pdb(&c, &names, &o).is_none());
+    }
+
+    #[test]
+    fn service_and_rbac() {
+        let c = cws("{service: {port: 8443}, serviceAccountName: mine}");
+        let names = ServerNames::of(&c, "dco-system");
+        let o = owner(&c).unwrap();
+        let s = service(&c, &names, &o).spec.unwrap();
+        let p = &s.ports.unwrap()[0];
+        assert_eq!((p.port, p.target_port.clone()), (8443, Some(IntOrString::String("https".into()))));
+        assert_eq!(s.selector.unwrap(), names.selector());
+        assert!(service_account(&c, &names, &o).is_none(), "a named ServiceAccount is the user's");
+        assert_eq!(role_binding(&c, &names, &o).subjects.unwrap()[0].name, "mine");
+        let r = role(&names, &o).rules.unwrap();
+        assert_eq!(r[0].resources.as_deref().unwrap(), ["leases"]);
+        assert!(
+            cluster_role(&names, &o)
+                .rules
+                .unwrap()
+                .iter()
+                .any(|r| r.resources.as_deref() == Some(&["pods".to_string()][..]))
+        );
+    }
+
+    #[test]
+    fn image_defaults_and_overrides() {
+        let s = Settings { webhook_image: "registry.local/dco-webhook:v9".into(), ..Settings::default() };
+        assert_eq!(image(&cws("{}"), &s), "registry.local/dco-webhook:v9");
+        assert_eq!(image(&cws("{image: {repository: mirror/dco-webhook}}"), &s), "mirror/dco-webhook:v9");
+        assert_eq!(
+            image(&cws("{image: {repository: mirror/dco-webhook, tag: dev}}"), &s),
+            "mirror/dco-webhook:dev"
+        );
+    }
+
+    #[test]
+    fn listen_ports() {
+        assert_eq!(listen_port("0.0.0.0:9443"), 9443);
+        assert_eq!(listen_port("$(POD_IP):8443"), 8443);
+        assert_eq!(listen_port("nonsense"), 9443);
+    }
+}
