@@ -19,12 +19,17 @@ pub struct ServerInfo {
     pub pool_weight: Option<u32>,
 }
 
+/// A server being deleted takes no new targets: it leaves the pool and stops being the
+/// default, so its targets move away (which is what lets its `in-use` finalizer go). A pin
+/// still names it. Every component builds `ServerInfo` through this, so the operator and
+/// every webhook replica agree on it.
 impl From<&ConversionWebhookServer> for ServerInfo {
     fn from(s: &ConversionWebhookServer) -> Self {
+        let deleting = s.metadata.deletion_timestamp.is_some();
         ServerInfo {
             name: kube::ResourceExt::name_any(s),
-            default: s.spec.default,
-            pool_weight: s.pool_weight(),
+            default: s.spec.default && !deleting,
+            pool_weight: s.pool_weight().filter(|_| !deleting),
         }
     }
 }
@@ -243,6 +248,30 @@ mod tests {
         let ideal = n as f64 / 9.0;
         let ratio = moved as f64 / ideal;
         assert!((0.95..=1.05).contains(&ratio), "moved {moved}, ideal {ideal:.0}, ratio {ratio:.3}");
+    }
+
+    #[test]
+    fn a_deleting_server_leaves_the_pool_and_the_default_but_stays_pinnable() {
+        let mut cws = ConversionWebhookServer::new(
+            "going",
+            serde_json::from_value(
+                serde_json::json!({"default": true, "sharding": {"enabled": true, "weight": 5}}),
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            ServerInfo::from(&cws),
+            ServerInfo { name: "going".into(), default: true, pool_weight: Some(5) }
+        );
+        cws.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        let info = ServerInfo::from(&cws);
+        assert_eq!(info, ServerInfo { name: "going".into(), default: false, pool_weight: None });
+        let s =
+            Servers::new([info, ServerInfo { name: "stays".into(), default: true, pool_weight: Some(1) }]);
+        assert_eq!(s.resolve("t", None).unwrap().server, "stays");
+        assert_eq!(s.resolve("t", Some("going")).unwrap().server, "going");
     }
 
     proptest! {

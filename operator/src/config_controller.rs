@@ -45,6 +45,8 @@ pub mod condition {
 
 /// How often an unsettled handover is looked at without an event.
 const UNSETTLED_REQUEUE: Duration = Duration::from_secs(5);
+/// More transitions than the machine has states: one reconcile never loops.
+const MAX_STEPS: usize = 8;
 /// How many diagnostics a condition message lists before "and N more".
 const MAX_LISTED: usize = 10;
 
@@ -238,13 +240,38 @@ fn wired_server(ctx: &Context, target: &Value) -> Option<String> {
     ctx.server_by_service(&ns, &svc).map(|s| s.name_any())
 }
 
-async fn emit<K: ConfigKind>(ctx: &Context, cfg: &K, note: &EventNote) {
+/// Step the machine until it rests or asks for an action, keeping one Event per transition
+/// (each tagged with the move's attempt, so `kubectl describe` does not fold two moves' Events
+/// of the same reason into one).
+fn run_machine(
+    state: &dco_api::HandoverStatus,
+    facts: &Facts<'_>,
+) -> (Step<dco_api::HandoverStatus, HandoverAction>, Vec<(u32, EventNote)>) {
+    let mut events = Vec::new();
+    let mut step = Handover::step(state, facts);
+    for _ in 0..MAX_STEPS {
+        if let Some(e) = step.event.take() {
+            events.push((step.next.attempt, e));
+        }
+        if !step.actions.is_empty() {
+            break;
+        }
+        let next = Handover::step(&step.next, facts);
+        if next.next == step.next {
+            break;
+        }
+        step = next;
+    }
+    (step, events)
+}
+
+async fn emit<K: ConfigKind>(ctx: &Context, cfg: &K, attempt: u32, note: &EventNote) {
     ctx.metrics
         .handover_transitions
         .get_or_create(&TransitionLabels { reason: note.reason.to_string() })
         .inc();
-    tracing::info!(reason = note.reason, "handover: {}", note.note);
-    ctx.event(cfg, note.warning, note.reason, "Handover", note.note.clone()).await;
+    tracing::info!(reason = note.reason, attempt, "handover: {}", note.note);
+    ctx.event(cfg, note.warning, note.reason, &format!("HandoverMove{attempt}"), note.note.clone()).await;
 }
 
 async fn apply<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
@@ -364,8 +391,7 @@ async fn apply<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
             source_serving: serving(status_of(src.as_deref()).as_ref(), &tname),
             new_traceparent: &traceparent,
         };
-        let mut step: Step<_, _> = Handover::settle(&state, &facts, 8);
-        let mut events: Vec<EventNote> = step.event.take().into_iter().collect();
+        let (mut step, mut events) = run_machine(&state, &facts);
         if let Some(HandoverAction::WireTo(server)) = step.actions.first().cloned() {
             let wiring = match ctx.server(&server) {
                 Some(s) => wiring_for(ctx, &s, &tname, &cfg.conversion().conversion_review_versions)
@@ -383,8 +409,9 @@ async fn apply<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
                 source_serving: serving(status_of(src.as_deref()).as_ref(), &tname),
                 ..facts.clone()
             };
-            step = Handover::settle(&step.next, &facts, 8);
-            events.extend(step.event.take());
+            let (next, more) = run_machine(&step.next, &facts);
+            step = next;
+            events.extend(more);
         } else if step.next.state == HandoverState::SourceDropped
             && wired_to.is_some()
             && wired_to == dest_name
@@ -395,8 +422,8 @@ async fn apply<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
             // details. Not a move, so not the machine's business.
             settled_wiring_refresh = Some(w.clone());
         }
-        for e in &events {
-            emit(ctx, cfg, e).await;
+        for (attempt, e) in &events {
+            emit(ctx, cfg, *attempt, e).await;
         }
         conditions::set(
             &mut st.conditions,
@@ -420,7 +447,10 @@ async fn apply<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
 
     // 7. Phase and summary.
     let handover_state = st.handover.as_ref().map(|h| h.state).unwrap_or_default();
-    let settled = handover_state == HandoverState::SourceDropped;
+    // Settled on the server the resolver names now; a pending move is not "Applied".
+    let settled = handover_state == HandoverState::SourceDropped
+        && st.handover.as_ref().and_then(|h| h.destination.as_deref())
+            == resolved.as_ref().ok().map(|a| a.server.as_str());
     match &compiled {
         Ok(hash) => {
             conditions::remove(&mut st.conditions, condition::STALE);

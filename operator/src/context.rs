@@ -76,17 +76,11 @@ impl Context {
         Context { recorder: Recorder::new(client.clone(), reporter), client, settings, stores, metrics }
     }
 
-    /// The resolver over servers that are not being deleted: a deleting server takes no new
-    /// targets and its targets move away, which is what lets its finalizer go.
+    /// The resolver over the cached servers. A server being deleted is out of the pool and
+    /// not the default (`ServerInfo::from`, shared with the webhook replicas so both agree):
+    /// its targets move away, which is what lets its finalizer go.
     pub fn servers(&self) -> Servers {
-        Servers::new(
-            self.stores
-                .servers
-                .state()
-                .iter()
-                .filter(|s| s.meta().deletion_timestamp.is_none())
-                .map(|s| ServerInfo::from(s.as_ref())),
-        )
+        Servers::new(self.stores.servers.state().iter().map(|s| ServerInfo::from(s.as_ref())))
     }
 
     pub fn server(&self, name: &str) -> Option<Arc<ConversionWebhookServer>> {

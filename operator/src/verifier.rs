@@ -304,7 +304,7 @@ mod tests {
             |t: &str| st["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == t)).cloned();
         assert_eq!(cond("HandoverReady").map(|c| c["reason"].clone()), Some(json!("HandoverReady")));
         assert_eq!(cond("Validated").map(|c| c["status"].clone()), Some(json!("True")));
-        assert_eq!(reasons, ["DestinationReady", "SourceDropped"]);
+        assert_eq!(reasons, ["HandoverStarted", "DestinationReady", "Patched", "SourceDropped"]);
         status.with_status(&cfg);
         let res = task.await.unwrap();
         assert!(res.is_ok(), "{res:?}");
