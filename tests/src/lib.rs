@@ -1,0 +1,419 @@
+//! Test support for end-to-end tests against the local cluster (`hack/testenv`,
+//! see docs/testenv.md).
+//!
+//! ```no_run
+//! # async fn t() -> anyhow::Result<()> {
+//! let t = dco_tests::TestEnv::new("my-test").await?; // cluster up (once), client, own namespace
+//! dco_tests::map_image("dco-webhook", "target/debug/dco-webhook")?; // optional: image -> binary
+//! // ... use t.client / t.ns ...
+//! t.cleanup().await; // or just drop it: the namespace is deleted either way
+//! # Ok(()) }
+//! ```
+//!
+//! * [`ensure_cluster`] runs `hack/testenv up` once per process; the script
+//!   takes a file lock, so several test binaries may call it at once.
+//! * [`TestEnv::new`] creates a uniquely named namespace (label
+//!   `dco-tests=true`), waits for its `default` ServiceAccount, and deletes
+//!   the namespace on drop (unless `DCO_TESTS_KEEP_NAMESPACES=1`).
+//! * [`wait_for`] and friends poll with a timeout and say what they waited for.
+
+use std::future::Future;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, anyhow, bail};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// Where the cluster and its state live.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// The repository root.
+    pub repo_root: PathBuf,
+    /// `target/testenv` (or `$DCO_TESTENV_DIR`).
+    pub dir: PathBuf,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    /// `target/testenv/bin/kubectl`.
+    pub fn kubectl(&self) -> PathBuf {
+        self.dir.join("bin").join("kubectl")
+    }
+    /// The image map file read by the process-kubelet at every Pod start.
+    pub fn image_map(&self) -> PathBuf {
+        self.dir.join("images")
+    }
+    /// The log file of a Pod's container.
+    pub fn pod_log(&self, ns: &str, pod: &str, container: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{ns}_{pod}_{container}.log"))
+    }
+}
+
+/// The repository root (the parent of this crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+fn testenv_dir() -> PathBuf {
+    match std::env::var_os("DCO_TESTENV_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => repo_root().join("target").join("testenv"),
+    }
+}
+
+static CLUSTER: OnceLock<std::result::Result<Cluster, String>> = OnceLock::new();
+
+/// Brings the local cluster up when needed (`hack/testenv up`, idempotent and
+/// safe to run from several processes at once: the script holds a file lock)
+/// and returns where it is. Blocking; runs once per process.
+pub fn ensure_cluster() -> Result<Cluster> {
+    CLUSTER
+        .get_or_init(|| {
+            let root = repo_root();
+            let script = root.join("hack").join("testenv");
+            let out = Command::new(&script)
+                .arg("up")
+                .current_dir(&root)
+                .output()
+                .map_err(|e| format!("running {}: {e}", script.display()))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "`hack/testenv up` failed ({}):\n{}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            let dir = testenv_dir();
+            Ok(Cluster { repo_root: root, kubeconfig: dir.join("kubeconfig"), dir })
+        })
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+/// Installs rustls' ring provider (kube uses it); harmless when already done.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A new client for the cluster's admin kubeconfig. Make one per test:
+/// a kube Client belongs to the tokio runtime it was made on.
+pub async fn client() -> Result<Client> {
+    install_crypto();
+    let cluster = tokio::task::spawn_blocking(ensure_cluster).await??;
+    let kc = Kubeconfig::read_from(&cluster.kubeconfig)
+        .with_context(|| format!("reading {}", cluster.kubeconfig.display()))?;
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(cfg)?)
+}
+
+/// Adds `name=path` to the image map (`target/testenv/images`): Pods whose
+/// image repository is `name` (or ends in `/name`) run `path` (absolute, or
+/// relative to the repository root). Later entries win.
+pub fn map_image(name: &str, path: impl AsRef<Path>) -> Result<()> {
+    let dir = testenv_dir();
+    std::fs::create_dir_all(&dir)?;
+    let path = path.as_ref();
+    let line = format!("{name}={}\n", path.display());
+    let file = dir.join("images");
+    if std::fs::read_to_string(&file)
+        .map(|s| s.lines().last().map(|l| format!("{l}\n")) == Some(line.clone()) || s.contains(&line))
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    // O_APPEND writes of one short line are atomic: no lock needed
+    std::fs::OpenOptions::new().create(true).append(true).open(&file)?.write_all(line.as_bytes())?;
+    Ok(())
+}
+
+/// A unique, DNS-safe name: `<prefix>-<6 base-36 chars>`.
+pub fn unique_name(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let mut x = nanos
+        ^ (u64::from(std::process::id()) << 32)
+        ^ N.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // splitmix64 finaliser
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    let alphabet = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let suffix: String = (0..6).map(|i| alphabet[((x >> (i * 6)) % 36) as usize] as char).collect();
+    format!("{prefix}-{suffix}")
+}
+
+/// One test's view of the cluster: a client and a namespace of its own,
+/// deleted when this is dropped.
+pub struct TestEnv {
+    /// Admin client.
+    pub client: Client,
+    /// The test's namespace.
+    pub ns: String,
+    /// Where the cluster lives.
+    pub cluster: Cluster,
+    cleaned: bool,
+}
+
+impl TestEnv {
+    /// Cluster up (if needed), a client, and a fresh namespace `<prefix>-xxxxxx`.
+    pub async fn new(prefix: &str) -> Result<Self> {
+        let client = client().await?;
+        let cluster = ensure_cluster()?;
+        let ns = unique_name(prefix);
+        let api: Api<Namespace> = Api::all(client.clone());
+        api.create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(ns.clone()),
+                    labels: Some([("dco-tests".to_string(), "true".to_string())].into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+        let env = TestEnv { client, ns, cluster, cleaned: false };
+        // Pods are refused until the namespace's default ServiceAccount exists.
+        let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.ns);
+        wait_for("the default ServiceAccount", Duration::from_secs(60), || {
+            let sas = sas.clone();
+            async move { Ok(sas.get_opt("default").await?.map(|_| ())) }
+        })
+        .await?;
+        Ok(env)
+    }
+
+    /// A namespaced Api in the test's namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Deletes the namespace now (without waiting for it to be gone).
+    pub async fn cleanup(mut self) {
+        self.cleaned = true;
+        if keep_namespaces() {
+            return;
+        }
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let _ = api.delete(&self.ns, &DeleteParams::background()).await;
+    }
+}
+
+fn keep_namespaces() -> bool {
+    std::env::var("DCO_TESTS_KEEP_NAMESPACES").is_ok_and(|v| v == "1" || v == "true")
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if self.cleaned || keep_namespaces() {
+            return;
+        }
+        // Blocking and independent of the (possibly shutting down) runtime.
+        let _ = Command::new(self.cluster.kubectl())
+            .arg("--kubeconfig")
+            .arg(&self.cluster.kubeconfig)
+            .args(["delete", "namespace", &self.ns, "--wait=false", "--ignore-not-found"])
+            .output();
+    }
+}
+
+/// Polls `f` until it returns `Ok(Some(v))` (→ `v`), an error (→ that error)
+/// or `timeout` passes (→ an error naming `what`).
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let start = Instant::now();
+    let mut delay = Duration::from_millis(100);
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if start.elapsed() >= timeout {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 3 / 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Whether a Pod's `Ready` condition is `True`.
+pub fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The local process id of a Pod's container (the process-kubelet reports
+/// `containerID: testenv://<pid>`).
+pub fn container_pid(p: &Pod, container: &str) -> Option<u32> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)?
+        .container_id
+        .as_deref()?
+        .strip_prefix("testenv://")?
+        .parse()
+        .ok()
+}
+
+/// Whether a local process exists (and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Waits until a Pod is Ready and returns it.
+pub async fn wait_pod_ready(api: &Api<Pod>, name: &str, timeout: Duration) -> Result<Pod> {
+    let what = format!("pod {name} to be Ready");
+    wait_for(&what, timeout, || async { Ok(api.get_opt(name).await?.filter(pod_ready)) }).await
+}
+
+/// Waits until an object is gone.
+pub async fn wait_deleted<K>(api: &Api<K>, name: &str, timeout: Duration) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let what = format!("{name} to be deleted");
+    wait_for(&what, timeout, || async { Ok(api.get_opt(name).await?.is_none().then_some(())) }).await
+}
+
+/// Waits until exactly `n` Ready, non-terminating Pods match `selector`, and
+/// returns them.
+pub async fn wait_ready_pods(
+    api: &Api<Pod>,
+    selector: &str,
+    n: usize,
+    timeout: Duration,
+) -> Result<Vec<Pod>> {
+    let what = format!("{n} ready pods matching {selector}");
+    wait_for(&what, timeout, || async {
+        let pods = api.list(&ListParams::default().labels(selector)).await?;
+        let all = pods.items.len();
+        let ready: Vec<Pod> = pods
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .collect();
+        Ok((ready.len() == n && all == n).then_some(ready))
+    })
+    .await
+}
+
+/// Waits until a Deployment reports `n` available replicas and no others.
+pub async fn wait_deployment_available(
+    api: &Api<Deployment>,
+    name: &str,
+    n: i32,
+    timeout: Duration,
+) -> Result<Deployment> {
+    let what = format!("deployment {name} to have {n} available replicas");
+    wait_for(&what, timeout, || async {
+        let d = api.get(name).await?;
+        let ok = d.status.as_ref().is_some_and(|s| {
+            s.available_replicas.unwrap_or(0) == n
+                && s.replicas.unwrap_or(0) == n
+                && s.updated_replicas.unwrap_or(0) == n
+                && s.observed_generation == d.metadata.generation
+        });
+        Ok(ok.then_some(d))
+    })
+    .await
+}
+
+/// 64-bit FNV-1a, the hash of KEP-5866 shard selectors.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// A self-signed CA and a serving certificate for `dns_names`, as PEM:
+/// (ca.crt, tls.crt, tls.key).
+pub fn serving_cert(dns_names: &[String]) -> Result<(String, String, String)> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name.push(DnType::CommonName, "dco-tests CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let leaf_key = KeyPair::generate()?;
+    let mut leaf = CertificateParams::new(dns_names.to_vec())?;
+    leaf.distinguished_name.push(DnType::CommonName, dns_names.first().cloned().unwrap_or_default());
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
+    Ok((ca_cert.pem(), leaf_cert.pem(), leaf_key.serialize_pem()))
+}
+
+/// The image the tests run `echo-convert` under (mapped by [`map_echo_convert`]).
+pub const ECHO_CONVERT_IMAGE: &str = "dco-tests/echo-convert:dev";
+
+/// Maps the `echo-convert` image to the fixture binary. Integration tests pass
+/// `env!("CARGO_BIN_EXE_echo-convert")`.
+pub fn map_echo_convert(binary: &str) -> Result<()> {
+    map_image("echo-convert", binary)
+}
+
+/// A plain HTTP/1.0 GET of `path` on `addr`; returns (status code, body).
+pub async fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+        .await
+        .with_context(|| format!("connecting to {addr}: timeout"))??;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .context("reading response: timeout")??;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("bad response from {addr}: {head}"))?;
+    Ok((code, body.to_string()))
+}
+
+/// Percent-encodes a query parameter value.
+pub fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,195 @@
+//! A CRD with v1 served and v2 stored, wired to a conversion webhook that runs
+//! as a Pod through the testenv process-kubelet and is reached through the
+//! testenv service resolver. An object written at v1 and read at v2 proves the
+//! apiserver called the webhook.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::json;
+
+use dco_tests::{ECHO_CONVERT_IMAGE, TestEnv, wait_deployment_available, wait_for};
+
+/// Deletes the (cluster-scoped) CRD when the test fails half-way; blocking
+/// and independent of the test's runtime.
+struct CrdGuard {
+    cluster: dco_tests::Cluster,
+    name: String,
+    armed: bool,
+}
+
+impl Drop for CrdGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = std::process::Command::new(self.cluster.kubectl())
+                .arg("--kubeconfig")
+                .arg(&self.cluster.kubeconfig)
+                .args(["delete", "crd", &self.name, "--wait=false", "--ignore-not-found"])
+                .output();
+        }
+    }
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[tokio::test]
+async fn conversion_webhook_runs_as_a_pod_and_is_called_by_the_apiserver() -> Result<()> {
+    dco_tests::map_echo_convert(env!("CARGO_BIN_EXE_echo-convert"))?;
+    let t = TestEnv::new("conv").await?;
+    let ns = t.ns.clone();
+
+    // serving certificate for the Service's DNS name, delivered through a Secret volume
+    let dns = vec![format!("echo-convert.{ns}.svc"), format!("echo-convert.{ns}.svc.cluster.local")];
+    let (ca, crt, key) = dco_tests::serving_cert(&dns)?;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "echo-convert-tls"},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca},
+    }))?;
+    t.api::<Secret>().create(&PostParams::default(), &secret).await?;
+
+    let deploy: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "echo-convert"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "echo-convert"}},
+            "template": {
+                "metadata": {"labels": {"app": "echo-convert"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": "webhook",
+                        "image": ECHO_CONVERT_IMAGE,
+                        "args": [
+                            "--bind=$(POD_IP):8443",
+                            "--cert=/etc/webhook/tls/tls.crt",
+                            "--key=/etc/webhook/tls/tls.key",
+                        ],
+                        "env": [
+                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        ],
+                        "ports": [{"name": "https", "containerPort": 8443}],
+                        "readinessProbe": {
+                            "httpGet": {"scheme": "HTTPS", "path": "/healthz", "port": "https"},
+                            "periodSeconds": 1,
+                        },
+                        "volumeMounts": [{"name": "tls", "mountPath": "/etc/webhook/tls", "readOnly": true}],
+                    }],
+                    "volumes": [{"name": "tls", "secret": {"secretName": "echo-convert-tls"}}],
+                },
+            },
+        },
+    }))?;
+    let deployments = t.api::<Deployment>();
+    deployments.create(&PostParams::default(), &deploy).await?;
+
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "echo-convert"},
+        "spec": {
+            "selector": {"app": "echo-convert"},
+            "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
+        },
+    }))?;
+    t.api::<Service>().create(&PostParams::default(), &svc).await?;
+    wait_deployment_available(&deployments, "echo-convert", 1, Duration::from_secs(120)).await?;
+
+    // the CRD: v1 served, v2 served + storage, webhook conversion through the Service
+    let group = format!("{ns}.e2e.dco.rs");
+    let crd_name = format!("widgets.{group}");
+    let schema = |field: &str| {
+        json!({"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {field: {"type": "string"}}},
+        }}})
+    };
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": crd_name},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": false, "schema": schema("foo")},
+                {"name": "v2", "served": true, "storage": true, "schema": schema("bar")},
+            ],
+            "conversion": {
+                "strategy": "Webhook",
+                "webhook": {
+                    "conversionReviewVersions": ["v1"],
+                    "clientConfig": {
+                        "service": {"namespace": ns, "name": "echo-convert", "path": "/convert", "port": 443},
+                        "caBundle": b64(&ca),
+                    },
+                },
+            },
+        },
+    }))?;
+    let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
+    crds.create(&PostParams::default(), &crd).await?;
+    let mut guard = CrdGuard { cluster: t.cluster.clone(), name: crd_name.clone(), armed: true };
+    wait_for("the CRD to be Established", Duration::from_secs(60), || async {
+        let c = crds.get(&crd_name).await?;
+        let established = c
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        Ok(established.then_some(()))
+    })
+    .await?;
+
+    let ar =
+        |v: &str| ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, v, "Widget"), "widgets");
+    let v1: Api<DynamicObject> = Api::namespaced_with(t.client.clone(), &ns, &ar("v1"));
+    let v2: Api<DynamicObject> = Api::namespaced_with(t.client.clone(), &ns, &ar("v2"));
+
+    // write at v1 (retry while the new API is being wired up)
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"),
+        "kind": "Widget",
+        "metadata": {"name": "w1"},
+        "spec": {"foo": "hello"},
+    }))?;
+    wait_for("creating a Widget at v1", Duration::from_secs(60), || async {
+        match v1.create(&PostParams::default(), &obj).await {
+            Ok(o) => Ok(Some(o)),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code >= 500 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await?;
+
+    // read at v2: only the webhook renames spec.foo to spec.bar
+    let got = v2.get("w1").await.context("reading the Widget at v2")?;
+    assert_eq!(got.types.as_ref().map(|t| t.api_version.clone()), Some(format!("{group}/v2")));
+    assert_eq!(got.data["spec"]["bar"], json!("hello"), "v2 object: {:?}", got.data);
+    assert!(got.data["spec"].get("foo").is_none(), "v2 object: {:?}", got.data);
+    let by = got
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("echo-convert.testenv.dco.rs/converted-by"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(by.starts_with("echo-convert-"), "converted-by annotation: {by:?}");
+
+    // and back at v1
+    let back = v1.get("w1").await?;
+    assert_eq!(back.data["spec"]["foo"], json!("hello"), "v1 object: {:?}", back.data);
+
+    // the webhook's own log shows the reviews
+    let log = std::fs::read_to_string(t.cluster.pod_log(&ns, &by, "webhook")).unwrap_or_default();
+    assert!(log.contains("converted"), "webhook log: {log}");
+
+    // the CRD goes before the namespace (and its webhook) does
+    crds.delete(&crd_name, &DeleteParams::default()).await?;
+    guard.armed = false;
+    t.cleanup().await;
+    Ok(())
+}
