@@ -1,6 +1,7 @@
 //! Garbage collection: a Lease owned by a Pod (as the webhook's served-target
 //! Leases are) is deleted by kube-controller-manager's garbage collector after
-//! the Pod is deleted; the Pod's process is stopped.
+//! the Pod is deleted; the Pod's process is stopped. The Pod also checks that
+//! `kube::Client::try_default()` works inside a testenv Pod.
 
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ async fn lease_owned_by_a_pod_is_garbage_collected() -> Result<()> {
             "containers": [{
                 "name": "main",
                 "image": ECHO_CONVERT_IMAGE,
-                "args": ["--http", "--bind=$(POD_IP):8080"],
+                "args": ["--http", "--whoami", "--bind=$(POD_IP):8080"],
                 "env": [
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -39,6 +40,18 @@ async fn lease_owned_by_a_pod_is_garbage_collected() -> Result<()> {
     let running = wait_pod_ready(&pods, "owner", Duration::from_secs(60)).await?;
     let pid = container_pid(&running, "main").context("no testenv://<pid> container id")?;
     assert!(process_alive(pid), "pod process {pid} should run");
+
+    // in the Pod, kube::Client::try_default() authenticates as the Pod's ServiceAccount
+    let log_file = t.cluster.pod_log(&t.ns, "owner", "main");
+    let want = format!("whoami: system:serviceaccount:{}:default", t.ns);
+    wait_for("the pod to log its identity", Duration::from_secs(20), || async {
+        let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+        if log.contains("whoami failed") {
+            anyhow::bail!("in-pod client failed: {log}");
+        }
+        Ok(log.contains(&want).then_some(()))
+    })
+    .await?;
 
     let leases = t.api::<Lease>();
     let lease: Lease = serde_json::from_value(json!({

@@ -10,6 +10,7 @@
 //! echo-convert --bind 127.0.0.5:8443 --cert tls.crt --key tls.key   # HTTPS
 //! echo-convert --bind 127.0.0.5:8080 --http                         # plain HTTP (probes, process tests)
 //! ```
+//! `--whoami` prints the identity `kube::Client::try_default()` gets in the Pod.
 //! Endpoints: `POST /convert` (ConversionReview v1), `GET /healthz`, `GET /`
 //! (both answer with the pod name).
 
@@ -35,12 +36,13 @@ struct Args {
     cert: Option<String>,
     key: Option<String>,
     plain: bool,
+    whoami: bool,
 }
 
 fn parse_args() -> Result<Args> {
     let pod_ip = std::env::var("POD_IP").unwrap_or_else(|_| "127.0.0.1".into());
     let mut bind = format!("{pod_ip}:8443");
-    let (mut cert, mut key, mut plain) = (None, None, false);
+    let (mut cert, mut key, mut plain, mut whoami) = (None, None, false, false);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let (flag, inline) = match a.split_once('=') {
@@ -58,13 +60,14 @@ fn parse_args() -> Result<Args> {
             "--cert" => cert = Some(value("--cert")?),
             "--key" => key = Some(value("--key")?),
             "--http" => plain = true,
+            "--whoami" => whoami = true,
             other => bail!("unknown argument {other}"),
         }
     }
     if !plain && (cert.is_none() || key.is_none()) {
         bail!("--cert and --key are required unless --http");
     }
-    Ok(Args { bind: bind.parse().with_context(|| format!("bad --bind {bind}"))?, cert, key, plain })
+    Ok(Args { bind: bind.parse().with_context(|| format!("bad --bind {bind}"))?, cert, key, plain, whoami })
 }
 
 fn pod_name() -> String {
@@ -147,6 +150,14 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infalli
     Ok(res)
 }
 
+async fn whoami() -> Result<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let client = kube::Client::try_default().await?;
+    let api: kube::Api<SelfSubjectReview> = kube::Api::all(client);
+    let review = api.create(&kube::api::PostParams::default(), &SelfSubjectReview::default()).await?;
+    Ok(review.status.and_then(|s| s.user_info).and_then(|u| u.username).unwrap_or_default())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -163,6 +174,14 @@ async fn main() -> Result<()> {
         args.bind,
         if args.plain { "http" } else { "https" }
     );
+    if args.whoami {
+        // proves the in-cluster configuration the testenv provides (KUBECONFIG
+        // with the Pod's service-account token) works with kube's defaults
+        match whoami().await {
+            Ok(user) => println!("whoami: {user}"),
+            Err(e) => println!("whoami failed: {e:#}"),
+        }
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let (stream, _) = tokio::select! {
