@@ -79,7 +79,7 @@ pub fn hub_object(n: usize) -> Value {
                 .collect(),
         ),
     );
-    let blob: serde_json::Map<String, Value> = (0..30)
+    let blob: serde_json::Map<String, Value> = (0..75)
         .map(|i| (format!("key{i}"), json!({"nested": {"a": i, "b": format!("text-{i}-lorem-ipsum-dolor-sit-amet"), "c": [1, 2, 3]}})))
         .collect();
     spec.insert("values".into(), Value::Object(blob));

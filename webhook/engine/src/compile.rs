@@ -199,7 +199,7 @@ pub fn compile(spec: &ConversionSpec, target: &Target) -> Compiled {
             let status = spoke_status(&s.version, &s.rules, &out, &diags[start..]);
             overall &= out.verdict.hub_to_spoke && out.verdict.spoke_to_hub;
             spokes_status.push(status);
-            spoke_plans.push(SpokePlan { version: s.version.clone(), scope: out.plan });
+            spoke_plans.push(SpokePlan::new(s.version.clone(), out.plan));
         }
     }
 
@@ -790,5 +790,232 @@ impl<'a> RuleCx<'a> {
             return None;
         }
         Some(NestedScope { plan: out.plan, verdict: out.verdict })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategies::testkit::*;
+    use serde_json::json;
+
+    fn schemas() -> (serde_json::Value, serde_json::Value) {
+        (
+            obj_schema(
+                json!({"a": {"type": "integer"}, "same": {"type": "string"}, "hubOnly": {"type": "string"}}),
+            ),
+            obj_schema(
+                json!({"b": {"type": "integer"}, "same": {"type": "string"}, "spokeOnly": {"type": "boolean"}}),
+            ),
+        )
+    }
+
+    fn rename_ab() -> serde_json::Value {
+        json!({"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.a", "spokePath": "spec.b"}})
+    }
+
+    fn compile_spec(spec: serde_json::Value) -> Compiled {
+        let (h, s) = schemas();
+        compile(&serde_json::from_value(spec).unwrap(), &crd(&h, &s))
+    }
+
+    fn messages(c: &Compiled) -> String {
+        c.report.diagnostics.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn hub_must_be_the_storage_version() {
+        let c = compile_spec(json!({"hubVersion": "v1", "spokes": [{"version": "v2", "rules": []}]}));
+        assert!(messages(&c).contains("hubVersion v1 is not the storage version of CustomResourceDefinition dbs.example.org; set hubVersion: v2"), "{}", messages(&c));
+        let c = compile_spec(json!({"hubVersion": "v9", "spokes": [{"version": "v1", "rules": []}]}));
+        assert!(messages(&c).contains("hubVersion \"v9\" is not a version of CustomResourceDefinition dbs.example.org (it has v1, v2)"), "{}", messages(&c));
+        assert!(c.plan.is_none());
+    }
+
+    #[test]
+    fn spoke_list_errors() {
+        let c = compile_spec(json!({"hubVersion": "v2", "spokes": []}));
+        assert!(messages(&c).contains("spokes is empty"));
+        assert!(
+            messages(&c)
+                .contains("served version v1 of CustomResourceDefinition dbs.example.org has no spoke entry")
+        );
+        let c = compile_spec(
+            json!({"hubVersion": "v2", "spokes": [{"version": "v2", "rules": []}, {"version": "v1", "rules": [rename_ab()]}, {"version": "v1", "rules": []}, {"version": "v7", "rules": []}]}),
+        );
+        let m = messages(&c);
+        assert!(m.contains("spoke v2: a spoke cannot be the hub version"), "{m}");
+        assert!(m.contains("spoke v1: spoke listed twice"), "{m}");
+        assert!(m.contains("spoke v7: CustomResourceDefinition dbs.example.org has no version v7"), "{m}");
+    }
+
+    #[test]
+    fn config_level_errors() {
+        let c =
+            compile_spec(json!({"hubVersion": "v2", "spokes": [{"version": "v1", "rules": [rename_ab()]}],
+            "unmappedFieldPolicy": "Warn", "conversionReviewVersions": ["v2"]}));
+        let m = messages(&c);
+        assert!(m.contains("unmappedFieldPolicy Warn needs unmappedFieldReason"), "{m}");
+        assert!(m.contains("conversionReviewVersions has \"v2\"; only v1 and v1beta1 exist"), "{m}");
+    }
+
+    #[test]
+    fn params_block_must_match_the_strategy() {
+        let c = compile_spec(json!({"hubVersion": "v2", "spokes": [{"version": "v1", "rules": [
+            {"strategy": "FieldRename"},
+            {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.a", "spokePath": "spec.b"}, "enumRemap": {"path": "spec.a", "mapping": []}}]}]}));
+        let m = messages(&c);
+        assert!(
+            m.contains(
+                "spoke v1, rule 0 (FieldRename): strategy FieldRename needs its params block `fieldRename`"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("spoke v1, rule 1 (FieldRename): params block `enumRemap` does not belong to strategy FieldRename; remove it"), "{m}");
+    }
+
+    #[test]
+    fn uncovered_fields_are_errors_or_dropped_with_warn() {
+        let c =
+            compile_spec(json!({"hubVersion": "v2", "spokes": [{"version": "v1", "rules": [rename_ab()]}]}));
+        let m = messages(&c);
+        assert!(m.contains("spoke v1 spec.hubOnly: hub field is not covered"), "{m}");
+        assert!(m.contains("spoke v1 spec.spokeOnly: spoke field is not covered"), "{m}");
+        assert!(c.plan.is_none());
+        let st = &c.report.spokes[0];
+        assert_eq!(st.fields_uncovered_hub, vec!["spec.hubOnly"]);
+        assert_eq!(st.fields_uncovered_spoke, vec!["spec.spokeOnly"]);
+
+        let c =
+            compile_spec(json!({"hubVersion": "v2", "spokes": [{"version": "v1", "rules": [rename_ab()]}],
+            "unmappedFieldPolicy": "Warn", "unmappedFieldReason": "retired fields"}));
+        let plan = c.plan.clone().expect("Warn compiles");
+        assert!(!c.report.overall_lossless);
+        assert_eq!(c.report.spokes[0].lossless, LosslessVerdict { hub_to_spoke: false, spoke_to_hub: false });
+        assert!(
+            c.report.warnings().any(|d| d.to_string().contains("spec.hubOnly: hub field is not covered")
+                && d.to_string().contains("dropped"))
+        );
+        let s = plan.convert(&hub_obj(json!({"a": 1, "same": "x", "hubOnly": "gone"})), SPOKE_AV).unwrap();
+        assert_eq!(s, spoke_obj(json!({"b": 1, "same": "x"})));
+        let h = plan.convert(&spoke_obj(json!({"b": 1, "spokeOnly": true})), HUB_AV).unwrap();
+        assert_eq!(h, hub_obj(json!({"a": 1})));
+    }
+
+    #[test]
+    fn differing_types_explain_the_fix() {
+        let hub = obj_schema(json!({"n": {"type": "integer"}, "e": {"type": "string", "enum": ["a"]}}));
+        let spoke = obj_schema(json!({"n": {"type": "string"}, "e": {"type": "string", "enum": ["b"]}}));
+        let m = all_errors(&compile_rules(&hub, &spoke, json!([])));
+        assert!(m.contains("spec.n: hub field differs between hub and spoke (integer vs string) — TypeCoerce converts between scalar types"), "{m}");
+        assert!(m.contains("spec.e: hub field differs between hub and spoke (enum value \"a\" is not allowed on the other side) — EnumRemap maps enum values"), "{m}");
+        assert!(!m.contains("spoke field is not covered"), "reported once: {m}");
+    }
+
+    #[test]
+    fn when_limits_a_rule_and_warns() {
+        let hub =
+            obj_schema(json!({"kind": {"type": "string"}, "size": {"type": "string", "enum": ["Small"]}}));
+        let spoke =
+            obj_schema(json!({"kind": {"type": "string"}, "size": {"type": "string", "enum": ["S"]}}));
+        let c = compile_rules(
+            &hub,
+            &spoke,
+            json!([{"strategy": "EnumRemap", "enumRemap": {"path": "spec.size", "mapping": [{"hub": "Small", "spoke": "S"}]},
+            "when": {"path": "spec.kind", "equals": "db"}}]),
+        );
+        assert!(messages(&c).contains("rule applies only when spec.kind equals \"db\""), "{}", messages(&c));
+        let plan = c.plan.expect("compiles");
+        assert_eq!(
+            plan.convert(&hub_obj(json!({"kind": "db", "size": "Small"})), SPOKE_AV).unwrap(),
+            spoke_obj(json!({"kind": "db", "size": "S"}))
+        );
+        assert_eq!(
+            plan.convert(&hub_obj(json!({"kind": "web", "size": "Small"})), SPOKE_AV).unwrap(),
+            spoke_obj(json!({"kind": "web", "size": "Small"}))
+        );
+        let c = compile_rules(
+            &hub,
+            &spoke,
+            json!([{"strategy": "EnumRemap", "enumRemap": {"path": "spec.size", "mapping": [{"hub": "Small", "spoke": "S"}]},
+            "when": {"path": "spec..kind", "equals": "db"}}]),
+        );
+        assert!(
+            first_error(&c).contains("when.path: path `spec..kind` has an empty segment"),
+            "{}",
+            first_error(&c)
+        );
+    }
+
+    #[test]
+    fn rule_results_and_status_shape() {
+        let (h, s) = schemas();
+        let c = compile(
+            &spec_with(
+                json!([rename_ab(), {"strategy": "Delete", "delete": {"path": "spec.hubOnly", "existsOn": "Hub"}, "acknowledgeLossy": true},
+                {"strategy": "DefaultValue", "defaultValue": {"path": "spec.spokeOnly", "existsOn": "Spoke", "default": true}, "acknowledgeLossy": true, "reason": "new"}]),
+            ),
+            &crd(&h, &s),
+        );
+        let plan = c.plan.clone().expect("compiles");
+        let st = &c.report.spokes[0];
+        assert_eq!(st.version, "v1");
+        assert_eq!(st.rule_results.len(), 3);
+        assert_eq!(st.rule_results[0].hub_paths, vec!["spec.a"]);
+        assert_eq!(st.rule_results[0].spoke_paths, vec!["spec.b"]);
+        assert!(st.rule_results[0].verdict.hub_to_spoke && st.rule_results[0].verdict.spoke_to_hub);
+        assert!(!st.rule_results[1].verdict.hub_to_spoke);
+        assert_eq!(
+            st.rule_results[1].warnings,
+            vec!["acknowledgeLossy is set without a reason; say why the loss is acceptable"]
+        );
+        assert!(!st.rule_results[2].verdict.spoke_to_hub);
+        assert_eq!(st.lossless, LosslessVerdict { hub_to_spoke: false, spoke_to_hub: false });
+        assert_eq!(plan.versions(), vec!["v2", "v1"]);
+        assert_eq!(plan.hash().len(), 64);
+        assert_eq!(c.report.schema_hash, crd(&h, &s).schema_hash());
+    }
+
+    #[test]
+    fn plan_hash_changes_with_the_spec_only() {
+        let (h, s) = schemas();
+        let rules = json!([rename_ab(), {"strategy": "Delete", "delete": {"path": "spec.hubOnly", "existsOn": "Hub"}, "acknowledgeLossy": true, "reason": "r"},
+            {"strategy": "Delete", "delete": {"path": "spec.spokeOnly", "existsOn": "Spoke"}, "acknowledgeLossy": true, "reason": "r"}]);
+        let a = compile(&spec_with(rules.clone()), &crd(&h, &s)).plan.unwrap().hash();
+        let b = compile(&spec_with(rules.clone()), &crd(&h, &s)).plan.unwrap().hash();
+        assert_eq!(a, b);
+        let mut other = rules;
+        other[1]["reason"] = json!("changed");
+        assert_ne!(a, compile(&spec_with(other), &crd(&h, &s)).plan.unwrap().hash());
+    }
+
+    #[test]
+    fn spoke_to_spoke_goes_through_the_hub() {
+        let hub = obj_schema(json!({"a": {"type": "integer"}}));
+        let v1 = obj_schema(json!({"b": {"type": "integer"}}));
+        let v0 = obj_schema(json!({"c": {"type": "integer"}}));
+        let t = Target::from_value(&json!({
+            "apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
+            "metadata": {"name": "xdbs.example.org"},
+            "spec": {"group": "example.org", "names": {"kind": "XDB", "plural": "xdbs"}, "versions": [
+                {"name": "v0", "served": true, "referenceable": false, "schema": {"openAPIV3Schema": v0}},
+                {"name": "v1", "served": true, "referenceable": false, "schema": {"openAPIV3Schema": v1}},
+                {"name": "v2", "served": true, "referenceable": true, "schema": {"openAPIV3Schema": hub}}]}}))
+        .unwrap();
+        let spec: ConversionSpec = serde_json::from_value(json!({"hubVersion": "v2", "spokes": [
+            {"version": "v1", "rules": [rename_ab()]},
+            {"version": "v0", "rules": [{"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.a", "spokePath": "spec.c"}}]}]})).unwrap();
+        let plan = compile(&spec, &t).plan.expect("compiles");
+        let out = plan.convert(&obj("example.org/v1", json!({"b": 7})), "example.org/v0").unwrap();
+        assert_eq!(out, obj("example.org/v0", json!({"c": 7})));
+        let same = plan.convert(&obj("example.org/v1", json!({"b": 7})), "example.org/v1").unwrap();
+        assert_eq!(same, obj("example.org/v1", json!({"b": 7})));
+        let err = plan.convert(&obj("example.org/v1", json!({})), "example.org/v5").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "DB default/db1: desiredAPIVersion: version v5 is neither the hub nor a spoke of target xdbs.example.org (versions: v2, v1, v0)"
+        );
+        let err = plan.convert(&obj("other.org/v1", json!({})), "example.org/v2").unwrap_err().to_string();
+        assert!(err.contains("apiVersion: \"other.org/v1\" is not in group example.org"), "{err}");
     }
 }

@@ -11,6 +11,7 @@ pub mod compile;
 pub mod convert;
 pub mod diagnostic;
 pub mod duration;
+mod lazy;
 pub mod patch;
 pub mod plan;
 pub mod quantity;

@@ -37,6 +37,67 @@ impl fmt::Debug for Plan {
 pub struct SpokePlan {
     pub version: String,
     pub scope: ScopePlan,
+    /// The paths this spoke's rules can read or write, in either direction; `None` when a
+    /// rule may read anything (JSONPatch, CEL, BranchMap). The review path parses only
+    /// these and copies everything else as raw bytes.
+    pub(crate) touch: Option<Touch>,
+}
+
+impl SpokePlan {
+    pub(crate) fn new(version: String, scope: ScopePlan) -> SpokePlan {
+        let touch = Touch::of(&scope);
+        SpokePlan { version, scope, touch }
+    }
+}
+
+/// A tree of touched paths: `whole` means the subtree is read or written as a unit.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Touch {
+    pub whole: bool,
+    pub children: std::collections::BTreeMap<String, Touch>,
+}
+
+impl Touch {
+    fn of(scope: &ScopePlan) -> Option<Touch> {
+        let mut t = Touch::default();
+        // The router writes apiVersion.
+        t.add(&["apiVersion".to_string()]);
+        for r in &scope.rules {
+            // Strategies whose ops may read beyond their claimed paths.
+            if matches!(r.strategy, Strategy::JsonPatch | Strategy::Cel | Strategy::BranchMap) {
+                return None;
+            }
+            if matches!(
+                r.strategy,
+                Strategy::ToAnnotation | Strategy::ToLabel | Strategy::FromAnnotation | Strategy::FromLabel
+            ) {
+                t.add(&["metadata".to_string()]);
+            }
+            // Sources are cleared and destinations are the other direction's sources.
+            for p in r.clear_h2s.iter().chain(&r.clear_s2h) {
+                t.add(p.segments());
+            }
+            if let Some(w) = &r.when {
+                t.add(w.path.segments());
+            }
+        }
+        for p in scope.drop_h2s.iter().chain(&scope.drop_s2h) {
+            t.add(p.segments());
+        }
+        Some(t)
+    }
+
+    fn add(&mut self, path: &[String]) {
+        let mut cur = self;
+        for seg in path {
+            if cur.whole {
+                return;
+            }
+            cur = cur.children.entry(seg.clone()).or_default();
+        }
+        cur.whole = true;
+        cur.children.clear();
+    }
 }
 
 /// The rules of one scope: an object root or a ForEach item.

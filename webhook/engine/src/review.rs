@@ -1,13 +1,13 @@
 //! The webhook's hot path: a ConversionReview request body in, the response body out.
 //!
-//! The body is parsed once with sonic-rs; each object is converted on a shared copy (only
-//! the paths rules touch are materialised) and the response is serialised straight from
-//! those values. `Plan::convert` runs the very same code on serde_json values.
+//! The body is walked lazily with sonic-rs: each object's touched subtrees are parsed and run
+//! through the same scope plan as `Plan::convert`, and everything else is copied as raw bytes
+//! into the response (see `lazy`).
 
-use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
+use sonic_rs::JsonValueTrait;
 
+use crate::lazy::borrowed;
 use crate::plan::Plan;
-use crate::value::{self, Value};
 
 const REVIEW_KIND: &str = "ConversionReview";
 const REVIEW_V1: &str = "apiextensions.k8s.io/v1";
@@ -39,88 +39,99 @@ pub enum ReviewError {
 /// converted makes the whole response a Failure (not an `Err`): the apiserver expects a
 /// review back, and the message says which object and path failed.
 pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewError> {
-    let mut review: Value =
-        sonic_rs::from_slice(body).map_err(|e| ReviewError::Malformed(format!("not JSON: {e}")))?;
-    if !review.is_object() {
-        return Err(ReviewError::Malformed(format!(
-            "the body is a {}, not an object",
-            value::type_name(&review)
-        )));
+    let text =
+        std::str::from_utf8(body).map_err(|e| ReviewError::Malformed(format!("not UTF-8 JSON: {e}")))?;
+    let not_json = |e: sonic_rs::Error| ReviewError::Malformed(format!("not a JSON object: {e}"));
+    let (mut api_version, mut kind, mut request) = (None, None, None);
+    for entry in sonic_rs::to_object_iter(text) {
+        let (k, lv) = entry.map_err(not_json)?;
+        match k.as_ref() {
+            "apiVersion" => api_version = lv.as_str().map(str::to_string),
+            "kind" => kind = lv.as_str().map(str::to_string),
+            "request" if !lv.is_null() => request = Some(lv),
+            _ => {}
+        }
     }
-    let api_version = match review.get("apiVersion").and_then(|v| v.as_str()) {
-        Some(av @ (REVIEW_V1 | REVIEW_V1BETA1)) => av,
+    let api_version: &'static str = match api_version.as_deref() {
+        Some(REVIEW_V1) => REVIEW_V1,
+        Some(REVIEW_V1BETA1) => REVIEW_V1BETA1,
         Some(other) => {
             return Err(ReviewError::Malformed(format!(
                 "apiVersion {other:?}; expected {REVIEW_V1} or {REVIEW_V1BETA1}"
             )));
         }
-        None => return Err(ReviewError::Malformed("apiVersion is missing".into())),
+        None => return Err(ReviewError::Malformed("apiVersion is missing or not a string".into())),
     };
-    let api_version: &'static str = if api_version == REVIEW_V1 { REVIEW_V1 } else { REVIEW_V1BETA1 };
-    match review.get("kind").and_then(|v| v.as_str()) {
+    match kind.as_deref() {
         Some(REVIEW_KIND) => {}
         Some(other) => return Err(ReviewError::Malformed(format!("kind {other:?}; expected {REVIEW_KIND}"))),
-        None => return Err(ReviewError::Malformed("kind is missing".into())),
+        None => return Err(ReviewError::Malformed("kind is missing or not a string".into())),
     }
-    let Some(request) = review.get_mut("request").filter(|r| !r.is_null()) else {
-        return Err(ReviewError::MissingRequest);
-    };
-    let uid = match request.get("uid").and_then(|v| v.as_str()) {
-        Some(u) => u.to_string(),
-        None => return Err(ReviewError::Malformed("request.uid is missing or not a string".into())),
-    };
-    let desired = match request.get("desiredAPIVersion").and_then(|v| v.as_str()) {
-        Some(d) => d.to_string(),
-        None => {
-            return Err(ReviewError::Malformed(
-                "request.desiredAPIVersion is missing or not a string".into(),
-            ));
+    let Some(request) = request else { return Err(ReviewError::MissingRequest) };
+    let request =
+        borrowed(&request).ok_or_else(|| ReviewError::Malformed("request cannot be read".into()))?;
+    let (mut uid, mut desired, mut objects) = (None, None, None);
+    for entry in sonic_rs::to_object_iter(request) {
+        let (k, lv) = entry.map_err(|e| ReviewError::Malformed(format!("request is not an object: {e}")))?;
+        match k.as_ref() {
+            "uid" => uid = lv.as_str().map(str::to_string),
+            "desiredAPIVersion" => desired = lv.as_str().map(str::to_string),
+            "objects" if !lv.is_null() => objects = Some(lv),
+            _ => {}
         }
-    };
-    let objects = match request.get_mut("objects") {
-        Some(o) if o.is_null() => Value::new_array(),
-        Some(o) if o.is_array() => o.take(),
-        Some(_) => return Err(ReviewError::Malformed("request.objects is not a list".into())),
-        None => Value::new_array(),
-    };
-    let objects = objects.as_array().map(|a| a.as_slice()).unwrap_or(&[]);
-
-    let mut converted = sonic_rs::Array::with_capacity(objects.len());
-    let mut failure = None;
-    for (i, obj) in objects.iter().enumerate() {
-        match plan.convert_value(obj, &desired) {
-            Ok(v) => converted.push(v),
-            Err(e) => {
-                failure = Some(format!("object {i} of {}: {e}", objects.len()));
-                break;
-            }
+    }
+    let uid = uid.ok_or_else(|| ReviewError::Malformed("request.uid is missing or not a string".into()))?;
+    let desired = desired.ok_or_else(|| {
+        ReviewError::Malformed("request.desiredAPIVersion is missing or not a string".into())
+    })?;
+    let mut raws: Vec<&str> = Vec::new();
+    if let Some(objects) = objects {
+        if !objects.is_array() {
+            return Err(ReviewError::Malformed("request.objects is not a list".into()));
+        }
+        let list = borrowed(&objects)
+            .ok_or_else(|| ReviewError::Malformed("request.objects cannot be read".into()))?;
+        for item in sonic_rs::to_array_iter(list) {
+            let lv =
+                item.map_err(|e| ReviewError::Malformed(format!("request.objects is not a JSON list: {e}")))?;
+            raws.push(
+                borrowed(&lv).ok_or_else(|| ReviewError::Malformed("an object cannot be read".into()))?,
+            );
         }
     }
 
-    let mut result = sonic_rs::Object::new();
-    let mut response = sonic_rs::Object::new();
-    response.insert("uid", Value::from(uid.as_str()));
-    match &failure {
-        None => {
-            result.insert("status", Value::from("Success"));
-            response.insert("convertedObjects", Value::from(converted));
-        }
-        Some(msg) => {
-            result.insert("status", Value::from("Failure"));
-            result.insert("message", Value::from(msg.as_str()));
-            response.insert("convertedObjects", Value::new_array());
-        }
-    }
-    response.insert("result", Value::from(result));
-    // Built as an ordered writer so apiVersion/kind lead the body, as Kubernetes writes it.
     let mut out = Vec::with_capacity(body.len() + 256);
     out.extend_from_slice(b"{\"apiVersion\":\"");
     out.extend_from_slice(api_version.as_bytes());
-    out.extend_from_slice(b"\",\"kind\":\"ConversionReview\",\"response\":");
-    sonic_rs::to_writer(&mut out, &Value::from(response))
-        .map_err(|e| ReviewError::Malformed(format!("cannot serialise the response: {e}")))?;
-    out.push(b'}');
-    Ok(ReviewOutcome { body: out, uid, objects: objects.len(), failure })
+    out.extend_from_slice(b"\",\"kind\":\"ConversionReview\",\"response\":{\"uid\":");
+    write_json(&mut out, uid.as_str())?;
+    out.extend_from_slice(b",\"convertedObjects\":[");
+    let list_start = out.len();
+    let mut failure = None;
+    for (i, raw) in raws.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if let Err(e) = plan.convert_raw(raw, &desired, &mut out) {
+            failure = Some(format!("object {i} of {}: {e}", raws.len()));
+            break;
+        }
+    }
+    match &failure {
+        None => out.extend_from_slice(b"],\"result\":{\"status\":\"Success\"}}}"),
+        Some(msg) => {
+            out.truncate(list_start);
+            out.extend_from_slice(b"],\"result\":{\"status\":\"Failure\",\"message\":");
+            write_json(&mut out, msg.as_str())?;
+            out.extend_from_slice(b"}}}");
+        }
+    }
+    Ok(ReviewOutcome { body: out, uid, objects: raws.len(), failure })
+}
+
+fn write_json(out: &mut Vec<u8>, s: &str) -> Result<(), ReviewError> {
+    sonic_rs::to_writer(&mut *out, s)
+        .map_err(|e| ReviewError::Malformed(format!("cannot write the response: {e}")))
 }
 
 #[cfg(test)]
