@@ -411,3 +411,40 @@ pub fn query_escape(s: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a64_matches_the_reference_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn unique_names_are_dns_labels_and_differ() {
+        let a = unique_name("t");
+        let b = unique_name("t");
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 8);
+        assert!(a.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+    }
+
+    #[test]
+    fn query_escape_escapes_the_shard_selector() {
+        assert_eq!(
+            query_escape("shardRange(object.metadata.uid, '0x0', '0x8')"),
+            "shardRange%28object.metadata.uid%2C%20%270x0%27%2C%20%270x8%27%29"
+        );
+    }
+
+    #[test]
+    fn serving_cert_is_pem() {
+        let (ca, crt, key) = serving_cert(&["svc.ns.svc".to_string()]).unwrap();
+        assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(crt.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(key.contains("PRIVATE KEY"));
+    }
+}

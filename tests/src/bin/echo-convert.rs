@@ -211,3 +211,35 @@ async fn main() -> Result<()> {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn converts_between_v1_and_v2_and_stamps_the_pod() {
+        let v1 =
+            json!({"apiVersion": "g/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"foo": "x"}});
+        let v2 = convert_object(v1, "g/v2", "pod-a");
+        assert_eq!(v2["apiVersion"], "g/v2");
+        assert_eq!(v2["spec"], json!({"bar": "x"}));
+        assert_eq!(v2["metadata"]["annotations"][ANNOTATION], "pod-a");
+        let back = convert_object(v2, "g/v1", "pod-b");
+        assert_eq!(back["spec"], json!({"foo": "x"}));
+        assert_eq!(back["metadata"]["annotations"][ANNOTATION], "pod-b");
+    }
+
+    #[test]
+    fn answers_a_conversion_review() {
+        let req = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "u1", "desiredAPIVersion": "g/v2", "objects": [
+                {"apiVersion": "g/v1", "kind": "Widget", "metadata": {"name": "a"}, "spec": {"foo": "1"}},
+            ]},
+        });
+        let resp = review(req.to_string().as_bytes(), "p").unwrap();
+        assert_eq!(resp["response"]["uid"], "u1");
+        assert_eq!(resp["response"]["result"]["status"], "Success");
+        assert_eq!(resp["response"]["convertedObjects"][0]["spec"]["bar"], "1");
+    }
+}
