@@ -21,6 +21,10 @@ pub struct Args {
     /// A flag added to every webhook container before the server's extraArgs (repeatable).
     #[arg(long = "webhook-arg", env = "DCO_WEBHOOK_ARGS", value_delimiter = ',')]
     pub webhook_args: Vec<String>,
+    /// Manage only ConversionWebhookServers and configs with these labels (e.g. `team=a`):
+    /// several operators can share a cluster, each with its own servers and configs.
+    #[arg(long, env = "DCO_SELECTOR")]
+    pub selector: Option<String>,
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "DCO_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,

@@ -33,6 +33,14 @@ use crate::{config_controller, server_controller, target};
 /// The CRD whose presence means XRDs can be watched.
 const XRD_CRD: &str = "compositeresourcedefinitions.apiextensions.crossplane.io";
 
+/// The watch config of the kinds `--selector` narrows (servers and configs).
+fn scoped(selector: &Option<String>) -> watcher::Config {
+    match selector {
+        Some(s) => watcher::Config::default().labels(s),
+        None => watcher::Config::default(),
+    }
+}
+
 fn managed() -> watcher::Config {
     watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"))
 }
@@ -252,15 +260,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (servers, servers_w) = reflector::store();
     let server_events = reflector::reflector(
         servers_w,
-        watcher(Api::<ConversionWebhookServer>::all(client.clone()), watcher::Config::default())
+        watcher(Api::<ConversionWebhookServer>::all(client.clone()), scoped(&args.selector))
             .modify(slim::<ConversionWebhookServer>)
             .default_backoff(),
     );
 
-    let ccc_ctl =
-        Controller::new(Api::<CRDConversionConfig>::all(client.clone()), watcher::Config::default());
-    let xcc_ctl =
-        Controller::new(Api::<XRDConversionConfig>::all(client.clone()), watcher::Config::default());
+    let ccc_ctl = Controller::new(Api::<CRDConversionConfig>::all(client.clone()), scoped(&args.selector));
+    let xcc_ctl = Controller::new(Api::<XRDConversionConfig>::all(client.clone()), scoped(&args.selector));
     let stores = Stores {
         servers: servers.clone(),
         leases: leases.clone(),
@@ -295,14 +301,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!("caches synced; starting the controllers");
 
     let cws_ctl =
-        Controller::new(Api::<ConversionWebhookServer>::all(client.clone()), watcher::Config::default())
+        Controller::new(Api::<ConversionWebhookServer>::all(client.clone()), scoped(&args.selector))
             .watches(Api::<Deployment>::all(client.clone()), managed(), |d| instance_of(&d))
             .watches(Api::<Service>::all(client.clone()), managed(), |s| instance_of(&s))
             .watches(Api::<Secret>::all(client.clone()), managed(), |s| instance_of(&s))
-            .watches(Api::<CRDConversionConfig>::all(client.clone()), watcher::Config::default(), |c| {
+            .watches(Api::<CRDConversionConfig>::all(client.clone()), scoped(&args.selector), |c| {
                 config_servers(&ConfigRef::of(&c))
             })
-            .watches(Api::<XRDConversionConfig>::all(client.clone()), watcher::Config::default(), |c| {
+            .watches(Api::<XRDConversionConfig>::all(client.clone()), scoped(&args.selector), |c| {
                 config_servers(&ConfigRef::of(&c))
             })
             .reconcile_on(lease_refs)
