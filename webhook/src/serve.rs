@@ -14,6 +14,8 @@ use tokio_rustls::TlsAcceptor;
 
 /// A client that has not finished its TLS handshake by then is not going to.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2 flow-control window per stream.
+const WINDOW: u32 = 16 << 20;
 
 /// Serve `router` over TLS on `listener` until `stop` resolves, then stop accepting and wait
 /// up to `drain` for in-flight requests to finish.
@@ -26,7 +28,14 @@ pub async fn serve(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Reviews are megabytes: HTTP/2's default 64 KiB windows would turn one large body into
+    // hundreds of WINDOW_UPDATE round trips.
+    builder
+        .http2()
+        .initial_stream_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW * 2)
+        .max_frame_size(1 << 20);
     tokio::pin!(stop);
     loop {
         let (tcp, peer) = tokio::select! {

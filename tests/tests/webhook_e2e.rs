@@ -1,0 +1,321 @@
+//! dco-webhook on the local cluster: a Deployment of 2 replicas (made by the test, as the
+//! operator would), a CRD whose spec.conversion names its Service. Proves: objects written
+//! and read at every version through the apiserver; both replicas' served-target Leases
+//! carry the target, are owned by their Pods and renew; moving the assignment away while
+//! spec.conversion still names the Service keeps the plan (and dropping spec.conversion
+//! then releases it); an over-the-cap set is marked truncated.
+//!
+//! Needs `target/debug/dco-webhook` (built by `cargo test --workspace --no-run`, or
+//! `cargo build -p dco-webhook`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use dco_api::served_lease::{self, Report};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+
+use dco_tests::{TestEnv, wait_deployment_available, wait_for};
+
+const IMAGE: &str = "dco-webhook:e2e";
+const MANAGER: &str = "dco-webhook-e2e";
+
+fn webhook_binary() -> Result<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dco_tests::repo_root().join("target"));
+    let bin = target.join("debug").join("dco-webhook");
+    if !bin.exists() {
+        bail!("{} is missing: build it with `cargo build -p dco-webhook`", bin.display());
+    }
+    Ok(bin)
+}
+
+/// Deletes cluster-scoped objects the test made, on a runtime of its own.
+struct ClusterScoped(Client, Vec<(ApiResource, String)>);
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        let (client, objs) = (self.0.clone(), std::mem::take(&mut self.1));
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| {
+                rt.block_on(async {
+                    for (ar, name) in objs {
+                        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                        let _ = api.delete(&name, &DeleteParams::background()).await;
+                    }
+                })
+            })
+        })
+        .join();
+    }
+}
+
+fn ar<K: Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj))
+        .await
+        .with_context(|| format!("applying {name}"))
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// The served-target reports of an instance's Leases, by Lease name.
+async fn reports(leases: &Api<Lease>, instance: &str) -> Result<BTreeMap<String, (Lease, Report)>> {
+    let lp = ListParams::default().labels(&format!("{}={instance},{}={}", dco_api::LABEL_INSTANCE, dco_api::LABEL_MANAGED_BY, dco_api::MANAGED_BY));
+    Ok(leases
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .map(|l| {
+            let r = served_lease::read(l.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()));
+            (l.metadata.name.clone().unwrap_or_default(), (l, r))
+        })
+        .collect())
+}
+
+async fn ready_pods(pods: &Api<Pod>, app: &str) -> Result<Vec<Pod>> {
+    Ok(pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && dco_tests::pod_ready(p))
+        .collect())
+}
+
+#[tokio::test]
+async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Result<()> {
+    dco_tests::map_image("dco-webhook", webhook_binary()?)?;
+    let t = TestEnv::new("wh").await?;
+    let ns = t.ns.clone();
+    let client = t.client.clone();
+    let instance = dco_tests::unique_name("whi");
+    let elsewhere = format!("{instance}-other");
+    let group = format!("{ns}.e2e.dco.rs");
+    let target = format!("widgets.{group}");
+    let config = format!("{instance}-widgets");
+    let cluster_role = format!("dco-webhook-{ns}");
+    let mut guard = ClusterScoped(client.clone(), Vec::new());
+
+    // The dco CRDs (idempotent; other tests may have applied them).
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in dco_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd)).await?;
+    }
+    let cws_ar = ar::<dco_api::ConversionWebhookServer>();
+    let ccc_ar = ar::<dco_api::CRDConversionConfig>();
+    let cws: Api<DynamicObject> = Api::all_with(client.clone(), &cws_ar);
+    let cccs: Api<DynamicObject> = Api::all_with(client.clone(), &ccc_ar);
+    wait_for("the dco CRDs to be served", Duration::from_secs(30), || async {
+        Ok(cccs.list(&ListParams::default().limit(1)).await.ok().map(|_| ()))
+    })
+    .await?;
+
+    // Two servers: ours, and one the assignment can move to (it never runs).
+    for name in [&instance, &elsewhere] {
+        guard.1.push((cws_ar.clone(), name.clone()));
+        apply(&cws, name, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+            "metadata": {"name": name}, "spec": {"namespace": ns, "replicas": 2}})).await?;
+    }
+
+    // RBAC as the operator grants it: read cluster-wide, leases in its own namespace only.
+    guard.1.push((ar::<ClusterRole>(), cluster_role.clone()));
+    guard.1.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
+    apply(&Api::<ServiceAccount>::namespaced(client.clone(), &ns), "dco-webhook",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-webhook"}})).await?;
+    apply(&Api::<ClusterRole>::all(client.clone()), &cluster_role, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": cluster_role},
+        "rules": [
+            {"apiGroups": ["conversion.dco.rs"], "resources": ["xrdconversionconfigs", "crdconversionconfigs", "conversionwebhookservers"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apiextensions.crossplane.io"], "resources": ["compositeresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        ]})).await?;
+    apply(&Api::<ClusterRoleBinding>::all(client.clone()), &cluster_role, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": cluster_role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns}]})).await?;
+    apply(&t.api::<Role>(), "dco-webhook-leases", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "dco-webhook-leases"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "patch"]}]})).await?;
+    apply(&t.api::<RoleBinding>(), "dco-webhook-leases", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "dco-webhook-leases"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dco-webhook-leases"},
+        "subjects": [{"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns}]})).await?;
+
+    // Serving certificate for the Service's DNS name.
+    let (ca, crt, key) = dco_tests::serving_cert(&[format!("{instance}.{ns}.svc"), format!("{instance}.{ns}.svc.cluster.local")])?;
+    apply(&t.api::<Secret>(), "dco-webhook-tls", json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "dco-webhook-tls"}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca}})).await?;
+    apply(&t.api::<Service>(), &instance, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": instance},
+        "spec": {"selector": {"app": instance}, "ports": [{"name": "https", "port": 443, "targetPort": 9443}]}})).await?;
+
+    // The target: v2 stores spec.storageGB, v1 calls it spec.storageSize.
+    let schema = |size: &str| json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {size: {"type": "integer"}, "color": {"type": "string"}}}}}});
+    let conversion_to = |svc: Option<&str>| match svc {
+        Some(svc) => json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+            "clientConfig": {"caBundle": b64(&ca), "service": {"name": svc, "namespace": ns, "path": format!("/convert/{target}"), "port": 443}}}}),
+        None => json!({"strategy": "None"}),
+    };
+    let crd = |svc: Option<&str>| json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": target},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v2", "served": true, "storage": true, "schema": schema("storageGB")},
+                {"name": "v1", "served": true, "storage": false, "schema": schema("storageSize")}],
+            "conversion": conversion_to(svc)}});
+    guard.1.push((ar::<CustomResourceDefinition>(), target.clone()));
+    apply(&crds, &target, crd(Some(&instance))).await?;
+    let cfg = |server: &str| json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+        "metadata": {"name": config},
+        "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "webhookServerRef": {"name": server},
+            "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
+                "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}});
+    guard.1.push((ccc_ar.clone(), config.clone()));
+    apply(&cccs, &config, cfg(&instance)).await?;
+
+    // The Deployment the operator would make.
+    let deployment = |cap: Option<u32>| {
+        let mut args = vec![
+            format!("--instance={instance}"),
+            "--listen=$(POD_IP):9443".to_string(),
+            "--tls-cert-file=/etc/dco/tls/tls.crt".to_string(),
+            "--tls-key-file=/etc/dco/tls/tls.key".to_string(),
+            "--lease-renew-interval=2s".to_string(),
+            "--drain-period=2s".to_string(),
+            "--shutdown-delay=1s".to_string(),
+            "--shutdown-timeout=5s".to_string(),
+        ];
+        if let Some(cap) = cap {
+            args.push(format!("--served-targets-max-bytes={cap}"));
+        }
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": instance}},
+                "template": {"metadata": {"labels": {"app": instance}}, "spec": {
+                    "serviceAccountName": "dco-webhook",
+                    "terminationGracePeriodSeconds": 10,
+                    "containers": [{"name": "webhook", "image": IMAGE, "args": args,
+                        "env": [
+                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                            {"name": "RUST_LOG", "value": "info"}],
+                        "ports": [{"name": "https", "containerPort": 9443}],
+                        "readinessProbe": {"httpGet": {"scheme": "HTTPS", "path": "/readyz", "port": "https"}, "periodSeconds": 1},
+                        "volumeMounts": [{"name": "tls", "mountPath": "/etc/dco/tls", "readOnly": true}]}],
+                    "volumes": [{"name": "tls", "secret": {"secretName": "dco-webhook-tls"}}]}}}})
+    };
+    let deployments = t.api::<Deployment>();
+    apply(&deployments, &instance, deployment(None)).await?;
+    wait_deployment_available(&deployments, &instance, 2, Duration::from_secs(120)).await?;
+
+    // Objects written and read at every version through the apiserver.
+    let gvk = |v: &str| GroupVersionKind::gvk(&group, v, "Widget");
+    let widgets = |v: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk_with_plural(&gvk(v), "widgets"))
+    };
+    let (v1, v2) = (widgets("v1"), widgets("v2"));
+    let obj = |v: &str, name: &str, field: &str, n: i64| -> Result<DynamicObject> {
+        Ok(serde_json::from_value(json!({"apiVersion": format!("{group}/{v}"), "kind": "Widget",
+            "metadata": {"name": name}, "spec": {field: n, "color": "blue"}}))?)
+    };
+    wait_for("the first write at v1 to be converted", Duration::from_secs(60), || async {
+        Ok(v1.create(&PostParams::default(), &obj("v1", "from-v1", "storageSize", 10)?).await.ok().map(|_| ()))
+    })
+    .await?;
+    v2.create(&PostParams::default(), &obj("v2", "from-v2", "storageGB", 20)?).await?;
+    for (name, n) in [("from-v1", 10), ("from-v2", 20)] {
+        let a = v1.get(name).await.with_context(|| format!("reading {name} at v1"))?;
+        let b = v2.get(name).await.with_context(|| format!("reading {name} at v2"))?;
+        assert_eq!(a.data["spec"], json!({"storageSize": n, "color": "blue"}), "{name} at v1");
+        assert_eq!(b.data["spec"], json!({"storageGB": n, "color": "blue"}), "{name} at v2");
+    }
+    assert_eq!(v1.list(&ListParams::default()).await?.items.len(), 2);
+
+    // Both replicas' Leases carry the target, are owned by their Pods and renew.
+    let leases = t.api::<Lease>();
+    let pods = t.api::<Pod>();
+    let holds_target = |r: &Report| r.targets().is_some_and(|s| s.contains(&target));
+    let first = wait_for("both replicas' Leases to carry the target", Duration::from_secs(30), || async {
+        let rs = reports(&leases, &instance).await?;
+        Ok((rs.len() == 2 && rs.values().all(|(_, r)| holds_target(r))).then_some(rs))
+    })
+    .await?;
+    let ready = ready_pods(&pods, &instance).await?;
+    for pod in &ready {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let (lease, _) = first.get(&dco_api::served_lease_name(&pod_name)).with_context(|| format!("no Lease for Pod {pod_name}"))?;
+        let owner = &lease.metadata.owner_references.as_ref().context("Lease without owner")?[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Pod", pod_name.as_str()));
+        assert_eq!(Some(&owner.uid), pod.metadata.uid.as_ref());
+    }
+    let renew = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone()).map(|t| t.0);
+    wait_for("both Leases to renew", Duration::from_secs(20), || async {
+        let now = reports(&leases, &instance).await?;
+        Ok(first.iter().all(|(name, (l, _))| now.get(name).is_some_and(|(n, _)| renew(n) > renew(l))).then_some(()))
+    })
+    .await?;
+
+    // Move the assignment away while spec.conversion still names our Service: the plan stays.
+    apply(&cccs, &config, cfg(&elsewhere)).await?;
+    tokio::time::sleep(Duration::from_secs(6)).await; // three drain periods
+    let rs = reports(&leases, &instance).await?;
+    assert!(rs.len() == 2 && rs.values().all(|(_, r)| holds_target(r)), "the plan must be held while spec.conversion names the Service: {rs:?}");
+    let a = v1.get("from-v2").await.context("reading at v1 after the assignment moved")?;
+    assert_eq!(a.data["spec"]["storageSize"], 20);
+    // Control: once spec.conversion no longer names the Service, the replicas let go.
+    apply(&crds, &target, crd(None)).await?;
+    wait_for("the replicas to release the target", Duration::from_secs(30), || async {
+        let rs = reports(&leases, &instance).await?;
+        Ok((rs.len() == 2 && rs.values().all(|(_, r)| r.targets().is_some_and(|s| !s.contains(&target)))).then_some(()))
+    })
+    .await?;
+
+    // Truncation: a cap smaller than any encoded set.
+    apply(&cccs, &config, cfg(&instance)).await?;
+    apply(&crds, &target, crd(Some(&instance))).await?;
+    apply(&deployments, &instance, deployment(Some(8))).await?;
+    wait_deployment_available(&deployments, &instance, 2, Duration::from_secs(120)).await?;
+    wait_for("the new replicas' Leases to be marked truncated", Duration::from_secs(60), || async {
+        let pods_now: Vec<String> =
+            ready_pods(&pods, &instance).await?.into_iter().filter_map(|p| p.metadata.name).collect();
+        let rs = reports(&leases, &instance).await?;
+        let ok = pods_now.len() == 2
+            && pods_now.iter().all(|p| {
+                rs.get(&dco_api::served_lease_name(p)).is_some_and(|(l, r)| {
+                    let ann = l.metadata.annotations.clone().unwrap_or_default();
+                    matches!(r, Report::CannotTell(served_lease::CannotTell::Truncated))
+                        && !ann.contains_key(dco_api::ANNOTATION_SERVED_TARGETS)
+                })
+            });
+        Ok(ok.then_some(()))
+    })
+    .await?;
+
+    t.cleanup().await;
+    drop(guard);
+    Ok(())
+}
