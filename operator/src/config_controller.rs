@@ -234,6 +234,23 @@ fn wiring_for(
     })
 }
 
+/// What the move's source still does with the target: its status for liveness, its Leases
+/// (the cache) for whether any replica still holds the target.
+fn source_facts(
+    ctx: &Context,
+    source: Option<&str>,
+    target: &str,
+    now: Timestamp,
+) -> dco_state::handover::Serving {
+    let server = source.and_then(|s| ctx.server(s));
+    let held = server.as_ref().map_or_else(crate::served::Held::default, |s| {
+        let names = ctx.names(s);
+        let leases = ctx.stores.leases.state();
+        crate::served::held(leases.iter().map(|l| l.as_ref()), &names.server, &names.namespace, target, now)
+    });
+    crate::serving::source_serving(server.as_ref().and_then(|s| s.status.as_ref()), &held)
+}
+
 /// Which server a target's `spec.conversion` names, by its Service.
 fn wired_server(ctx: &Context, target: &Value) -> Option<String> {
     let (ns, svc) = target::wired_service(target)?;
@@ -274,7 +291,16 @@ async fn emit<K: ConfigKind>(ctx: &Context, cfg: &K, attempt: u32, note: &EventN
     ctx.event(cfg, note.warning, note.reason, &format!("HandoverMove{attempt}"), note.note.clone()).await;
 }
 
-async fn apply<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
+async fn apply<K: ConfigKind>(cached: &K, ctx: &Context) -> Result<Action> {
+    // The persisted handover state must be the latest: a reconcile woken by our own target
+    // patch may run before the cache has our last status write, and stepping the machine
+    // from a stale state would start a bogus move (with the new server as its "source").
+    let api: Api<K> = Api::all(ctx.client.clone());
+    let name = cached.name_any();
+    let Some(fresh) = api.get_opt(&name).await.map_err(Error::kube("read", kind_static::<K>(), name))? else {
+        return Ok(Action::await_change());
+    };
+    let cfg = &fresh;
     let now = Timestamp::now();
     let now_s = now.to_string();
     let gen_ = cfg.meta().generation;
@@ -388,7 +414,7 @@ async fn apply<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
             compiled: compiled_fact.clone(),
             wired_to: wired_to.as_deref(),
             destination_serving: serving(status_of(dest_name.as_deref()).as_ref(), &tname),
-            source_serving: serving(status_of(src.as_deref()).as_ref(), &tname),
+            source_serving: source_facts(ctx, src.as_deref(), &tname, now),
             new_traceparent: &traceparent,
         };
         let (mut step, mut events) = run_machine(&state, &facts);
@@ -406,7 +432,7 @@ async fn apply<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
             let src = source_of(&step.next, wired_now.as_deref());
             let facts = Facts {
                 wired_to: wired_now.as_deref(),
-                source_serving: serving(status_of(src.as_deref()).as_ref(), &tname),
+                source_serving: source_facts(ctx, src.as_deref(), &tname, now),
                 ..facts.clone()
             };
             let (next, more) = run_machine(&step.next, &facts);

@@ -79,6 +79,45 @@ pub fn aggregate<'a>(
     Aggregate { served_targets, reporting_replicas: reporting, truncated, next_expiry }
 }
 
+/// Whether **any** live replica of a server still holds `target`: the question a move asks of
+/// its source ("no live replica reports it any more"), which the intersection cannot answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Live Leases of the server.
+    pub live: i32,
+    /// At least one live Lease lists the target.
+    pub by_any: bool,
+    /// A live Lease cannot answer (truncated, missing or undecodable set).
+    pub cannot_tell: bool,
+}
+
+pub fn held<'a>(
+    leases: impl IntoIterator<Item = &'a Lease>,
+    instance: &str,
+    namespace: &str,
+    target: &str,
+    now: Timestamp,
+) -> Held {
+    let mut out = Held::default();
+    let empty = BTreeMap::new();
+    for lease in leases {
+        let meta = &lease.metadata;
+        if meta.namespace.as_deref() != Some(namespace)
+            || meta.labels.as_ref().and_then(|l| l.get(LABEL_INSTANCE)).map(String::as_str) != Some(instance)
+            || meta.deletion_timestamp.is_some()
+            || expiry(lease).is_none_or(|e| e <= now)
+        {
+            continue;
+        }
+        out.live = out.live.saturating_add(1);
+        match served_lease::read(meta.annotations.as_ref().unwrap_or(&empty)) {
+            Report::Targets(set) => out.by_any |= set.contains(target),
+            Report::CannotTell(_) => out.cannot_tell = true,
+        }
+    }
+    out
+}
+
 /// What in a Lease matters to the aggregate apart from its renewals: the instance and the
 /// reported set (or its absence). The Lease watch passes an event on only when this changes,
 /// so 30-second heartbeats of many replicas do not wake the controller.
@@ -190,6 +229,21 @@ mod tests {
         assert_eq!(aggregate(&leases, "a", "dco-system", ts(0)), Aggregate::default());
         // Other namespaces do not count.
         assert_eq!(aggregate(&leases, "a", "elsewhere", ts(-150)).reporting_replicas, 0);
+    }
+
+    #[test]
+    fn held_asks_whether_any_live_replica_still_has_the_target() {
+        let leases = [lease("a-1", "a", Some(&["x"]), 0), lease("a-2", "a", Some(&["x", "y"]), 0)];
+        let h = held(&leases, "a", "dco-system", "y", ts(0));
+        assert_eq!(h, Held { live: 2, by_any: true, cannot_tell: false });
+        assert!(!held(&leases, "a", "dco-system", "z", ts(0)).by_any);
+        // The intersection says "y" is not served; for a source that is not "dropped".
+        assert_eq!(aggregate(&leases, "a", "dco-system", ts(0)).served_targets, ["x"]);
+        let mut t = lease("a-3", "a", None, 0);
+        t.metadata.annotations =
+            Some(BTreeMap::from([(dco_api::ANNOTATION_SERVED_TRUNCATED.to_string(), "true".to_string())]));
+        assert!(held(&[t], "a", "dco-system", "y", ts(0)).cannot_tell);
+        assert_eq!(held(&leases, "a", "dco-system", "y", ts(100)), Held::default());
     }
 
     #[test]

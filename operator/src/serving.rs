@@ -4,6 +4,8 @@
 use dco_api::ServerStatus;
 use dco_state::handover::Serving;
 
+use crate::served::Held;
+
 /// What `status` says about `target`. `None` means the server object is gone, so nothing of it
 /// can be serving.
 pub fn serving(status: Option<&ServerStatus>, target: &str) -> Serving {
@@ -29,6 +31,26 @@ pub fn serving(status: Option<&ServerStatus>, target: &str) -> Serving {
         ));
     }
     if s.served_targets.iter().any(|t| t == target) { Serving::Serves } else { Serving::NotServing }
+}
+
+/// What a move's **source** still does with `target`: it has dropped the target only when no
+/// live replica holds it any more (the union, not the intersection: one replica still serving
+/// is still serving). `status` is `None` when the server object is gone.
+pub fn source_serving(status: Option<&ServerStatus>, held: &Held) -> Serving {
+    let Some(s) = status else { return Serving::NotServing };
+    if held.by_any {
+        return Serving::Serves;
+    }
+    if held.cannot_tell {
+        return Serving::CannotTell(
+            "a replica's served-target set is truncated or unreadable, so it may still hold the target"
+                .to_string(),
+        );
+    }
+    if held.live == 0 && s.ready_replicas > 0 {
+        return Serving::NoLeases;
+    }
+    Serving::NotServing
 }
 
 #[cfg(test)]
@@ -61,5 +83,20 @@ mod tests {
         assert!(matches!(serving(Some(&status(2, 2, &[], true)), t), Serving::CannotTell(_)));
         // Truncation wins even over a listed target: the list cannot be trusted.
         assert!(matches!(serving(Some(&status(2, 2, &[t], true)), t), Serving::CannotTell(_)));
+    }
+
+    #[test]
+    fn a_source_has_dropped_only_when_no_replica_holds_the_target() {
+        let st = status(2, 2, &[], false);
+        let held = |live, by_any, cannot_tell| Held { live, by_any, cannot_tell };
+        assert_eq!(source_serving(None, &held(2, true, false)), Serving::NotServing);
+        assert_eq!(source_serving(Some(&st), &held(2, true, false)), Serving::Serves);
+        assert_eq!(source_serving(Some(&st), &held(2, false, false)), Serving::NotServing);
+        assert!(matches!(source_serving(Some(&st), &held(2, false, true)), Serving::CannotTell(_)));
+        assert_eq!(source_serving(Some(&st), &held(0, false, false)), Serving::NoLeases);
+        assert_eq!(
+            source_serving(Some(&status(0, 0, &[], false)), &held(0, false, false)),
+            Serving::NotServing
+        );
     }
 }

@@ -262,6 +262,7 @@ mod tests {
 
     const CCC_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.org";
     const STATUS_PATH: &str = "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs/widgets/status";
+    const CFG_PATH: &str = "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs/widgets";
 
     async fn run_config(
         ctx: Arc<Context>,
@@ -278,6 +279,7 @@ mod tests {
         let cfg = config(None, json!({}));
         let task = run_config(ctx, cfg.clone()).await;
 
+        api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(json!({"strategy": "None"})));
         let mut reasons = Vec::new();
         let patch = api.events_then(&mut reasons).await;
@@ -328,6 +330,7 @@ mod tests {
         let cfg = config(Some("b"), settled_on("a"));
         let task = run_config(ctx, cfg.clone()).await;
 
+        api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
         let mut reasons = Vec::new();
         let status = api.events_then(&mut reasons).await;
@@ -357,6 +360,9 @@ mod tests {
         w.server(server("b", false, 2, &[TARGET]));
         w.secret(tls_secret("a"));
         w.secret(tls_secret("b"));
+        // One replica of a still holds the target: the source has not dropped it.
+        w.lease(lease("a-1", "a", &[TARGET]));
+        w.lease(lease("a-2", "a", &[]));
         let compiling = json!({
             "phase": "Validated", "assignedWebhookServer": "b",
             "handover": {"state": "Compiling", "source": "a", "destination": "b", "attempt": 2, "traceparent": "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01"},
@@ -364,6 +370,7 @@ mod tests {
         let cfg = config(Some("b"), compiling);
         let task = run_config(ctx, cfg.clone()).await;
 
+        api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
         let mut reasons = Vec::new();
         let patch = api.events_then(&mut reasons).await;
@@ -376,6 +383,35 @@ mod tests {
         assert_eq!(st["handover"]["state"], "Patched");
         assert_eq!(st["handover"]["traceparent"], "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01");
         assert_eq!(reasons, ["DestinationReady", "Patched"]);
+        status.with_status(&cfg);
+        let res = task.await.unwrap();
+        assert!(res.is_ok(), "{res:?}");
+    }
+
+    #[tokio::test]
+    async fn the_move_settles_once_no_replica_of_the_source_holds_the_target() {
+        let (ctx, mut api, mut w) = test_context();
+        w.server(server("a", true, 2, &[]));
+        w.server(server("b", false, 2, &[TARGET]));
+        w.secret(tls_secret("a"));
+        w.secret(tls_secret("b"));
+        w.lease(lease("a-1", "a", &[]));
+        w.lease(lease("a-2", "a", &["other.example.org"]));
+        let patched = json!({
+            "phase": "Validated", "assignedWebhookServer": "b",
+            "handover": {"state": "Patched", "source": "a", "destination": "b", "attempt": 2},
+        });
+        let cfg = config(Some("b"), patched);
+        let task = run_config(ctx, cfg.clone()).await;
+        api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
+        api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("b")));
+        let mut reasons = Vec::new();
+        let status = api.events_then(&mut reasons).await;
+        assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH));
+        let st = &status.body["status"];
+        assert_eq!(st["handover"]["state"], "SourceDropped");
+        assert_eq!(st["phase"], "Applied");
+        assert_eq!(reasons, ["SourceDropped"]);
         status.with_status(&cfg);
         let res = task.await.unwrap();
         assert!(res.is_ok(), "{res:?}");

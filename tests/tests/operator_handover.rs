@@ -303,6 +303,9 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
     );
     wait_settled(&cfgs, &crds, &cfg_name, &target, &ns, &b).await?;
     let move_took = move_started.elapsed();
+    // One move, from a to b: not a restarted one that took b for its source.
+    let h = cfgs.get(&cfg_name).await?.status.and_then(|s| s.handover).unwrap_or_default();
+    ensure!(h.source.as_deref() == Some(a.as_str()) && h.attempt == 2, "the settled move is {h:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::SeqCst);
     let errors = reader.await?;
@@ -329,7 +332,10 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
         .filter_map(|e| e.reason)
         .collect();
     for want in ["HandoverStarted", "DestinationReady", "Patched", "SourceDropped"] {
-        ensure!(reasons.iter().any(|r| r == want), "no {want} Event for the move; saw {reasons:?}");
+        ensure!(
+            reasons.iter().filter(|r| *r == want).count() == 1,
+            "want one {want} Event for the move; saw {reasons:?}"
+        );
     }
 
     // Deleting the config reverts the CRD (it serves two versions: allowed by annotation).
