@@ -365,3 +365,57 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!("controllers stopped");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dco_api::served_lease::{DEFAULT_MAX_ENCODED_BYTES, encode};
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+
+    fn lease(pod: &str, instance: &str, targets: &[&str], renewed_ago: i64) -> Lease {
+        let annotations = encode(targets.iter(), DEFAULT_MAX_ENCODED_BYTES)
+            .annotations()
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        let renewed = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(renewed_ago);
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(format!("dco-served-{pod}")),
+                namespace: Some("ns".into()),
+                labels: Some([(LABEL_INSTANCE.to_string(), instance.to_string())].into()),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(renewed)),
+                lease_duration_seconds: Some(30),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn lease_events_wake_servers_only_when_a_reported_set_can_change() {
+        let events = vec![
+            Ok(watcher::Event::InitApply(lease("a-1", "a", &["x"], 0))),
+            // Heartbeat: same set, renewed.
+            Ok(watcher::Event::Apply(lease("a-1", "a", &["x"], 0))),
+            Ok(watcher::Event::Apply(lease("b-1", "b", &["y"], 0))),
+            // The set grew.
+            Ok(watcher::Event::Apply(lease("a-1", "a", &["x", "z"], 0))),
+            // Another heartbeat of b.
+            Ok(watcher::Event::Apply(lease("b-1", "b", &["y"], 0))),
+            // b's replica had lapsed (last seen renewed 60 s ago), then it comes back.
+            Ok(watcher::Event::Apply(lease("b-2", "b", &["y"], 60))),
+            Ok(watcher::Event::Apply(lease("b-2", "b", &["y"], 0))),
+            // A Lease moving to another instance wakes both.
+            Ok(watcher::Event::Apply(lease("b-2", "c", &["y"], 0))),
+            Ok(watcher::Event::Delete(lease("a-1", "a", &["x", "z"], 0))),
+            Err(watcher::Error::NoResourceVersion),
+        ];
+        let woken: Vec<String> = lease_triggers(stream::iter(events)).map(|r| r.name).collect().await;
+        assert_eq!(woken, ["a", "b", "a", "b", "b", "b", "c", "a"]);
+    }
+}
