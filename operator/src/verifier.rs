@@ -418,6 +418,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_rotated_ca_is_pushed_to_a_settled_target_without_a_move() {
+        let (ctx, mut api, mut w) = test_context();
+        w.server(server("a", true, 2, &[TARGET]));
+        w.secret(tls_secret("a"));
+        let cfg = config(None, settled_on("a"));
+        let task = run_config(ctx, cfg.clone()).await;
+        api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
+        // The target still carries the CA from before the rotation.
+        let mut old = wired_to("a");
+        old["webhook"]["clientConfig"]["caBundle"] =
+            json!(base64_of("-----BEGIN CERTIFICATE-----\nT0xE\n-----END CERTIFICATE-----\n"));
+        api.expect(Method::GET, CCC_PATH).await.ok(&crd(old));
+        let patch = api.expect(Method::PATCH, CCC_PATH).await;
+        assert!(patch.is_apply_by_operator());
+        assert_eq!(patch.body["spec"]["conversion"], wired_to("a"));
+        patch.ok(&crd(wired_to("a")));
+        let mut reasons = Vec::new();
+        let status = api.events_then(&mut reasons).await;
+        assert_eq!(reasons, ["WiringRefreshed"]);
+        let st = &status.body["status"];
+        assert_eq!(
+            (st["phase"].clone(), st["handover"]["state"].clone()),
+            (json!("Applied"), json!("SourceDropped"))
+        );
+        assert_eq!(st["handover"]["attempt"], 1, "a CA refresh is not a move");
+        status.with_status(&cfg);
+        let res = task.await.unwrap();
+        assert!(res.is_ok(), "{res:?}");
+    }
+
+    #[tokio::test]
     async fn deleting_a_config_whose_target_serves_two_versions_is_blocked() {
         let (ctx, mut api, mut w) = test_context();
         w.server(server("a", true, 2, &[TARGET]));
