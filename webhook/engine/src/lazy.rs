@@ -30,11 +30,16 @@ impl Split<'_> {
     }
 }
 
-/// Parses the touched part of the object `raw` into a projection.
+/// Parses the touched part of the object `raw` into a projection. `raw` must be
+/// well-formed JSON (see [`Plan::convert_raw`]).
 fn project<'a>(raw: &'a str, touch: &Touch) -> Option<(Value, Split<'a>)> {
     let mut proj = sonic_rs::Object::new();
     let mut split = Split::default();
-    for entry in sonic_rs::to_object_iter(raw) {
+    // SAFETY: `raw` is a slice of a document sonic-rs has already validated strictly (the
+    // review's top-level iteration skips `request` in strict mode), and every slice handed
+    // down here is a complete value inside it; the unchecked iterator only skips structure.
+    let iter = unsafe { sonic_rs::to_object_iter_unchecked(raw) };
+    for entry in iter {
         let (k, lv) = entry.ok()?;
         match touch.children.get(k.as_ref()) {
             None => split.untouched.push((k, borrowed(&lv)?)),
@@ -107,6 +112,9 @@ fn write_merged(out: &mut Vec<u8>, dst: Option<&Value>, split: &Split<'_>) -> Op
 
 impl Plan {
     /// Converts the object whose JSON text is `raw` and appends the result to `out`.
+    ///
+    /// `raw` must be well-formed JSON: a value inside a document sonic-rs validated in strict
+    /// mode (the review path), or text a serialiser produced (tests).
     pub(crate) fn convert_raw(
         &self,
         raw: &str,
@@ -210,5 +218,25 @@ mod tests {
         let err = p.convert_raw(&raw, "example.org/v9", &mut out).unwrap_err();
         assert!(err.to_string().starts_with("DB default/db1: desiredAPIVersion"), "{err}");
         assert!(p.convert_raw("{not json", SPOKE_AV, &mut out).is_err());
+    }
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use crate::strategies::testkit::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_fast_path_is_taken_for_plain_hops() {
+        let p = plan_for(
+            &obj_schema(json!({"a": {"type": "integer"}, "x": {"type": "string"}})),
+            &obj_schema(json!({"b": {"type": "integer"}, "x": {"type": "string"}})),
+            json!([{"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.a", "spokePath": "spec.b"}}]),
+        );
+        let raw = serde_json::to_string(&hub_obj(json!({"a": 1, "x": "y"}))).unwrap();
+        let mut out = Vec::new();
+        assert!(p.convert_raw_fast(&raw, SPOKE_AV, &mut out).is_some());
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v, spoke_obj(json!({"b": 1, "x": "y"})));
     }
 }

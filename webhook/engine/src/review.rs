@@ -71,7 +71,9 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
     let request =
         borrowed(&request).ok_or_else(|| ReviewError::Malformed("request cannot be read".into()))?;
     let (mut uid, mut desired, mut objects) = (None, None, None);
-    for entry in sonic_rs::to_object_iter(request) {
+    // SAFETY: `request` was skipped in strict mode by the iteration above, which validated
+    // it as JSON; the unchecked iterators below only walk its structure.
+    for entry in unsafe { sonic_rs::to_object_iter_unchecked(request) } {
         let (k, lv) = entry.map_err(|e| ReviewError::Malformed(format!("request is not an object: {e}")))?;
         match k.as_ref() {
             "uid" => uid = lv.as_str().map(str::to_string),
@@ -91,7 +93,8 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
         }
         let list = borrowed(&objects)
             .ok_or_else(|| ReviewError::Malformed("request.objects cannot be read".into()))?;
-        for item in sonic_rs::to_array_iter(list) {
+        // SAFETY: a slice of the strictly validated `request` (see above).
+        for item in unsafe { sonic_rs::to_array_iter_unchecked(list) } {
             let lv =
                 item.map_err(|e| ReviewError::Malformed(format!("request.objects is not a JSON list: {e}")))?;
             raws.push(
@@ -206,6 +209,19 @@ mod tests {
             convert_review(&p, br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"x"}}"#),
             Err(ReviewError::Malformed(_))
         ));
+        for bad in [
+            &br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"x","desiredAPIVersion":"example.org/v1","objects":[{"a": tru}]}}"#[..],
+            br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"x","desiredAPIVersion":"example.org/v1","objects":[{"a": "\q"}]}}"#,
+            br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"x","desiredAPIVersion":"example.org/v1","objects":[{"a": 1.}]}}"#,
+            br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"x","desiredAPIVersion":"example.org/v1","objects":[{"a" 1}]}}"#,
+            br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"x","desiredAPIVersion":"example.org/v1","objects":[{"a": [1,}]}}"#,
+        ] {
+            assert!(
+                matches!(convert_review(&p, bad), Err(ReviewError::Malformed(_))),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
         let out = convert_review(
             &p,
             br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"x","desiredAPIVersion":"example.org/v1","objects":[1,"s",null]}}"#,

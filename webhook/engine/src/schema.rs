@@ -6,7 +6,7 @@
 //! preserve-unknown nodes without properties). Objects with properties are interior nodes.
 //! Fields a schema never declares are not leaves: convert copies them through untouched.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -130,11 +130,16 @@ fn plural(n: &Node) -> String {
 }
 
 /// A schema flattened to dotted paths below its root.
+///
+/// Paths are kept in depth-first order, so a node's descendants follow it contiguously
+/// (sorting would not give that: `a-x` sorts between `a` and `a.b`), with a hash index for
+/// lookups — compile does a few thousand of them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlatSchema {
     pub root: Node,
-    /// Every declared path below the root, interior nodes included.
-    nodes: BTreeMap<String, Node>,
+    /// Every declared path below the root, interior nodes included, depth-first.
+    entries: Vec<(String, Node)>,
+    index: HashMap<String, usize>,
 }
 
 /// What a rule path resolves to.
@@ -153,16 +158,20 @@ pub enum Resolved<'a> {
 }
 
 impl FlatSchema {
+    fn empty(root: Node) -> FlatSchema {
+        FlatSchema { root, entries: Vec::new(), index: HashMap::new() }
+    }
+
     /// Flattens a whole object's schema; `apiVersion`, `kind` and `metadata` are left out
     /// (the router and the metadata strategies own them).
     pub fn object(schema: &Value) -> FlatSchema {
-        let mut fs = FlatSchema {
-            root: Node {
-                shape: Shape::Object { has_properties: true, preserve_unknown: false },
-                nullable: false,
+        let mut fs = FlatSchema::empty(Node {
+            shape: Shape::Object {
+                has_properties: true,
+                preserve_unknown: flag(schema, "x-kubernetes-preserve-unknown-fields"),
             },
-            nodes: BTreeMap::new(),
-        };
+            nullable: false,
+        });
         if let Some(props) = schema.get("properties").and_then(Value::as_object) {
             for (k, v) in props {
                 if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
@@ -171,13 +180,7 @@ impl FlatSchema {
                 fs.add(k.clone(), v, 1);
             }
         }
-        fs.root = Node {
-            shape: Shape::Object {
-                has_properties: true,
-                preserve_unknown: flag(schema, "x-kubernetes-preserve-unknown-fields"),
-            },
-            nullable: false,
-        };
+        fs.build_index();
         fs
     }
 
@@ -187,70 +190,80 @@ impl FlatSchema {
     }
 
     fn node_at(schema: &Value, depth: usize) -> FlatSchema {
-        let mut fs = FlatSchema {
-            root: Node {
-                shape: Shape::Object { has_properties: false, preserve_unknown: false },
-                nullable: false,
-            },
-            nodes: BTreeMap::new(),
-        };
         let root = classify(schema, depth);
-        if matches!(root.shape, Shape::Object { has_properties: true, .. })
-            && let Some(props) = schema.get("properties").and_then(Value::as_object)
-        {
+        let interior = matches!(root.shape, Shape::Object { has_properties: true, .. });
+        let mut fs = FlatSchema::empty(root);
+        if interior && let Some(props) = schema.get("properties").and_then(Value::as_object) {
             for (k, v) in props {
                 fs.add(k.clone(), v, depth + 1);
             }
         }
-        fs.root = root;
+        fs.build_index();
         fs
     }
 
     fn add(&mut self, path: String, schema: &Value, depth: usize) {
         let node = classify(schema, depth);
         let interior = matches!(node.shape, Shape::Object { has_properties: true, .. });
-        self.nodes.insert(path.clone(), node);
+        self.entries.push((path, node));
         if interior && let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            let at = self.entries.len() - 1;
             for (k, v) in props {
-                self.add(format!("{path}.{k}"), v, depth + 1);
+                let child = format!("{}.{k}", self.entries[at].0);
+                self.add(child, v, depth + 1);
             }
         }
+    }
+
+    fn build_index(&mut self) {
+        self.index = self.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
     }
 
     pub fn get(&self, path: &str) -> Option<&Node> {
         if path.is_empty() {
             return Some(&self.root);
         }
-        self.nodes.get(path)
+        self.index.get(path).and_then(|i| self.entries.get(*i)).map(|(_, n)| n)
     }
 
-    /// Leaf paths in sorted order.
+    /// Leaf paths, depth-first in schema order.
     pub fn leaves(&self) -> impl Iterator<Item = (&str, &Node)> {
-        self.nodes.iter().filter(|(_, n)| n.is_leaf()).map(|(k, n)| (k.as_str(), n))
+        self.entries.iter().filter(|(_, n)| n.is_leaf()).map(|(k, n)| (k.as_str(), n))
     }
 
     pub fn leaf_count(&self) -> usize {
-        self.nodes.values().filter(|n| n.is_leaf()).count()
+        self.entries.iter().filter(|(_, n)| n.is_leaf()).count()
+    }
+
+    /// The entries at and below `path` (contiguous in depth-first order).
+    fn block<'a>(&'a self, path: &str) -> &'a [(String, Node)] {
+        let Some(&start) = self.index.get(path) else { return &[] };
+        let prefix_len = path.len();
+        let end = self.entries[start + 1..]
+            .iter()
+            .position(|(k, _)| {
+                !(k.len() > prefix_len && k.starts_with(path) && k.as_bytes()[prefix_len] == b'.')
+            })
+            .map_or(self.entries.len(), |p| start + 1 + p);
+        &self.entries[start..end]
     }
 
     /// Leaves at or below `path` (just `path` when it is a leaf).
     pub fn leaves_under<'a>(&'a self, path: &'a str) -> impl Iterator<Item = (&'a str, &'a Node)> + 'a {
-        let prefix = format!("{path}.");
-        self.nodes
-            .range::<str, _>((std::ops::Bound::Included(path), std::ops::Bound::Unbounded))
-            .take_while(move |(k, _)| k.as_str() == path || k.starts_with(&prefix))
-            .filter(|(_, n)| n.is_leaf())
-            .map(|(k, n)| (k.as_str(), n))
+        self.block(path).iter().filter(|(_, n)| n.is_leaf()).map(|(k, n)| (k.as_str(), n))
     }
 
-    /// Direct children of an interior path (names only).
+    /// Direct children of an interior path (names only, sorted).
     pub fn children(&self, path: &str) -> Vec<&str> {
         let prefix = if path.is_empty() { String::new() } else { format!("{path}.") };
-        self.nodes
-            .keys()
-            .filter_map(|k| k.strip_prefix(prefix.as_str()))
+        let mut out: Vec<&str> = self
+            .entries
+            .iter()
+            .filter_map(|(k, _)| k.strip_prefix(prefix.as_str()))
             .filter(|rest| !rest.contains('.'))
-            .collect()
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     pub fn resolve(&self, path: &str) -> Resolved<'_> {
@@ -264,7 +277,7 @@ impl FlatSchema {
                 cur.push('.');
             }
             cur.push_str(seg);
-            match self.nodes.get(&cur) {
+            match self.get(&cur) {
                 Some(n) if n.is_leaf() => return Resolved::InsideLeaf { unit: cur, node: n },
                 Some(_) => parent = cur.clone(),
                 None => break,
@@ -278,15 +291,13 @@ impl FlatSchema {
         if path.is_empty() {
             return Some(self.clone());
         }
-        let root = self.nodes.get(path)?.clone();
-        let prefix = format!("{path}.");
-        let nodes = self
-            .nodes
-            .range::<str, _>((std::ops::Bound::Excluded(path), std::ops::Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .map(|(k, n)| (k[prefix.len()..].to_string(), n.clone()))
-            .collect();
-        Some(FlatSchema { root, nodes })
+        let block = self.block(path);
+        let (_, root) = block.first()?;
+        let skip = path.len() + 1;
+        let mut fs = FlatSchema::empty(root.clone());
+        fs.entries = block[1..].iter().map(|(k, n)| (k[skip..].to_string(), n.clone())).collect();
+        fs.build_index();
+        Some(fs)
     }
 }
 
@@ -525,7 +536,8 @@ mod tests {
     #[test]
     fn flattens_every_shape() {
         let fs = FlatSchema::object(&sample());
-        let leaves: Vec<&str> = fs.leaves().map(|(p, _)| p).collect();
+        let mut leaves: Vec<&str> = fs.leaves().map(|(p, _)| p).collect();
+        leaves.sort_unstable();
         assert_eq!(
             leaves,
             vec![
@@ -556,7 +568,8 @@ mod tests {
         match &fs.get("spec.disks").unwrap().shape {
             Shape::Array { items, max_items } => {
                 assert_eq!(*max_items, Some(4));
-                let item_leaves: Vec<&str> = items.leaves().map(|(p, _)| p).collect();
+                let mut item_leaves: Vec<&str> = items.leaves().map(|(p, _)| p).collect();
+                item_leaves.sort_unstable();
                 assert_eq!(item_leaves, vec!["gb", "name"]);
             }
             other => panic!("unexpected {other:?}"),
@@ -577,6 +590,20 @@ mod tests {
         assert_eq!(fs.leaves_under("spec.nested").count(), 1);
         assert_eq!(fs.leaves_under("spec").count(), 11);
         assert_eq!(fs.children("status"), vec!["ready"]);
+    }
+
+    #[test]
+    fn subtrees_stay_contiguous_with_dashed_names() {
+        // "a-x" sorts between "a" and "a.b": depth-first order keeps a's subtree together.
+        let fs = FlatSchema::object(&json!({"type": "object", "properties": {
+            "a": {"type": "object", "properties": {"b": {"type": "string"}, "c": {"type": "string"}}},
+            "a-x": {"type": "string"}}}));
+        let under: Vec<&str> = fs.leaves_under("a").map(|(p, _)| p).collect();
+        assert_eq!(under, vec!["a.b", "a.c"]);
+        let sub = fs.subtree("a").unwrap();
+        assert_eq!(sub.leaf_count(), 2);
+        assert!(sub.get("b").is_some());
+        assert_eq!(fs.leaves_under("a-x").count(), 1);
     }
 
     #[test]
