@@ -19,7 +19,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
 use kube::{Client, Resource};
 use serde_json::{Value, json};
 
@@ -79,7 +82,12 @@ fn b64(s: &str) -> String {
 
 /// The served-target reports of an instance's Leases, by Lease name.
 async fn reports(leases: &Api<Lease>, instance: &str) -> Result<BTreeMap<String, (Lease, Report)>> {
-    let lp = ListParams::default().labels(&format!("{}={instance},{}={}", dco_api::LABEL_INSTANCE, dco_api::LABEL_MANAGED_BY, dco_api::MANAGED_BY));
+    let lp = ListParams::default().labels(&format!(
+        "{}={instance},{}={}",
+        dco_api::LABEL_INSTANCE,
+        dco_api::LABEL_MANAGED_BY,
+        dco_api::MANAGED_BY
+    ));
     Ok(leases
         .list(&lp)
         .await?
@@ -134,15 +142,24 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     // Two servers: ours, and one the assignment can move to (it never runs).
     for name in [&instance, &elsewhere] {
         guard.1.push((cws_ar.clone(), name.clone()));
-        apply(&cws, name, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-            "metadata": {"name": name}, "spec": {"namespace": ns, "replicas": 2}})).await?;
+        apply(
+            &cws,
+            name,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+            "metadata": {"name": name}, "spec": {"namespace": ns, "replicas": 2}}),
+        )
+        .await?;
     }
 
     // RBAC as the operator grants it: read cluster-wide, leases in its own namespace only.
     guard.1.push((ar::<ClusterRole>(), cluster_role.clone()));
     guard.1.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
-    apply(&Api::<ServiceAccount>::namespaced(client.clone(), &ns), "dco-webhook",
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-webhook"}})).await?;
+    apply(
+        &Api::<ServiceAccount>::namespaced(client.clone(), &ns),
+        "dco-webhook",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-webhook"}}),
+    )
+    .await?;
     apply(&Api::<ClusterRole>::all(client.clone()), &cluster_role, json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": cluster_role},
         "rules": [
@@ -164,36 +181,50 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
         "subjects": [{"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns}]})).await?;
 
     // Serving certificate for the Service's DNS name.
-    let (ca, crt, key) = dco_tests::serving_cert(&[format!("{instance}.{ns}.svc"), format!("{instance}.{ns}.svc.cluster.local")])?;
-    apply(&t.api::<Secret>(), "dco-webhook-tls", json!({"apiVersion": "v1", "kind": "Secret",
+    let (ca, crt, key) = dco_tests::serving_cert(&[
+        format!("{instance}.{ns}.svc"),
+        format!("{instance}.{ns}.svc.cluster.local"),
+    ])?;
+    apply(
+        &t.api::<Secret>(),
+        "dco-webhook-tls",
+        json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "dco-webhook-tls"}, "type": "kubernetes.io/tls",
-        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca}})).await?;
+        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca}}),
+    )
+    .await?;
     apply(&t.api::<Service>(), &instance, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": instance},
         "spec": {"selector": {"app": instance}, "ports": [{"name": "https", "port": 443, "targetPort": 9443}]}})).await?;
 
     // The target: v2 stores spec.storageGB, v1 calls it spec.storageSize.
-    let schema = |size: &str| json!({"openAPIV3Schema": {"type": "object", "properties": {
-        "spec": {"type": "object", "properties": {size: {"type": "integer"}, "color": {"type": "string"}}}}}});
+    let schema = |size: &str| {
+        json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {size: {"type": "integer"}, "color": {"type": "string"}}}}}})
+    };
     let conversion_to = |svc: Option<&str>| match svc {
         Some(svc) => json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
             "clientConfig": {"caBundle": b64(&ca), "service": {"name": svc, "namespace": ns, "path": format!("/convert/{target}"), "port": 443}}}}),
         None => json!({"strategy": "None"}),
     };
-    let crd = |svc: Option<&str>| json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    let crd = |svc: Option<&str>| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": target},
         "spec": {"group": group, "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
             "versions": [
                 {"name": "v2", "served": true, "storage": true, "schema": schema("storageGB")},
                 {"name": "v1", "served": true, "storage": false, "schema": schema("storageSize")}],
-            "conversion": conversion_to(svc)}});
+            "conversion": conversion_to(svc)}})
+    };
     guard.1.push((ar::<CustomResourceDefinition>(), target.clone()));
     apply(&crds, &target, crd(Some(&instance))).await?;
-    let cfg = |server: &str| json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+    let cfg = |server: &str| {
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
         "metadata": {"name": config},
         "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "webhookServerRef": {"name": server},
             "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
-                "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}});
+                "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}})
+    };
     guard.1.push((ccc_ar.clone(), config.clone()));
     apply(&cccs, &config, cfg(&instance)).await?;
 
@@ -243,7 +274,11 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
             "metadata": {"name": name}, "spec": {field: n, "color": "blue"}}))?)
     };
     wait_for("the first write at v1 to be converted", Duration::from_secs(60), || async {
-        Ok(v1.create(&PostParams::default(), &obj("v1", "from-v1", "storageSize", 10)?).await.ok().map(|_| ()))
+        Ok(v1
+            .create(&PostParams::default(), &obj("v1", "from-v1", "storageSize", 10)?)
+            .await
+            .ok()
+            .map(|_| ()))
     })
     .await?;
     v2.create(&PostParams::default(), &obj("v2", "from-v2", "storageGB", 20)?).await?;
@@ -267,7 +302,9 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     let ready = ready_pods(&pods, &instance).await?;
     for pod in &ready {
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        let (lease, _) = first.get(&dco_api::served_lease_name(&pod_name)).with_context(|| format!("no Lease for Pod {pod_name}"))?;
+        let (lease, _) = first
+            .get(&dco_api::served_lease_name(&pod_name))
+            .with_context(|| format!("no Lease for Pod {pod_name}"))?;
         let owner = &lease.metadata.owner_references.as_ref().context("Lease without owner")?[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Pod", pod_name.as_str()));
         assert_eq!(Some(&owner.uid), pod.metadata.uid.as_ref());
@@ -275,7 +312,10 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     let renew = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone()).map(|t| t.0);
     wait_for("both Leases to renew", Duration::from_secs(20), || async {
         let now = reports(&leases, &instance).await?;
-        Ok(first.iter().all(|(name, (l, _))| now.get(name).is_some_and(|(n, _)| renew(n) > renew(l))).then_some(()))
+        Ok(first
+            .iter()
+            .all(|(name, (l, _))| now.get(name).is_some_and(|(n, _)| renew(n) > renew(l)))
+            .then_some(()))
     })
     .await?;
 
@@ -283,14 +323,18 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     apply(&cccs, &config, cfg(&elsewhere)).await?;
     tokio::time::sleep(Duration::from_secs(6)).await; // three drain periods
     let rs = reports(&leases, &instance).await?;
-    assert!(rs.len() == 2 && rs.values().all(|(_, r)| holds_target(r)), "the plan must be held while spec.conversion names the Service: {rs:?}");
+    assert!(
+        rs.len() == 2 && rs.values().all(|(_, r)| holds_target(r)),
+        "the plan must be held while spec.conversion names the Service: {rs:?}"
+    );
     let a = v1.get("from-v2").await.context("reading at v1 after the assignment moved")?;
     assert_eq!(a.data["spec"]["storageSize"], 20);
     // Control: once spec.conversion no longer names the Service, the replicas let go.
     apply(&crds, &target, crd(None)).await?;
     wait_for("the replicas to release the target", Duration::from_secs(30), || async {
         let rs = reports(&leases, &instance).await?;
-        Ok((rs.len() == 2 && rs.values().all(|(_, r)| r.targets().is_some_and(|s| !s.contains(&target)))).then_some(()))
+        Ok((rs.len() == 2 && rs.values().all(|(_, r)| r.targets().is_some_and(|s| !s.contains(&target))))
+            .then_some(()))
     })
     .await?;
 
