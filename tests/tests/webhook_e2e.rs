@@ -42,15 +42,18 @@ fn webhook_binary() -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// Deletes cluster-scoped objects the test made, on a runtime of its own.
-struct ClusterScoped(Client, Vec<(ApiResource, String)>);
+/// Deletes cluster-scoped objects the test made, on a runtime of its own with a client of its
+/// own: a kube Client's connection task lives on the runtime that made it, and that runtime
+/// is blocked in this Drop, so reusing the test's client here would deadlock.
+struct ClusterScoped(Vec<(ApiResource, String)>);
 
 impl Drop for ClusterScoped {
     fn drop(&mut self) {
-        let (client, objs) = (self.0.clone(), std::mem::take(&mut self.1));
+        let objs = std::mem::take(&mut self.0);
         let _ = std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| {
                 rt.block_on(async {
+                    let Ok(client) = dco_tests::client().await else { return };
                     for (ar, name) in objs {
                         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
                         let _ = api.delete(&name, &DeleteParams::background()).await;
@@ -122,7 +125,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     let target = format!("widgets.{group}");
     let config = format!("{instance}-widgets");
     let cluster_role = format!("dco-webhook-{ns}");
-    let mut guard = ClusterScoped(client.clone(), Vec::new());
+    let mut guard = ClusterScoped(Vec::new());
 
     // The dco CRDs (idempotent; other tests may have applied them).
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -141,7 +144,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
 
     // Two servers: ours, and one the assignment can move to (it never runs).
     for name in [&instance, &elsewhere] {
-        guard.1.push((cws_ar.clone(), name.clone()));
+        guard.0.push((cws_ar.clone(), name.clone()));
         apply(
             &cws,
             name,
@@ -152,8 +155,8 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     }
 
     // RBAC as the operator grants it: read cluster-wide, leases in its own namespace only.
-    guard.1.push((ar::<ClusterRole>(), cluster_role.clone()));
-    guard.1.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
+    guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
+    guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
     apply(
         &Api::<ServiceAccount>::namespaced(client.clone(), &ns),
         "dco-webhook",
@@ -216,7 +219,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
                 {"name": "v1", "served": true, "storage": false, "schema": schema("storageSize")}],
             "conversion": conversion_to(svc)}})
     };
-    guard.1.push((ar::<CustomResourceDefinition>(), target.clone()));
+    guard.0.push((ar::<CustomResourceDefinition>(), target.clone()));
     apply(&crds, &target, crd(Some(&instance))).await?;
     let cfg = |server: &str| {
         json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
@@ -225,7 +228,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
             "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
                 "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}})
     };
-    guard.1.push((ccc_ar.clone(), config.clone()));
+    guard.0.push((ccc_ar.clone(), config.clone()));
     apply(&cccs, &config, cfg(&instance)).await?;
 
     // The Deployment the operator would make.
