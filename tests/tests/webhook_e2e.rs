@@ -23,7 +23,7 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
     PostParams,
 };
-use kube::{Client, Resource};
+use kube::Resource;
 use serde_json::{Value, json};
 
 use dco_tests::{TestEnv, wait_deployment_available, wait_for};
