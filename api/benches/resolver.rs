@@ -8,7 +8,11 @@ use dco_api::assign::{ServerInfo, Servers};
 
 fn pool(n: usize) -> Vec<ServerInfo> {
     (0..n)
-        .map(|i| ServerInfo { name: format!("server-{i}"), default: i == 0, pool_weight: Some(1 + (i as u32 % 4)) })
+        .map(|i| ServerInfo {
+            name: format!("server-{i}"),
+            default: i == 0,
+            pool_weight: Some(1 + (i as u32 % 4)),
+        })
         .collect()
 }
 
@@ -34,7 +38,10 @@ fn resolve_100k(c: &mut Criterion) {
     let moved = targets.iter().filter(|t| before.pool_winner(t) != after.pool_winner(t)).count();
     let total_weight: u32 = pool(16).iter().filter_map(|s| s.pool_weight).sum::<u32>() + 1;
     let ideal = targets.len() as f64 / f64::from(total_weight);
-    println!("movement on adding a weight-1 member: {moved} moved, ideal {ideal:.0}, ratio {:.3}", moved as f64 / ideal);
+    println!(
+        "movement on adding a weight-1 member: {moved} moved, ideal {ideal:.0}, ratio {:.3}",
+        moved as f64 / ideal
+    );
 }
 
 criterion_group!(benches, resolve_100k);
