@@ -79,20 +79,8 @@ pub struct Args {
     pub log_format: String,
 }
 
-/// `250ms`, `5s`, `2m`, `1h`, or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration; use e.g. 500ms, 5s, 2m, 1h"))?;
-    let d = match unit {
-        "" | "s" => Duration::from_secs(n),
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => return Err(format!("{s:?} has unknown unit {unit:?}; use ms, s, m or h")),
-    };
-    Ok(d)
-}
+/// Go-style durations (`250ms`, `5s`, `1m30s`) or a bare number of seconds.
+pub use dco_engine::duration::parse_flag as parse_duration;
 
 #[cfg(test)]
 mod tests {

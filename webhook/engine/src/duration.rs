@@ -346,3 +346,40 @@ mod tests {
         }
     }
 }
+
+/// A command-line duration: Go syntax (`250ms`, `5s`, `1m30s`, `2h`) or a bare number of
+/// seconds, never negative. Shared by every dco binary's flags.
+pub fn parse_flag(input: &str) -> Result<std::time::Duration, String> {
+    let s = input.trim();
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s
+            .parse::<u64>()
+            .map(std::time::Duration::from_secs)
+            .map_err(|_| format!("{s:?} is too large a number of seconds"));
+    }
+    match parse_nanos(s) {
+        Ok(n) if n >= 0 => Ok(std::time::Duration::from_nanos(n.unsigned_abs())),
+        Ok(_) => Err(format!("{s:?} is negative; durations here must be zero or more")),
+        Err(_) => {
+            Err(format!("{s:?} is not a duration; use e.g. 500ms, 5s, 1m30s, 2h or a number of seconds"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::parse_flag;
+    use std::time::Duration;
+
+    #[test]
+    fn flags_take_go_durations_and_bare_seconds() {
+        assert_eq!(parse_flag("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_flag("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_flag("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(parse_flag("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_flag("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(parse_flag("-5s").unwrap_err().contains("negative"));
+        assert!(parse_flag("5 parsecs").unwrap_err().contains("not a duration"));
+        assert!(parse_flag("").is_err());
+    }
+}
