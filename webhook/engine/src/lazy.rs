@@ -1,27 +1,32 @@
 //! Converting one object from its raw JSON text, parsing only what the rules touch.
 //!
-//! The plan knows every path a spoke's rules can read or write ([`Touch`]). Of an incoming
-//! object only those subtrees are parsed, into a *projection* that runs through the very same
-//! [`ScopePlan::run`] as [`Plan::convert_value`]; everything else is written to the output as
-//! the raw bytes it arrived as. Untouched keys are by construction never cleared or written by
-//! a rule, so merging them back beside the projection's result gives the object the full path
-//! would give. Anything unusual (a plan that may read anywhere, spoke→spoke, an error) takes
-//! the full path, so messages are identical too.
+//! Two paths share this entry point, both reading the object with the review's own
+//! [`Scanner`] in the same single pass that validates it:
+//! - the *stream* path (see `stream`), when every rule of the hop only moves or remaps
+//!   values within their parent object: the object is rewritten as it is read;
+//! - the *projection* path otherwise: the plan knows every path a spoke's rules can read or
+//!   write ([`Touch`]); only those subtrees are parsed, into a projection that runs through
+//!   the very same [`ScopePlan::run`](crate::plan::ScopePlan::run) as [`Plan::convert_value`], and everything else is
+//!   written to the output as the raw bytes it arrived as. Untouched keys are by
+//!   construction never cleared or written by a rule, so merging them back beside the
+//!   projection's result gives the object the full path would give.
+//!
+//! Anything unusual (a plan that may read anywhere, spoke→spoke, any error) takes the full
+//! path, so messages are identical too.
 
 use std::borrow::Cow;
 
-use sonic_rs::{JsonContainerTrait, JsonType, JsonValueMutTrait, JsonValueTrait};
-
 use crate::convert::{ConvertError, Direction};
-use crate::plan::{Plan, Touch};
-use crate::value::Value;
+use crate::plan::{Plan, SpokePlan, Touch};
+use crate::scan::{ScanError, Scanner};
+use crate::value::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait, Value};
 
 /// The raw parts of one object level that no rule touches, and the split of touched
 /// interior children.
 #[derive(Default)]
 struct Split<'a> {
     untouched: Vec<(Cow<'a, str>, &'a str)>,
-    nested: Vec<(String, Split<'a>)>,
+    nested: Vec<(Cow<'a, str>, Split<'a>)>,
 }
 
 impl Split<'_> {
@@ -30,42 +35,59 @@ impl Split<'_> {
     }
 }
 
-/// Parses the touched part of the object `raw` into a projection. `raw` must be
-/// well-formed JSON (see [`Plan::convert_raw`]).
-fn project<'a>(raw: &'a str, touch: &Touch) -> Option<(Value, Split<'a>)> {
+/// Why a fast path stopped.
+pub(crate) enum Bail {
+    /// The input is not JSON: the whole review is malformed.
+    Scan(ScanError),
+    /// Something the fast path does not handle (a value sonic-rs will not read, a rule
+    /// error): rewind and take the full path.
+    Full,
+}
+
+impl From<ScanError> for Bail {
+    fn from(e: ScanError) -> Self {
+        Bail::Scan(e)
+    }
+}
+
+/// Reads the rest of the object the scanner is in (its opening brace consumed) into a
+/// projection of the touched keys and a split of the untouched ones.
+fn project<'a>(
+    s: &mut Scanner<'a>,
+    fields: &mut crate::scan::Fields,
+    touch: &Touch,
+) -> Result<(sonic_rs::Object, Split<'a>), Bail> {
     let mut proj = sonic_rs::Object::new();
     let mut split = Split::default();
-    // SAFETY: `raw` is a slice of a document sonic-rs has already validated strictly (the
-    // review's top-level iteration skips `request` in strict mode), and every slice handed
-    // down here is a complete value inside it; the unchecked iterator only skips structure.
-    let iter = unsafe { sonic_rs::to_object_iter_unchecked(raw) };
-    for entry in iter {
-        let (k, lv) = entry.ok()?;
+    while let Some(k) = s.next_key(fields)? {
         match touch.children.get(k.as_ref()) {
-            None => split.untouched.push((k, borrowed(&lv)?)),
-            Some(t) if !t.whole && lv.get_type() == JsonType::Object => {
-                let (pv, ps) = project(borrowed(&lv)?, t)?;
-                proj.insert(&k, pv);
-                split.nested.push((k.into_owned(), ps));
+            None => {
+                let raw = s.value()?;
+                split.untouched.push((k, raw));
             }
+            Some(t) if !t.whole => match s.object()? {
+                Some(mut inner) => {
+                    let (pv, ps) = project(s, &mut inner, t)?;
+                    proj.insert(&k, Value::from(pv));
+                    split.nested.push((k, ps));
+                }
+                None => {
+                    proj.insert(&k, parse(s.value()?)?);
+                }
+            },
             Some(_) => {
-                let v: Value = sonic_rs::from_str(lv.as_raw_str()).ok()?;
-                proj.insert(&k, v);
+                proj.insert(&k, parse(s.value()?)?);
             }
         }
     }
-    Some((Value::from(proj), split))
+    Ok((proj, split))
 }
 
-/// The raw text of a lazy value as a slice of the input (None if the parser had to copy).
-pub(crate) fn borrowed<'a>(lv: &sonic_rs::LazyValue<'a>) -> Option<&'a str> {
-    match lv.as_raw_cow() {
-        Cow::Borrowed(s) => Some(s),
-        Cow::Owned(_) => None,
-    }
+pub(crate) fn parse(raw: &str) -> Result<Value, Bail> {
+    sonic_rs::from_str(raw).map_err(|_| Bail::Full)
 }
 
-fn write_key(out: &mut Vec<u8>, k: &str) -> Option<()> {
+pub(crate) fn write_key(out: &mut Vec<u8>, k: &str) -> Option<()> {
     sonic_rs::to_writer(&mut *out, k).ok()?;
     out.push(b':');
     Some(())
@@ -110,41 +132,86 @@ fn write_merged(out: &mut Vec<u8>, dst: Option<&Value>, split: &Split<'_>) -> Op
     Some(())
 }
 
+/// The one-hop route of a plain hub↔spoke conversion the fast paths can serve.
+struct Route<'p> {
+    spoke: &'p SpokePlan,
+    touch: &'p Touch,
+    dir: Direction,
+}
+
 impl Plan {
     /// Converts the object whose JSON text is `raw` and appends the result to `out`.
-    ///
-    /// `raw` must be well-formed JSON: a value inside a document sonic-rs validated in strict
-    /// mode (the review path), or text a serialiser produced (tests).
+    #[cfg(test)]
     pub(crate) fn convert_raw(
         &self,
         raw: &str,
         desired: &str,
         out: &mut Vec<u8>,
     ) -> Result<(), ConvertError> {
-        let mark = out.len();
-        if self.convert_raw_fast(raw, desired, out).is_some() {
-            return Ok(());
+        let scanned = Scanner::new(raw).and_then(|mut s| {
+            let result = self.convert_scanned(&mut s, desired, out)?;
+            s.end().map(|_| result)
+        });
+        match scanned {
+            Ok(result) => result,
+            Err(e) => Err(ConvertError::object(&Value::new_null(), format!("is not JSON: {e}"))),
         }
-        out.truncate(mark);
-        let obj: Value = match sonic_rs::from_str(raw) {
-            Ok(v) => v,
-            Err(e) => return Err(ConvertError::object(&Value::new_null(), format!("is not JSON: {e}"))),
-        };
-        let converted = self.convert_value(&obj, desired)?;
-        sonic_rs::to_writer(&mut *out, &converted)
-            .map_err(|e| ConvertError::object(&obj, format!("cannot serialise the result: {e}")))
     }
 
-    /// The projection path; `None` means "take the full path" (including on any error).
-    fn convert_raw_fast(&self, raw: &str, desired: &str, out: &mut Vec<u8>) -> Option<()> {
-        let (group, to) = desired.split_once('/')?;
-        if group != self.group {
-            return None;
+    /// Converts the value at the scanner (consuming it) and appends the result to `out`. The
+    /// outer `Err` is malformed JSON; the inner one an object that does not convert.
+    pub(crate) fn convert_scanned(
+        &self,
+        s: &mut Scanner<'_>,
+        desired: &str,
+        out: &mut Vec<u8>,
+    ) -> Result<Result<(), ConvertError>, ScanError> {
+        let start = s.start();
+        let mark = out.len();
+        let mut probe = *s;
+        // Objects from the apiserver have sorted keys, so `apiVersion` comes first and the
+        // route is known before the rest of the object is read.
+        if let Some(mut fields) = probe.object()? {
+            let from = match probe.next_key(&mut fields)? {
+                Some(k) if k == "apiVersion" && probe.peek() == Some(b'"') => Some(probe.string()?),
+                _ => None,
+            };
+            if let Some((from, route)) = from.and_then(|f| self.route(&f, desired).map(|r| (f, r))) {
+                let done = match route.spoke.stream(route.dir) {
+                    Some(level) => crate::stream::rewrite(
+                        level,
+                        &route.spoke.scope,
+                        route.dir,
+                        &mut probe,
+                        fields,
+                        desired,
+                        out,
+                    ),
+                    None => project(&mut probe, &mut fields, route.touch).and_then(|(mut proj, split)| {
+                        proj.insert("apiVersion", Value::from(from.as_ref()));
+                        run_projection(&route, Value::from(proj), split, desired, out).ok_or(Bail::Full)
+                    }),
+                };
+                match done {
+                    Ok(()) => {
+                        *s = probe;
+                        return Ok(Ok(()));
+                    }
+                    Err(Bail::Scan(e)) => return Err(e),
+                    Err(Bail::Full) => out.truncate(mark),
+                }
+            }
         }
-        let api_version: String =
-            sonic_rs::get(raw, &["apiVersion"]).ok().and_then(|v| v.as_str().map(str::to_string))?;
-        let (g, from) = api_version.split_once('/')?;
-        if g != self.group || from == to {
+        let raw = s.value()?;
+        debug_assert_eq!(raw.as_ptr(), s.slice(start, start).as_ptr());
+        Ok(self.convert_full(raw, desired, out))
+    }
+
+    /// The route for an object at `from` going to `desired`, when a fast path serves it.
+    fn route(&self, from: &str, desired: &str) -> Option<Route<'_>> {
+        let (group, to) = desired.split_once('/')?;
+        let (g, from) = from.split_once('/')?;
+        if group != self.group || g != self.group || from == to {
             return None;
         }
         let (spoke, dir) = if from == self.hub_version {
@@ -155,13 +222,34 @@ impl Plan {
             return None;
         };
         let sp = self.spoke(spoke)?;
-        let touch = sp.touch.as_ref()?;
-        let (proj, split) = project(raw, touch)?;
-        let mut dst = proj.clone();
-        sp.scope.run(dir, &proj, &mut dst).ok()?;
-        dst.as_object_mut()?.insert("apiVersion", Value::from(desired));
-        write_merged(out, Some(&dst), &split)
+        Some(Route { spoke: sp, touch: sp.touch.as_ref()?, dir })
     }
+
+    /// The full path: parse the whole object, convert, serialise.
+    fn convert_full(&self, raw: &str, desired: &str, out: &mut Vec<u8>) -> Result<(), ConvertError> {
+        let obj: Value = match sonic_rs::from_str(raw) {
+            Ok(v) => v,
+            Err(e) => return Err(ConvertError::object(&Value::new_null(), format!("is not JSON: {e}"))),
+        };
+        let converted = self.convert_value(&obj, desired)?;
+        sonic_rs::to_writer(&mut *out, &converted)
+            .map_err(|e| ConvertError::object(&obj, format!("cannot serialise the result: {e}")))
+    }
+}
+
+/// Runs the rules over the projection and writes the merged object; `None` means "take the
+/// full path" (any rule error, so the message is the full path's).
+fn run_projection(
+    route: &Route<'_>,
+    proj: Value,
+    split: Split<'_>,
+    desired: &str,
+    out: &mut Vec<u8>,
+) -> Option<()> {
+    let mut dst = proj.clone();
+    route.spoke.scope.run(route.dir, &proj, &mut dst).ok()?;
+    dst.as_object_mut()?.insert("apiVersion", Value::from(desired));
+    write_merged(out, Some(&dst), &split)
 }
 
 #[cfg(test)]
@@ -233,10 +321,20 @@ mod fast_path_tests {
             &obj_schema(json!({"b": {"type": "integer"}, "x": {"type": "string"}})),
             json!([{"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.a", "spokePath": "spec.b"}}]),
         );
-        let raw = serde_json::to_string(&hub_obj(json!({"a": 1, "x": "y"}))).unwrap();
+        let mut obj = hub_obj(json!({"a": 1, "x": "y"}));
+        obj["status"] = json!({"n": "__N__"});
+        // The untouched status keeps its exact bytes (the full path would print `2.5`).
+        let raw = serde_json::to_string(&obj).unwrap().replace("\"__N__\"", "[1,  2.50]");
         let mut out = Vec::new();
-        assert!(p.convert_raw_fast(&raw, SPOKE_AV, &mut out).is_some());
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v, spoke_obj(json!({"b": 1, "x": "y"})));
+        p.convert_raw(&raw, SPOKE_AV, &mut out).unwrap();
+        assert!(String::from_utf8_lossy(&out).contains("[1,  2.50]"), "{}", String::from_utf8_lossy(&out));
+        let mut want = spoke_obj(json!({"b": 1, "x": "y"}));
+        want["status"] = json!({"n": [1, 2.5]});
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&out).unwrap(), want);
+        // Keys in another order (apiVersion not first) take the full path, same result.
+        let reordered = format!("{{\"kind\":\"DB\",{}", &raw[1..].replacen("\"kind\":\"DB\",", "", 1));
+        let mut out2 = Vec::new();
+        p.convert_raw(&reordered, SPOKE_AV, &mut out2).unwrap();
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&out2).unwrap(), want);
     }
 }

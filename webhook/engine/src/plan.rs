@@ -41,12 +41,27 @@ pub struct SpokePlan {
     /// rule may read anything (JSONPatch, CEL, BranchMap). The review path parses only
     /// these and copies everything else as raw bytes.
     pub(crate) touch: Option<Touch>,
+    /// The stream-path rewrite per direction (hub→spoke, spoke→hub), when every rule
+    /// qualifies (see `crate::stream`).
+    stream: [Option<crate::stream::Level>; 2],
 }
 
 impl SpokePlan {
+    pub(crate) fn stream(&self, dir: crate::convert::Direction) -> Option<&crate::stream::Level> {
+        self.stream[match dir {
+            crate::convert::Direction::HubToSpoke => 0,
+            crate::convert::Direction::SpokeToHub => 1,
+        }]
+        .as_ref()
+    }
+
     pub(crate) fn new(version: String, scope: ScopePlan) -> SpokePlan {
         let touch = Touch::of(&scope);
-        SpokePlan { version, scope, touch }
+        let stream = [
+            crate::stream::Level::of(&scope, crate::convert::Direction::HubToSpoke),
+            crate::stream::Level::of(&scope, crate::convert::Direction::SpokeToHub),
+        ];
+        SpokePlan { version, scope, touch, stream }
     }
 }
 

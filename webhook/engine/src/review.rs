@@ -1,13 +1,13 @@
 //! The webhook's hot path: a ConversionReview request body in, the response body out.
 //!
-//! The body is walked lazily with sonic-rs: each object's touched subtrees are parsed and run
-//! through the same scope plan as `Plan::convert`, and everything else is copied as raw bytes
-//! into the response (see `lazy`).
+//! One pass of the strict [`Scanner`] reads the body: each object's touched subtrees are
+//! parsed and run through the same scope plan as `Plan::convert`, and every other value is
+//! validated while it is skipped and copied as raw bytes into the response (see `lazy`).
 
-use sonic_rs::JsonValueTrait;
+use std::borrow::Cow;
 
-use crate::lazy::borrowed;
 use crate::plan::Plan;
+use crate::scan::{ScanError, Scanner};
 
 const REVIEW_KIND: &str = "ConversionReview";
 const REVIEW_V1: &str = "apiextensions.k8s.io/v1";
@@ -35,101 +35,174 @@ pub enum ReviewError {
     MissingRequest,
 }
 
+fn malformed(e: ScanError) -> ReviewError {
+    ReviewError::Malformed(format!("not JSON: {e}"))
+}
+
+/// A string member, or None when it is another type (reported by the caller by name).
+fn string_member<'a>(s: &mut Scanner<'a>) -> Result<Option<Cow<'a, str>>, ReviewError> {
+    if s.peek() == Some(b'"') {
+        s.string().map(Some).map_err(malformed)
+    } else {
+        s.value().map(|_| None).map_err(malformed)
+    }
+}
+
+/// The converted objects as written so far, and where their list starts in `out`.
+struct Objects {
+    count: usize,
+    failure: Option<String>,
+}
+
+/// Converts the objects list at the scanner into `out`; after a failure the remaining
+/// objects are still validated, so a malformed body is a 400 whatever fails first.
+fn convert_objects(
+    plan: &Plan,
+    s: &mut Scanner<'_>,
+    desired: &str,
+    out: &mut Vec<u8>,
+) -> Result<Objects, ReviewError> {
+    let Some(mut items) = s.array().map_err(malformed)? else {
+        return Err(ReviewError::Malformed("request.objects is not a list".into()));
+    };
+    let list_start = out.len();
+    let mut done = Objects { count: 0, failure: None };
+    while s.next_item(&mut items).map_err(malformed)? {
+        if done.failure.is_some() {
+            s.value().map_err(malformed)?;
+        } else {
+            if done.count > 0 {
+                out.push(b',');
+            }
+            if let Err(e) = plan.convert_scanned(s, desired, out).map_err(malformed)? {
+                out.truncate(list_start);
+                done.failure = Some(format!("object {}: {e}", done.count));
+            }
+        }
+        done.count += 1;
+    }
+    // "object 3 of 10": the total is known only now.
+    if let Some(msg) = &mut done.failure {
+        let (head, rest) = msg.split_once(':').unwrap_or((msg.as_str(), ""));
+        *msg = format!("{head} of {}:{rest}", done.count);
+    }
+    Ok(done)
+}
+
 /// Converts every object of the review to its desiredAPIVersion. An object that cannot be
 /// converted makes the whole response a Failure (not an `Err`): the apiserver expects a
 /// review back, and the message says which object and path failed.
 pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewError> {
     let text =
         std::str::from_utf8(body).map_err(|e| ReviewError::Malformed(format!("not UTF-8 JSON: {e}")))?;
-    let not_json = |e: sonic_rs::Error| ReviewError::Malformed(format!("not a JSON object: {e}"));
-    let (mut api_version, mut kind, mut request) = (None, None, None);
-    for entry in sonic_rs::to_object_iter(text) {
-        let (k, lv) = entry.map_err(not_json)?;
+    let mut s = Scanner::new(text).map_err(malformed)?;
+    let Some(mut fields) = s.object().map_err(malformed)? else {
+        s.value().map_err(malformed)?;
+        return Err(ReviewError::Malformed("not a JSON object".into()));
+    };
+    let (mut api_version, mut kind, mut request_seen) = (None, None, false);
+    let (mut uid, mut desired) = (None::<Cow<str>>, None::<Cow<str>>);
+    // The converted list, written after the response header when that is known by the time
+    // the objects arrive (the apiserver's key order), else on its own and joined at the end.
+    // Renames make objects a little longer; growing a 15 MB buffer would copy it all again.
+    let mut out = Vec::with_capacity(body.len() + body.len() / 8 + 4096);
+    let mut header_written = false;
+    let mut objects: Option<Objects> = None;
+    // `objects` before `desiredAPIVersion`: validated first, converted after the request.
+    let mut deferred: Option<Scanner> = None;
+    while let Some(k) = s.next_key(&mut fields).map_err(malformed)? {
         match k.as_ref() {
-            "apiVersion" => api_version = lv.as_str().map(str::to_string),
-            "kind" => kind = lv.as_str().map(str::to_string),
-            "request" if !lv.is_null() => request = Some(lv),
-            _ => {}
+            "apiVersion" => api_version = string_member(&mut s)?,
+            "kind" => kind = string_member(&mut s)?,
+            "request" if s.peek() != Some(b'n') => {
+                let Some(mut req) = s.object().map_err(malformed)? else {
+                    return Err(ReviewError::Malformed("request is not an object".into()));
+                };
+                request_seen = true;
+                while let Some(k) = s.next_key(&mut req).map_err(malformed)? {
+                    match k.as_ref() {
+                        "uid" => uid = string_member(&mut s)?,
+                        "desiredAPIVersion" => desired = string_member(&mut s)?,
+                        "objects" if s.peek() != Some(b'n') => {
+                            match (&desired, &uid, review_version(&api_version)) {
+                                (Some(d), Some(u), Ok(av)) => {
+                                    write_header(&mut out, av, u)?;
+                                    header_written = true;
+                                    objects = Some(convert_objects(plan, &mut s, d, &mut out)?);
+                                }
+                                _ => {
+                                    deferred = Some(s);
+                                    s.value().map_err(malformed)?;
+                                }
+                            }
+                        }
+                        _ => {
+                            s.value().map_err(malformed)?;
+                        }
+                    }
+                }
+            }
+            _ => {
+                s.value().map_err(malformed)?;
+            }
         }
     }
-    let api_version: &'static str = match api_version.as_deref() {
-        Some(REVIEW_V1) => REVIEW_V1,
-        Some(REVIEW_V1BETA1) => REVIEW_V1BETA1,
-        Some(other) => {
-            return Err(ReviewError::Malformed(format!(
-                "apiVersion {other:?}; expected {REVIEW_V1} or {REVIEW_V1BETA1}"
-            )));
-        }
-        None => return Err(ReviewError::Malformed("apiVersion is missing or not a string".into())),
-    };
+    s.end().map_err(malformed)?;
+
+    let api_version = review_version(&api_version)?;
     match kind.as_deref() {
         Some(REVIEW_KIND) => {}
         Some(other) => return Err(ReviewError::Malformed(format!("kind {other:?}; expected {REVIEW_KIND}"))),
         None => return Err(ReviewError::Malformed("kind is missing or not a string".into())),
     }
-    let Some(request) = request else { return Err(ReviewError::MissingRequest) };
-    let request =
-        borrowed(&request).ok_or_else(|| ReviewError::Malformed("request cannot be read".into()))?;
-    let (mut uid, mut desired, mut objects) = (None, None, None);
-    // SAFETY: `request` was skipped in strict mode by the iteration above, which validated
-    // it as JSON; the unchecked iterators below only walk its structure.
-    for entry in unsafe { sonic_rs::to_object_iter_unchecked(request) } {
-        let (k, lv) = entry.map_err(|e| ReviewError::Malformed(format!("request is not an object: {e}")))?;
-        match k.as_ref() {
-            "uid" => uid = lv.as_str().map(str::to_string),
-            "desiredAPIVersion" => desired = lv.as_str().map(str::to_string),
-            "objects" if !lv.is_null() => objects = Some(lv),
-            _ => {}
-        }
+    if !request_seen {
+        return Err(ReviewError::MissingRequest);
     }
     let uid = uid.ok_or_else(|| ReviewError::Malformed("request.uid is missing or not a string".into()))?;
     let desired = desired.ok_or_else(|| {
         ReviewError::Malformed("request.desiredAPIVersion is missing or not a string".into())
     })?;
-    let mut raws: Vec<&str> = Vec::new();
-    if let Some(objects) = objects {
-        if !objects.is_array() {
-            return Err(ReviewError::Malformed("request.objects is not a list".into()));
+    if !header_written {
+        let mut head = Vec::with_capacity(128);
+        write_header(&mut head, api_version, &uid)?;
+        if let Some(mut list) = deferred {
+            // Already validated; this second pass only converts.
+            out.clear();
+            objects = Some(convert_objects(plan, &mut list, &desired, &mut out)?);
         }
-        let list = borrowed(&objects)
-            .ok_or_else(|| ReviewError::Malformed("request.objects cannot be read".into()))?;
-        // SAFETY: a slice of the strictly validated `request` (see above).
-        for item in unsafe { sonic_rs::to_array_iter_unchecked(list) } {
-            let lv =
-                item.map_err(|e| ReviewError::Malformed(format!("request.objects is not a JSON list: {e}")))?;
-            raws.push(
-                borrowed(&lv).ok_or_else(|| ReviewError::Malformed("an object cannot be read".into()))?,
-            );
-        }
+        out.splice(0..0, head);
     }
-
-    let mut out = Vec::with_capacity(body.len() + 256);
-    out.extend_from_slice(b"{\"apiVersion\":\"");
-    out.extend_from_slice(api_version.as_bytes());
-    out.extend_from_slice(b"\",\"kind\":\"ConversionReview\",\"response\":{\"uid\":");
-    write_json(&mut out, uid.as_str())?;
-    out.extend_from_slice(b",\"convertedObjects\":[");
-    let list_start = out.len();
-    let mut failure = None;
-    for (i, raw) in raws.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        if let Err(e) = plan.convert_raw(raw, &desired, &mut out) {
-            failure = Some(format!("object {i} of {}: {e}", raws.len()));
-            break;
-        }
-    }
+    let Objects { count, failure } = objects.unwrap_or(Objects { count: 0, failure: None });
     match &failure {
         None => out.extend_from_slice(b"],\"result\":{\"status\":\"Success\"}}}"),
         Some(msg) => {
-            out.truncate(list_start);
             out.extend_from_slice(b"],\"result\":{\"status\":\"Failure\",\"message\":");
             write_json(&mut out, msg.as_str())?;
             out.extend_from_slice(b"}}}");
         }
     }
-    Ok(ReviewOutcome { body: out, uid, objects: raws.len(), failure })
+    Ok(ReviewOutcome { body: out, uid: uid.into_owned(), objects: count, failure })
+}
+
+fn review_version(api_version: &Option<Cow<str>>) -> Result<&'static str, ReviewError> {
+    match api_version.as_deref() {
+        Some(REVIEW_V1) => Ok(REVIEW_V1),
+        Some(REVIEW_V1BETA1) => Ok(REVIEW_V1BETA1),
+        Some(other) => Err(ReviewError::Malformed(format!(
+            "apiVersion {other:?}; expected {REVIEW_V1} or {REVIEW_V1BETA1}"
+        ))),
+        None => Err(ReviewError::Malformed("apiVersion is missing or not a string".into())),
+    }
+}
+
+/// The response up to and including the opening bracket of `convertedObjects`.
+fn write_header(out: &mut Vec<u8>, api_version: &str, uid: &str) -> Result<(), ReviewError> {
+    out.extend_from_slice(b"{\"apiVersion\":\"");
+    out.extend_from_slice(api_version.as_bytes());
+    out.extend_from_slice(b"\",\"kind\":\"ConversionReview\",\"response\":{\"uid\":");
+    write_json(out, uid)?;
+    out.extend_from_slice(b",\"convertedObjects\":[");
+    Ok(())
 }
 
 fn write_json(out: &mut Vec<u8>, s: &str) -> Result<(), ReviewError> {
@@ -175,6 +248,35 @@ mod tests {
                 json!([spoke_obj(json!({"b": 1})), spoke_obj(json!({"b": 2}))])
             );
         }
+    }
+
+    #[test]
+    fn any_key_order_gives_the_same_response() {
+        let objects =
+            serde_json::to_string(&json!([hub_obj(json!({"a": 1})), hub_obj(json!({"a": 2}))])).unwrap();
+        let usual = format!(
+            r#"{{"kind":"ConversionReview","apiVersion":"{REVIEW_V1}","request":{{"uid":"u-1","desiredAPIVersion":"{SPOKE_AV}","objects":{objects}}}}}"#
+        );
+        // Objects before the uid and the desired version, the review's apiVersion last.
+        let reversed = format!(
+            r#" {{ "request" : {{ "objects" : {objects} , "desiredAPIVersion":"{SPOKE_AV}","uid":"u-1"}}, "kind":"ConversionReview","apiVersion":"{REVIEW_V1}"}} "#
+        );
+        let a = convert_review(&plan(), usual.as_bytes()).unwrap();
+        let b = convert_review(&plan(), reversed.as_bytes()).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.objects, 2);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(
+            v["response"]["convertedObjects"],
+            json!([spoke_obj(json!({"b": 1})), spoke_obj(json!({"b": 2}))])
+        );
+        // A malformed object after a failing one is still a malformed body.
+        let bad = usual
+            .replace(r#"{"a":2}"#, r#"{"a":tru}"#)
+            .replace(r#""apiVersion":"example.org/v2""#, r#""apiVersion":"other/v9""#);
+        assert!(
+            matches!(convert_review(&plan(), bad.as_bytes()), Err(ReviewError::Malformed(m)) if m.contains("invalid literal"))
+        );
     }
 
     #[test]

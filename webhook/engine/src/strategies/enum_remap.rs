@@ -118,25 +118,27 @@ struct Op {
 
 impl Op {
     fn map(&self, src: &Value, dst: &mut Value, h2s: bool) -> Result<(), OpError> {
-        super::move_value(src, dst, &self.path, &self.path, |v| {
-            // First match wins, so a non-injective mapping goes back to its first hub value.
-            let found = self.pairs.iter().find_map(|(h, s)| {
-                let (from, to) = if h2s { (h, s) } else { (s, h) };
-                (from == v).then(|| to.clone())
-            });
-            match found {
-                Some(out) => Ok(Some(out)),
-                None if (h2s && self.drop_hub) || (!h2s && self.drop_spoke) => Ok(None),
-                None => Err(OpError::new(
-                    &self.path,
-                    format!(
-                        "{} value {} has no mapping; add it to the rule's mapping",
-                        if h2s { "hub" } else { "spoke" },
-                        value::preview(v)
-                    ),
-                )),
-            }
-        })
+        super::move_value(src, dst, &self.path, &self.path, |v| self.remap(v, h2s))
+    }
+
+    fn remap(&self, v: &Value, h2s: bool) -> Result<Option<Value>, OpError> {
+        // First match wins, so a non-injective mapping goes back to its first hub value.
+        let found = self.pairs.iter().find_map(|(h, s)| {
+            let (from, to) = if h2s { (h, s) } else { (s, h) };
+            (from == v).then(|| to.clone())
+        });
+        match found {
+            Some(out) => Ok(Some(out)),
+            None if (h2s && self.drop_hub) || (!h2s && self.drop_spoke) => Ok(None),
+            None => Err(OpError::new(
+                &self.path,
+                format!(
+                    "{} value {} has no mapping; add it to the rule's mapping",
+                    if h2s { "hub" } else { "spoke" },
+                    value::preview(v)
+                ),
+            )),
+        }
     }
 }
 
@@ -147,6 +149,14 @@ impl RuleOp for Op {
 
     fn spoke_to_hub(&self, src: &Value, dst: &mut Value) -> Result<(), OpError> {
         self.map(src, dst, false)
+    }
+
+    fn stream(&self) -> Option<super::Stream<'_>> {
+        Some(super::Stream::Move { hub: &self.path, spoke: &self.path, mapped: true })
+    }
+
+    fn map_value(&self, v: &Value, dir: crate::convert::Direction) -> Result<Option<Value>, OpError> {
+        self.remap(v, dir == crate::convert::Direction::HubToSpoke)
     }
 }
 

@@ -72,6 +72,10 @@ impl RuleOp for Rename {
     fn spoke_to_hub(&self, src: &Value, dst: &mut Value) -> Result<(), OpError> {
         move_value(src, dst, &self.spoke, &self.hub, |v| Ok(Some(v.clone())))
     }
+
+    fn stream(&self) -> Option<super::Stream<'_>> {
+        Some(super::Stream::Move { hub: &self.hub, spoke: &self.spoke, mapped: false })
+    }
 }
 
 #[cfg(test)]

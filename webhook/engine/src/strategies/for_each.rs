@@ -116,6 +116,10 @@ impl RuleOp for Op {
     fn spoke_to_hub(&self, src: &Value, dst: &mut Value) -> Result<(), OpError> {
         self.run(Direction::SpokeToHub, src, dst, &self.spoke, &self.hub)
     }
+
+    fn stream(&self) -> Option<super::Stream<'_>> {
+        Some(super::Stream::Items { hub: &self.hub, spoke: &self.spoke, scope: &self.scope })
+    }
 }
 
 #[cfg(test)]

@@ -119,6 +119,29 @@ impl OpError {
 pub trait RuleOp: Send + Sync + fmt::Debug {
     fn hub_to_spoke(&self, src: &Value, dst: &mut Value) -> Result<(), OpError>;
     fn spoke_to_hub(&self, src: &Value, dst: &mut Value) -> Result<(), OpError>;
+
+    /// How the op runs on the review's stream path, where an object is rewritten as it is
+    /// read; `None` (the default) when it cannot.
+    fn stream(&self) -> Option<Stream<'_>> {
+        None
+    }
+
+    /// The value a [`Stream::Move`] with `mapped` writes for `v`: the same function the op's
+    /// own `hub_to_spoke`/`spoke_to_hub` applies. `Ok(None)` writes nothing.
+    fn map_value(&self, v: &Value, _dir: crate::convert::Direction) -> Result<Option<Value>, OpError> {
+        Ok(Some(v.clone()))
+    }
+}
+
+/// What an op does, in the terms of the stream path (see `crate::stream`). Both kinds clear
+/// the source path and write the target path from the pristine input, like every op.
+pub enum Stream<'a> {
+    /// The value at the source path is written at the target path, unchanged or through
+    /// [`RuleOp::map_value`] when `mapped`.
+    Move { hub: &'a Path, spoke: &'a Path, mapped: bool },
+    /// The list of objects at the source path is written at the target path, each item
+    /// converted by `scope`.
+    Items { hub: &'a Path, spoke: &'a Path, scope: &'a crate::plan::ScopePlan },
 }
 
 /// The implementation of `s`, or None while it is not implemented (compile then fails with

@@ -1,0 +1,793 @@
+//! A strict, single-pass JSON scanner for the review's hot path.
+//!
+//! The review converts ~15 MB per request but touches a few hundred bytes per object. The
+//! scanner validates every byte exactly once (RFC 8259: string escapes and control
+//! characters, the number grammar, literals, nesting) while handing out the raw text of each
+//! value, so untouched values are copied to the response without being parsed or walked
+//! again.
+//!
+//! It works like simdjson's first stage, streamed: each 64-byte block is classified with SIMD
+//! compares into bitmasks (quotes, backslashes, whitespace, operators, control characters),
+//! escapes and string interiors are resolved with carries from the previous block, and what
+//! is left is a mask of *tokens*: operators outside strings, opening quotes and the first
+//! byte of every number or literal. The grammar then walks tokens, not bytes: skipping a
+//! string is one step, and only numbers and literals are read byte by byte. Nothing is
+//! allocated except for keys with escapes and nesting deeper than 128 levels.
+//!
+//! The input must already be valid UTF-8 (a `&str`); every position the scanner stops at is
+//! an ASCII byte, so every slice it returns is a valid `&str`.
+
+use std::borrow::Cow;
+
+/// The deepest nesting accepted (the apiserver's own decoder stops at 10 000 too).
+pub(crate) const MAX_DEPTH: usize = 10_000;
+
+/// Where and why the input is not JSON.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what} at byte {at}")]
+pub(crate) struct ScanError {
+    pub at: usize,
+    pub what: &'static str,
+}
+
+fn fail<T>(at: usize, what: &'static str) -> Result<T, ScanError> {
+    Err(ScanError { at, what })
+}
+
+/// One 64-byte block, one bit per byte.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Classes {
+    quote: u64,
+    backslash: u64,
+    /// Space, tab, newline, carriage return.
+    space: u64,
+    /// `{ } [ ] : ,`
+    op: u64,
+    /// Bytes below 0x20.
+    control: u64,
+}
+
+impl Classes {
+    /// The portable classifier (and the reference the SIMD one is tested against).
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    fn of_bytes(block: &[u8; 64]) -> Classes {
+        let mut c = Classes::default();
+        for (i, b) in block.iter().enumerate() {
+            let bit = 1u64 << i;
+            match b {
+                b'"' => c.quote |= bit,
+                b'\\' => c.backslash |= bit,
+                b' ' => c.space |= bit,
+                b'{' | b'}' | b'[' | b']' | b':' | b',' => c.op |= bit,
+                _ => {}
+            }
+            if matches!(b, b'\t' | b'\n' | b'\r') {
+                c.space |= bit;
+            }
+            if *b < 0x20 {
+                c.control |= bit;
+            }
+        }
+        c
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn of(block: &[u8; 64]) -> Classes {
+        use std::arch::x86_64::*;
+        let mut c = Classes::default();
+        for lane in 0..4 {
+            // SAFETY: SSE2 is part of every x86_64 target; the load reads 16 bytes inside
+            // `block` (lane * 16 + 16 <= 64) and tolerates any alignment.
+            unsafe {
+                let v = _mm_loadu_si128(block.as_ptr().add(lane * 16).cast::<__m128i>());
+                let eq = |b: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(b as i8));
+                let bits = |m: __m128i| (_mm_movemask_epi8(m) as u16 as u64) << (lane * 16);
+                // `{`/`[` and `}`/`]` differ only in bit 0x20.
+                let folded = _mm_or_si128(v, _mm_set1_epi8(0x20));
+                let op = _mm_or_si128(
+                    _mm_or_si128(
+                        _mm_cmpeq_epi8(folded, _mm_set1_epi8(b'{' as i8)),
+                        _mm_cmpeq_epi8(folded, _mm_set1_epi8(b'}' as i8)),
+                    ),
+                    _mm_or_si128(eq(b':'), eq(b',')),
+                );
+                let space =
+                    _mm_or_si128(_mm_or_si128(eq(b' '), eq(b'\t')), _mm_or_si128(eq(b'\n'), eq(b'\r')));
+                let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+                c.quote |= bits(eq(b'"'));
+                c.backslash |= bits(eq(b'\\'));
+                c.space |= bits(space);
+                c.op |= bits(op);
+                c.control |= bits(control);
+            }
+        }
+        c
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn of(block: &[u8; 64]) -> Classes {
+        Classes::of_bytes(block)
+    }
+}
+
+/// Each bit set to the XOR of itself and all lower bits: 1 from an opening quote up to (not
+/// including) its closing quote.
+#[inline(always)]
+fn prefix_xor(mut x: u64) -> u64 {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    x
+}
+
+const EVEN: u64 = 0x5555_5555_5555_5555;
+
+/// The bytes escaped by a backslash (simdjson's odd-length backslash run detection);
+/// `carry` is 1 when the next block's first byte is escaped.
+#[inline(always)]
+fn escaped(backslash: u64, carry: &mut u64) -> u64 {
+    let backslash = backslash & !*carry;
+    let follows_escape = (backslash << 1) | *carry;
+    let odd_starts = backslash & !EVEN & !follows_escape;
+    let (even_starts, overflow) = odd_starts.overflowing_add(backslash);
+    *carry = overflow as u64;
+    (EVEN ^ (even_starts << 1)) & follows_escape
+}
+
+/// A cursor over one JSON text. Cheap to copy, so a caller can save a position and rewind.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Scanner<'a> {
+    text: &'a str,
+    /// Start of the block whose remaining tokens are in `tokens`.
+    block: usize,
+    /// Start of the next block to classify.
+    next_block: usize,
+    tokens: u64,
+    /// Carries across blocks: all ones when the previous block ended inside a string; 1 when
+    /// the next block's first byte is escaped; 1 when the previous block ended in a scalar.
+    in_string: u64,
+    escape: u64,
+    scalar: u64,
+    /// The next token (`text.len()` at the end).
+    cur: usize,
+    /// The end of the last value consumed.
+    pos: usize,
+    depth: usize,
+}
+
+/// The state of one object walk (see [`Scanner::object`]).
+pub(crate) struct Fields {
+    first: bool,
+}
+
+/// The state of one array walk (see [`Scanner::array`]).
+pub(crate) struct Items {
+    first: bool,
+}
+
+fn is_scalar_byte(b: u8) -> bool {
+    !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'{' | b'}' | b'[' | b']' | b':' | b',' | b'"')
+}
+
+impl<'a> Scanner<'a> {
+    pub fn new(text: &'a str) -> Result<Self, ScanError> {
+        let mut s = Scanner {
+            text,
+            block: 0,
+            next_block: 0,
+            tokens: 0,
+            in_string: 0,
+            escape: 0,
+            scalar: 0,
+            cur: 0,
+            pos: 0,
+            depth: 0,
+        };
+        s.cur = s.next_token()?;
+        Ok(s)
+    }
+
+    /// The end of the last value consumed.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Where the next value starts.
+    pub fn start(&self) -> usize {
+        self.cur
+    }
+
+    /// The text between two positions this scanner reported.
+    pub fn slice(&self, from: usize, to: usize) -> &'a str {
+        &self.text[from..to]
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    fn err<T>(&self, what: &'static str) -> Result<T, ScanError> {
+        fail(self.cur, what)
+    }
+
+    /// Classifies the next block into `tokens`, checking what can be checked per byte.
+    #[cold]
+    fn refill(&mut self) -> Result<bool, ScanError> {
+        let b = self.bytes();
+        let at = self.next_block;
+        if at >= b.len() {
+            if self.in_string != 0 {
+                return fail(b.len(), "unterminated string");
+            }
+            return Ok(false);
+        }
+        let mut block = [b' '; 64];
+        let n = (b.len() - at).min(64);
+        block[..n].copy_from_slice(&b[at..at + n]);
+        let c = Classes::of(&block);
+        let esc = escaped(c.backslash, &mut self.escape);
+        let quote = c.quote & !esc;
+        let in_string = prefix_xor(quote) ^ self.in_string;
+        self.in_string = ((in_string as i64) >> 63) as u64;
+        // Control characters inside a string; outside one they fail as scalars.
+        let bad = c.control & in_string;
+        if bad != 0 {
+            return fail(at + bad.trailing_zeros() as usize, "control character in a string");
+        }
+        let mut escapes = esc & in_string;
+        while escapes != 0 {
+            let i = at + escapes.trailing_zeros() as usize;
+            escapes &= escapes - 1;
+            match b.get(i).copied().unwrap_or(0) {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                b'u' if b.get(i + 1..i + 5).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) => {}
+                b'u' => return fail(i - 1, "invalid \\u escape in a string"),
+                _ => return fail(i - 1, "invalid escape in a string"),
+            }
+        }
+        let scalar = !(c.space | c.op | quote | in_string);
+        let scalar_starts = scalar & !((scalar << 1) | self.scalar);
+        self.scalar = scalar >> 63;
+        self.tokens = (c.op & !in_string) | (quote & in_string) | scalar_starts;
+        self.block = at;
+        self.next_block = at + 64;
+        Ok(true)
+    }
+
+    #[inline]
+    fn next_token(&mut self) -> Result<usize, ScanError> {
+        while self.tokens == 0 {
+            if !self.refill()? {
+                return Ok(self.text.len());
+            }
+        }
+        let i = self.block + self.tokens.trailing_zeros() as usize;
+        self.tokens &= self.tokens - 1;
+        Ok(i)
+    }
+
+    #[inline]
+    fn advance(&mut self) -> Result<(), ScanError> {
+        self.cur = self.next_token()?;
+        Ok(())
+    }
+
+    /// The first byte of the next token.
+    #[inline]
+    pub fn peek(&self) -> Option<u8> {
+        self.bytes().get(self.cur).copied()
+    }
+
+    /// Only whitespace may follow the document.
+    pub fn end(&mut self) -> Result<(), ScanError> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => self.err("unexpected data after the JSON value"),
+        }
+    }
+
+    fn enter(&mut self) -> Result<(), ScanError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH { self.err("nesting deeper than 10000 levels") } else { self.advance() }
+    }
+
+    /// Starts walking an object; `Ok(None)` when the next value is not an object (nothing is
+    /// consumed then).
+    pub fn object(&mut self) -> Result<Option<Fields>, ScanError> {
+        if self.peek() != Some(b'{') {
+            return Ok(None);
+        }
+        self.enter()?;
+        Ok(Some(Fields { first: true }))
+    }
+
+    /// Consumes the closing bracket at `cur`.
+    fn close(&mut self) -> Result<(), ScanError> {
+        self.pos = self.cur + 1;
+        self.depth -= 1;
+        self.advance()
+    }
+
+    /// The next key of the object (positioned at its value), or `None` after the closing
+    /// brace. The caller must consume the value (with [`Scanner::value`] or a nested walk)
+    /// before asking for the next key.
+    pub fn next_key(&mut self, f: &mut Fields) -> Result<Option<Cow<'a, str>>, ScanError> {
+        Ok(self.next_key_at(f)?.map(|(_, k)| k))
+    }
+
+    /// [`Scanner::next_key`], with where the key's opening quote is (so a caller can copy a
+    /// run of members verbatim).
+    pub fn next_key_at(&mut self, f: &mut Fields) -> Result<Option<(usize, Cow<'a, str>)>, ScanError> {
+        match self.peek() {
+            Some(b'}') => {
+                self.close()?;
+                return Ok(None);
+            }
+            Some(b',') if !f.first => self.advance()?,
+            _ if f.first => {}
+            _ => return self.err("expected ',' or '}' in an object"),
+        }
+        f.first = false;
+        if self.peek() != Some(b'"') {
+            return self.err("expected a string key in an object");
+        }
+        let at = self.cur;
+        let key = self.string()?;
+        if self.peek() != Some(b':') {
+            return self.err("expected ':' after an object key");
+        }
+        self.advance()?;
+        Ok(Some((at, key)))
+    }
+
+    /// Starts walking an array; `Ok(None)` when the next value is not an array.
+    pub fn array(&mut self) -> Result<Option<Items>, ScanError> {
+        if self.peek() != Some(b'[') {
+            return Ok(None);
+        }
+        self.enter()?;
+        Ok(Some(Items { first: true }))
+    }
+
+    /// Whether another item follows (positioned at it), or the array closed.
+    pub fn next_item(&mut self, it: &mut Items) -> Result<bool, ScanError> {
+        match self.peek() {
+            Some(b']') => {
+                self.close()?;
+                return Ok(false);
+            }
+            Some(b',') if !it.first => self.advance()?,
+            _ if it.first => {}
+            _ => return self.err("expected ',' or ']' in an array"),
+        }
+        it.first = false;
+        Ok(true)
+    }
+
+    /// Consumes the string token at `cur` (already validated by `refill`) and returns its
+    /// text with the quotes: everything up to the next token but trailing whitespace.
+    #[inline]
+    fn string_token(&mut self) -> Result<&'a str, ScanError> {
+        let start = self.cur;
+        self.advance()?;
+        let raw = self.text[start..self.cur].trim_end_matches([' ', '\t', '\n', '\r']);
+        if raw.len() < 2 || !raw.ends_with('"') {
+            return fail(start, "unterminated string");
+        }
+        self.pos = start + raw.len();
+        Ok(raw)
+    }
+
+    /// A string value, unescaped (borrowed unless it had escapes).
+    pub fn string(&mut self) -> Result<Cow<'a, str>, ScanError> {
+        if self.peek() != Some(b'"') {
+            return self.err("expected a string");
+        }
+        let start = self.cur;
+        let raw = self.string_token()?;
+        let inner = &raw[1..raw.len() - 1];
+        if !inner.as_bytes().contains(&b'\\') {
+            return Ok(Cow::Borrowed(inner));
+        }
+        // Validated by `refill`, so this parse only decodes.
+        match sonic_rs::from_str::<String>(raw) {
+            Ok(s) => Ok(Cow::Owned(s)),
+            Err(_) => fail(start, "invalid string escape"),
+        }
+    }
+
+    fn digits(&self, mut i: usize) -> (usize, usize) {
+        let b = self.bytes();
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        (i, i - start)
+    }
+
+    /// The end of the number starting at `i`.
+    fn number_end(&self, mut i: usize) -> Result<usize, ScanError> {
+        let b = self.bytes();
+        let bad = |what| fail(self.cur, what);
+        if b.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match b.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => i = self.digits(i).0,
+            _ => return bad("invalid number"),
+        }
+        if b.get(i) == Some(&b'.') {
+            let (end, n) = self.digits(i + 1);
+            if n == 0 {
+                return bad("invalid number: no digits after '.'");
+            }
+            i = end;
+        }
+        if matches!(b.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(b.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            let (end, n) = self.digits(i);
+            if n == 0 {
+                return bad("invalid number: no digits in the exponent");
+            }
+            i = end;
+        }
+        Ok(i)
+    }
+
+    /// Consumes the number or literal token at `cur`, validating it.
+    fn scalar(&mut self) -> Result<(), ScanError> {
+        let b = self.bytes();
+        let start = self.cur;
+        let end = match b.get(start) {
+            Some(b'-' | b'0'..=b'9') => self.number_end(start)?,
+            Some(c) => {
+                let word: &[u8] = match c {
+                    b't' => b"true",
+                    b'f' => b"false",
+                    b'n' => b"null",
+                    _ => return self.err("expected a JSON value"),
+                };
+                if b.get(start..start + word.len()) != Some(word) {
+                    return self.err("invalid literal");
+                }
+                start + word.len()
+            }
+            None => return self.err("unexpected end of input"),
+        };
+        if b.get(end).is_some_and(|&c| is_scalar_byte(c)) {
+            return self.err(if b[start].is_ascii_alphabetic() {
+                "invalid literal"
+            } else {
+                "invalid number"
+            });
+        }
+        self.pos = end;
+        self.advance()
+    }
+
+    /// Skips one whole value, validating it, and returns its raw text.
+    pub fn value(&mut self) -> Result<&'a str, ScanError> {
+        let start = self.cur;
+        match self.peek() {
+            Some(b'"') => return self.string_token(),
+            Some(b'{' | b'[') => self.skip_container()?,
+            Some(b'}' | b']' | b':' | b',') => return self.err("expected a JSON value"),
+            Some(_) => self.scalar()?,
+            None => return self.err("unexpected end of input"),
+        }
+        Ok(&self.text[start..self.pos])
+    }
+
+    /// Skips the object or array at `cur` token by token. The kinds of the open containers
+    /// (object = 1) live in a 128-bit stack, spilling to the heap only beyond that.
+    fn skip_container(&mut self) -> Result<(), ScanError> {
+        let mut stack = KindStack::default();
+        let open = |s: &mut Self, stack: &mut KindStack, obj: bool| -> Result<(), ScanError> {
+            if s.depth >= MAX_DEPTH {
+                return s.err("nesting deeper than 10000 levels");
+            }
+            s.depth += 1;
+            stack.push(obj);
+            s.advance()
+        };
+        let first = self.peek() == Some(b'{');
+        open(self, &mut stack, first)?;
+        let mut after_open = true;
+        loop {
+            let in_obj = stack.top();
+            let close = if in_obj { b'}' } else { b']' };
+            let Some(c) = self.peek() else { return self.err("unexpected end of input") };
+            if c == close {
+                self.close()?;
+                stack.pop();
+                if stack.is_empty() {
+                    return Ok(());
+                }
+                after_open = false;
+                continue;
+            }
+            if !after_open {
+                if c != b',' {
+                    return self.err(if in_obj {
+                        "expected ',' or '}' in an object"
+                    } else {
+                        "expected ',' or ']' in an array"
+                    });
+                }
+                self.advance()?;
+            }
+            after_open = false;
+            if in_obj {
+                if self.peek() != Some(b'"') {
+                    return self.err("expected a string key in an object");
+                }
+                self.advance()?;
+                if self.peek() != Some(b':') {
+                    return self.err("expected ':' after an object key");
+                }
+                self.advance()?;
+            }
+            match self.peek() {
+                Some(b'{') => {
+                    open(self, &mut stack, true)?;
+                    after_open = true;
+                }
+                Some(b'[') => {
+                    open(self, &mut stack, false)?;
+                    after_open = true;
+                }
+                Some(b'"') => self.advance()?,
+                Some(b'}' | b']' | b':' | b',') => return self.err("expected a JSON value"),
+                Some(_) => self.scalar()?,
+                None => return self.err("unexpected end of input"),
+            }
+        }
+    }
+}
+
+/// The kinds of open containers during a skip.
+#[derive(Default)]
+struct KindStack {
+    len: usize,
+    bits: u128,
+    spill: Vec<bool>,
+}
+
+impl KindStack {
+    #[inline]
+    fn push(&mut self, obj: bool) {
+        if self.len < 128 {
+            self.bits = (self.bits & !(1 << self.len)) | ((obj as u128) << self.len);
+        } else {
+            self.spill.push(obj);
+        }
+        self.len += 1;
+    }
+
+    #[inline]
+    fn pop(&mut self) {
+        self.len -= 1;
+        if self.len >= 128 {
+            self.spill.pop();
+        }
+    }
+
+    #[inline]
+    fn top(&self) -> bool {
+        match self.len {
+            0 => false,
+            n if n <= 128 => self.bits >> (n - 1) & 1 == 1,
+            _ => self.spill.last().copied().unwrap_or(false),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn valid(text: &str) -> bool {
+        Scanner::new(text).and_then(|mut s| s.value().and_then(|_| s.end())).is_ok()
+    }
+
+    #[test]
+    fn accepts_what_json_accepts() {
+        for t in [
+            "0",
+            "-0",
+            "1.5e-3",
+            "-12E+4",
+            "true",
+            "false",
+            "null",
+            r#""""#,
+            r#""a\"b\\c\/\b\f\n\r\t\u00e9x""#,
+            "[]",
+            "{}",
+            " [ 1 , [ ] , { } , \"x\" ] ",
+            r#"{"a":{"b":[1,{"c":null}]},"d":"é😀"}"#,
+            "\"0123456789abcdefghij\"",
+            "[[[[[]]]]]",
+        ] {
+            assert!(valid(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_json_refuses() {
+        for t in [
+            "",
+            " ",
+            "01",
+            "1.",
+            ".5",
+            "-",
+            "1e",
+            "+1",
+            "tru",
+            "nul",
+            "\"abc",
+            "\"a\\x\"",
+            "\"\\u12g4\"",
+            "\"\t\"",
+            "[1,]",
+            "[,1]",
+            "{\"a\"}",
+            "{\"a\":}",
+            "{\"a\":1,}",
+            "{,}",
+            "{1:2}",
+            "[1 2]",
+            "{\"a\":1 \"b\":2}",
+            "[}",
+            "{]",
+            "[",
+            "{",
+            "1 2",
+            "{\"a\":[1}",
+            "[\"a\":1]",
+        ] {
+            assert!(!valid(t), "{t:?}");
+            assert!(serde_json::from_str::<serde_json::Value>(t).is_err(), "{t:?} is JSON after all");
+        }
+    }
+
+    #[test]
+    fn values_come_back_as_their_raw_text() {
+        let text = r#" {"a" : [1, {"b": "c"}] , "k\u0065y": "v\n", "n": -1.0e3} "#;
+        let mut s = Scanner::new(text).unwrap();
+        let mut f = s.object().unwrap().unwrap();
+        let mut seen = Vec::new();
+        while let Some(k) = s.next_key(&mut f).unwrap() {
+            seen.push((k.into_owned(), s.value().unwrap().to_string()));
+        }
+        s.end().unwrap();
+        assert_eq!(
+            seen,
+            [
+                ("a".to_string(), r#"[1, {"b": "c"}]"#.to_string()),
+                ("key".to_string(), r#""v\n""#.to_string()),
+                ("n".to_string(), "-1.0e3".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
+        let err = Scanner::new(&deep).unwrap().value().unwrap_err();
+        assert_eq!(err.what, "nesting deeper than 10000 levels");
+        let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
+        assert!(valid(&ok));
+    }
+
+    #[test]
+    fn errors_name_the_byte() {
+        let err = |t: &str| Scanner::new(t).and_then(|mut s| s.value().and_then(|_| s.end())).unwrap_err();
+        assert_eq!(err(r#"{"a": tru}"#), ScanError { at: 6, what: "invalid literal" });
+        assert_eq!(err(r#"[1, "a\u00g1"]"#), ScanError { at: 6, what: "invalid \\u escape in a string" });
+        assert_eq!(err("[\"a\x01\"]"), ScanError { at: 3, what: "control character in a string" });
+        assert_eq!(err(r#"[1 2]"#), ScanError { at: 3, what: "expected ',' or ']' in an array" });
+        assert_eq!(err(r#"{"a":1} x"#), ScanError { at: 8, what: "unexpected data after the JSON value" });
+        // A string that runs past a block boundary and never ends.
+        let long = format!("[\"{}", "x".repeat(200));
+        assert_eq!(err(&long), ScanError { at: 202, what: "unterminated string" });
+    }
+
+    proptest! {
+        /// The SIMD classifier and the portable one agree on every block.
+        #[test]
+        fn classifiers_agree(bytes in prop::collection::vec(
+            prop_oneof![any::<u8>(), prop::sample::select(b"\"\\ \t\n\r{}[]:,\x1f\x20\x7f\x80".to_vec())], 64)) {
+            let block: [u8; 64] = bytes.try_into().unwrap();
+            prop_assert_eq!(Classes::of(&block), Classes::of_bytes(&block));
+        }
+    }
+
+    /// JSON-ish text: mostly well-formed pieces with random damage.
+    fn jsonish() -> impl Strategy<Value = String> {
+        let atom = prop_oneof![
+            Just("{".to_string()),
+            Just("}".to_string()),
+            Just("[".to_string()),
+            Just("]".to_string()),
+            Just(",".to_string()),
+            Just(":".to_string()),
+            Just(" ".to_string()),
+            Just("\"".to_string()),
+            Just("\\".to_string()),
+            Just("\\u00".to_string()),
+            Just("true".to_string()),
+            Just("null".to_string()),
+            Just("-".to_string()),
+            Just(".".to_string()),
+            Just("e".to_string()),
+            "[0-9]{1,3}",
+            "\"[a-z\\\\\"\u{1}é]{0,12}\"",
+        ];
+        prop::collection::vec(atom, 0..48).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        /// The scanner and serde_json agree on what is JSON.
+        #[test]
+        fn agrees_with_serde_json(pad in 0usize..70, text in jsonish()) {
+            // The padding moves every byte across the 64-byte block boundaries.
+            let text = " ".repeat(pad) + &text;
+            let ours = valid(&text);
+            let theirs = serde_json::from_str::<serde_json::Value>(&text).is_ok();
+            prop_assert_eq!(ours, theirs, "{:?}", text);
+        }
+
+        /// Valid documents round-trip: the raw text of every member is what serde_json sees.
+        #[test]
+        fn raw_members_parse_to_the_same_values(v in arb_json()) {
+            let text = serde_json::to_string_pretty(&v).unwrap();
+            // Compared with serde_json's reading of the same text (its float printing does
+            // not always round-trip, which is not the scanner's business).
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let mut s = Scanner::new(&text).unwrap();
+            if let Some(mut f) = s.object().unwrap() {
+                while let Some(k) = s.next_key(&mut f).unwrap() {
+                    let raw = s.value().unwrap();
+                    let member: serde_json::Value = serde_json::from_str(raw).unwrap();
+                    prop_assert_eq!(&member, &v[k.as_ref()]);
+                }
+            } else {
+                prop_assert_eq!(serde_json::from_str::<serde_json::Value>(s.value().unwrap()).unwrap(), v);
+            }
+            s.end().unwrap();
+        }
+    }
+
+    fn arb_json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            (-1e9f64..1e9).prop_map(serde_json::Value::from),
+            "\\PC{0,10}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map("\\PC{0,6}", inner, 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+}
