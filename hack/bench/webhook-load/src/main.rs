@@ -111,6 +111,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
         .timeout(Duration::from_secs(60))
+        // The flow-control windows of the apiserver's own HTTP/2 client (Go's transport:
+        // 4 MiB per stream, 1 GiB per connection), so the response streams as it would to it.
+        .http2_initial_stream_window_size(4 << 20)
+        .http2_initial_connection_window_size(1 << 30)
         .build()?;
     let body = bytes::Bytes::from(review(&args).into_bytes());
     eprintln!(
