@@ -143,3 +143,56 @@ pub fn wide_target(groups: usize, per_group: usize, renamed: usize) -> (Value, V
     let config = json!({"hubVersion": "v2", "spokes": [{"version": "v1", "rules": rules}]});
     (target, config)
 }
+
+/// The webhook load benchmark's target (`hack/bench/webhook-fixtures`): v2 (hub) and v1 differ
+/// by one field name.
+pub fn widget_target() -> Value {
+    let schema = |size_field: &str| {
+        json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                size_field: {"type": "integer"}, "replicas": {"type": "integer"}, "tier": {"type": "string"},
+                "owner": {"type": "string"},
+                "settings": {"type": "object", "additionalProperties": {"type": "string"}},
+                "items": {"type": "array", "items": {"type": "object", "properties": {
+                    "name": {"type": "string"}, "value": {"type": "string"}, "weight": {"type": "integer"}}}}}},
+            "status": {"type": "object", "properties": {"phase": {"type": "string"}}}}})
+    };
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.bench.dco.rs"},
+        "spec": {"group": "bench.dco.rs", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
+            "versions": [
+                {"name": "v2", "served": true, "storage": true, "schema": {"openAPIV3Schema": schema("storageGB")}},
+                {"name": "v1", "served": true, "storage": false, "schema": {"openAPIV3Schema": schema("storageSize")}}]}})
+}
+
+pub fn widget_config() -> Value {
+    json!({"hubVersion": "v2", "spokes": [{"version": "v1", "rules": [
+        {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]})
+}
+
+/// The same review `hack/bench/webhook-load` sends: `n` v1 widgets of ~10 KB asking for v2.
+pub fn widget_review_body(n: usize) -> Vec<u8> {
+    let widget = |i: usize| {
+        let mut items = Vec::new();
+        loop {
+            let obj = json!({
+                "apiVersion": "bench.dco.rs/v1", "kind": "Widget",
+                "metadata": {"name": format!("widget-{i:05}"), "namespace": "bench", "uid": format!("00000000-0000-0000-0000-{i:012}"),
+                    "resourceVersion": "12345", "generation": 3, "labels": {"team": "storage", "env": "prod"}},
+                "spec": {"storageSize": 100 + i, "replicas": 3, "tier": "gold", "owner": "team-storage",
+                    "settings": {"retention": "30d", "backup": "nightly", "region": "eu-west-1"},
+                    "items": items.clone()},
+                "status": {"phase": "Ready"},
+            });
+            if obj.to_string().len() >= 10 * 1024 {
+                return obj;
+            }
+            let k = items.len();
+            items.push(json!({"name": format!("item-{k:04}"), "value": "v".repeat(96), "weight": k}));
+        }
+    };
+    let objects: Vec<Value> = (0..n).map(widget).collect();
+    serde_json::to_vec(&json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": "bench", "desiredAPIVersion": "bench.dco.rs/v2", "objects": objects}}))
+    .unwrap_or_default()
+}

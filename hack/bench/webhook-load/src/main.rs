@@ -48,6 +48,10 @@ struct RunArgs {
     /// Requests in flight at once.
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
+    /// Speak HTTP/1.1 (what webhook servers that disable HTTP/2 get from the apiserver)
+    /// instead of HTTP/2.
+    #[arg(long)]
+    http1: bool,
     /// Stop early after this many seconds.
     #[arg(long, default_value_t = 300)]
     max_seconds: u64,
@@ -108,7 +112,11 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     ensure_loopback(&args.url)?;
     let ca = std::fs::read(&args.ca).with_context(|| format!("reading {}", args.ca.display()))?;
-    let client = reqwest::Client::builder()
+    let mut client = reqwest::Client::builder();
+    if args.http1 {
+        client = client.http1_only();
+    }
+    let client = client
         .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
         .timeout(Duration::from_secs(60))
         // The flow-control windows of the apiserver's own HTTP/2 client (Go's transport:
@@ -173,7 +181,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let n = latencies.len();
     let objects_per_s = (n * args.objects) as f64 / wall.as_secs_f64();
     println!(
-        "requests={n} concurrency={} objects={} request_bytes={} response_bytes={out_bytes} p50_ms={:.1} p90_ms={:.1} p99_ms={:.1} max_ms={:.1} objects_per_s={:.0} wall_s={:.1}",
+        "protocol={} requests={n} concurrency={} objects={} request_bytes={} response_bytes={out_bytes} p50_ms={:.1} p90_ms={:.1} p99_ms={:.1} max_ms={:.1} objects_per_s={:.0} wall_s={:.1}",
+        if args.http1 { "http/1.1" } else { "h2" },
         args.concurrency,
         args.objects,
         body.len(),

@@ -1,0 +1,31 @@
+//! Converts one benchmark review a fixed number of times, for counting instructions and
+//! cycles with `perf stat` (steadier than wall time on a shared machine):
+//!
+//!     cargo build --release -p dco-engine --example review_loop
+//!     perf stat -e instructions:u,cycles:u target/release/examples/review_loop widget 50
+
+#[path = "../benches/fixture.rs"]
+mod fixture;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let which = args.next().unwrap_or_else(|| "widget".into());
+    let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20);
+    let (target, config, body) = match which.as_str() {
+        "widget" => (fixture::widget_target(), fixture::widget_config(), fixture::widget_review_body(1500)),
+        "rules" => (fixture::review_target(), fixture::review_config(), fixture::review_body(1500)),
+        other => panic!("unknown fixture {other:?}: widget or rules"),
+    };
+    let target = dco_engine::Target::from_value(&target).expect("target");
+    let spec = serde_json::from_value(config).expect("config");
+    let plan = dco_engine::compile(&spec, &target).plan.expect("plan");
+    let t = std::time::Instant::now();
+    let mut bytes = 0;
+    for _ in 0..n {
+        bytes += dco_engine::convert_review(&plan, &body).expect("converts").body.len();
+    }
+    println!(
+        "{which}: {n} reviews, {:.2} ms each, {bytes} bytes out",
+        t.elapsed().as_secs_f64() * 1e3 / n as f64
+    );
+}
