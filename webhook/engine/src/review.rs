@@ -103,7 +103,9 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
     let (mut api_version, mut kind, mut request_seen) = (None, None, false);
     let (mut uid, mut desired) = (None::<Cow<str>>, None::<Cow<str>>);
     // The converted list, written after the response header when that is known by the time
-    // the objects arrive (the apiserver's key order), else on its own and joined at the end.
+    // the objects arrive (the apiserver's key order), else on its own with the header put in
+    // front at the end (sorted keys put `uid` after `objects`). Only a `desiredAPIVersion`
+    // that comes after the objects costs a second pass over them.
     // Renames make objects a little longer; growing a 15 MB buffer would copy it all again.
     let mut out = Vec::with_capacity(body.len() + body.len() / 8 + 4096);
     let mut header_written = false;
@@ -123,19 +125,19 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
                     match k.as_ref() {
                         "uid" => uid = string_member(&mut s)?,
                         "desiredAPIVersion" => desired = string_member(&mut s)?,
-                        "objects" if s.peek() != Some(b'n') => {
-                            match (&desired, &uid, review_version(&api_version)) {
-                                (Some(d), Some(u), Ok(av)) => {
+                        "objects" if s.peek() != Some(b'n') => match &desired {
+                            Some(d) => {
+                                if let (Some(u), Ok(av)) = (&uid, review_version(&api_version)) {
                                     write_header(&mut out, av, u)?;
                                     header_written = true;
-                                    objects = Some(convert_objects(plan, &mut s, d, &mut out)?);
                                 }
-                                _ => {
-                                    deferred = Some(s);
-                                    s.value().map_err(malformed)?;
-                                }
+                                objects = Some(convert_objects(plan, &mut s, d, &mut out)?);
                             }
-                        }
+                            None => {
+                                deferred = Some(s);
+                                s.value().map_err(malformed)?;
+                            }
+                        },
                         _ => {
                             s.value().map_err(malformed)?;
                         }
@@ -261,9 +263,14 @@ mod tests {
         let reversed = format!(
             r#" {{ "request" : {{ "objects" : {objects} , "desiredAPIVersion":"{SPOKE_AV}","uid":"u-1"}}, "kind":"ConversionReview","apiVersion":"{REVIEW_V1}"}} "#
         );
+        // Sorted keys (what serde_json writes): uid after the objects.
+        let sorted = format!(
+            r#"{{"apiVersion":"{REVIEW_V1}","kind":"ConversionReview","request":{{"desiredAPIVersion":"{SPOKE_AV}","objects":{objects},"uid":"u-1"}}}}"#
+        );
         let a = convert_review(&plan(), usual.as_bytes()).unwrap();
         let b = convert_review(&plan(), reversed.as_bytes()).unwrap();
         assert_eq!(a, b);
+        assert_eq!(a, convert_review(&plan(), sorted.as_bytes()).unwrap());
         assert_eq!(a.objects, 2);
         let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
         assert_eq!(
