@@ -170,13 +170,14 @@ pub fn widget_config() -> Value {
         {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]})
 }
 
-/// The same review `hack/bench/webhook-load` sends: `n` v1 widgets of ~10 KB asking for v2.
-pub fn widget_review_body(n: usize) -> Vec<u8> {
+/// The review `hack/bench/webhook-load` sends (it includes this file): `n` widgets of about
+/// `object_bytes` each at `from`, asking for `to`.
+pub fn widget_review(n: usize, object_bytes: usize, from: &str, to: &str) -> Vec<u8> {
     let widget = |i: usize| {
         let mut items = Vec::new();
         loop {
             let obj = json!({
-                "apiVersion": "bench.dco.rs/v1", "kind": "Widget",
+                "apiVersion": from, "kind": "Widget",
                 "metadata": {"name": format!("widget-{i:05}"), "namespace": "bench", "uid": format!("00000000-0000-0000-0000-{i:012}"),
                     "resourceVersion": "12345", "generation": 3, "labels": {"team": "storage", "env": "prod"}},
                 "spec": {"storageSize": 100 + i, "replicas": 3, "tier": "gold", "owner": "team-storage",
@@ -184,7 +185,7 @@ pub fn widget_review_body(n: usize) -> Vec<u8> {
                     "items": items.clone()},
                 "status": {"phase": "Ready"},
             });
-            if obj.to_string().len() >= 10 * 1024 {
+            if obj.to_string().len() >= object_bytes {
                 return obj;
             }
             let k = items.len();
@@ -193,6 +194,11 @@ pub fn widget_review_body(n: usize) -> Vec<u8> {
     };
     let objects: Vec<Value> = (0..n).map(widget).collect();
     serde_json::to_vec(&json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-        "request": {"uid": "bench", "desiredAPIVersion": "bench.dco.rs/v2", "objects": objects}}))
+        "request": {"uid": "bench", "desiredAPIVersion": to, "objects": objects}}))
     .unwrap_or_default()
+}
+
+/// 1500 v1 widgets of ~10 KB asking for v2: the webhook load benchmark's default review.
+pub fn widget_review_body(n: usize) -> Vec<u8> {
+    widget_review(n, 10 * 1024, "bench.dco.rs/v1", "bench.dco.rs/v2")
 }

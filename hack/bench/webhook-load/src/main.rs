@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use serde_json::{Value, json};
 use sonic_rs::JsonValueTrait;
 
 #[derive(Parser)]
@@ -61,35 +60,10 @@ struct RunArgs {
     to: String,
 }
 
-fn widget(i: usize, api_version: &str, size: usize) -> Value {
-    let mut items = Vec::new();
-    let mut obj = json!({});
-    let mut n = 0;
-    loop {
-        obj = json!({
-            "apiVersion": api_version,
-            "kind": "Widget",
-            "metadata": {"name": format!("widget-{i:05}"), "namespace": "bench", "uid": format!("00000000-0000-0000-0000-{i:012}"),
-                "resourceVersion": "12345", "generation": 3, "labels": {"team": "storage", "env": "prod"}},
-            "spec": {"storageSize": 100 + i, "replicas": 3, "tier": "gold", "owner": "team-storage",
-                "settings": {"retention": "30d", "backup": "nightly", "region": "eu-west-1"},
-                "items": items.clone()},
-            "status": {"phase": "Ready"},
-        });
-        if obj.to_string().len() >= size {
-            return obj;
-        }
-        items.push(json!({"name": format!("item-{n:04}"), "value": "v".repeat(96), "weight": n}));
-        n += 1;
-    }
-}
-
-fn review(args: &RunArgs) -> String {
-    let objects: Vec<Value> = (0..args.objects).map(|i| widget(i, &args.from, args.object_bytes)).collect();
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-        "request": {"uid": "bench", "desiredAPIVersion": args.to, "objects": objects}})
-    .to_string()
-}
+/// The benchmark review, from the engine benchmark's own fixtures (so both measure the same
+/// bytes).
+#[path = "../../../../webhook/engine/benches/fixture.rs"]
+mod fixture;
 
 fn ensure_loopback(url: &str) -> anyhow::Result<()> {
     let u = reqwest::Url::parse(url).context("--url")?;
@@ -124,7 +98,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .http2_initial_stream_window_size(4 << 20)
         .http2_initial_connection_window_size(1 << 30)
         .build()?;
-    let body = bytes::Bytes::from(review(&args).into_bytes());
+    let body =
+        bytes::Bytes::from(fixture::widget_review(args.objects, args.object_bytes, &args.from, &args.to));
     eprintln!(
         "review: {} objects, {} bytes ({:.1} KB/object)",
         args.objects,
