@@ -179,7 +179,7 @@ pub(crate) fn rewrite(
 ) -> Result<(), Bail> {
     out.extend_from_slice(b"{\"apiVersion\":");
     sonic_rs::to_writer(&mut *out, desired).map_err(|_| Bail::Full)?;
-    members(&Run { level, scope, dir }, s, fields, out, false)
+    members(&Run { level, scope, dir, root: true }, s, fields, out, false)
 }
 
 /// One level's rewrite with the rules its slots refer to.
@@ -187,6 +187,8 @@ struct Run<'p> {
     level: &'p Level,
     scope: &'p ScopePlan,
     dir: Direction,
+    /// The object's own level, where `apiVersion` was already written.
+    root: bool,
 }
 
 fn sep(out: &mut Vec<u8>, first: &mut bool) {
@@ -218,6 +220,13 @@ fn members(
         };
     while let Some((at, key)) = s.next_key_at(&mut fields)? {
         let action = run.level.find(&key);
+        if run.root && key == "apiVersion" {
+            // A repeated apiVersion member: the one written above stands (the executor, too,
+            // keeps one key).
+            flush(&mut untouched, s, out, &mut first);
+            s.value()?;
+            continue;
+        }
         if action.is_none() {
             let held_slot = run.level.target_slot(&key);
             s.value()?;
@@ -239,7 +248,7 @@ fn members(
                     Some(inner) => {
                         out.extend_from_slice(encoded);
                         out.push(b'{');
-                        members(&Run { level, ..*run }, s, inner, out, true)?;
+                        members(&Run { level, root: false, ..*run }, s, inner, out, true)?;
                     }
                     None => {
                         // Not an object: no rule below it can apply; copied as it is.
@@ -274,7 +283,7 @@ fn members(
                 sep(out, &mut first);
                 out.extend_from_slice(to);
                 out.push(b'[');
-                let item_run = Run { level: items, scope, dir: run.dir };
+                let item_run = Run { level: items, scope, dir: run.dir, root: false };
                 let mut n = 0;
                 while s.next_item(&mut list)? {
                     let Some(item) = s.object()? else { return Err(Bail::Full) };
@@ -400,6 +409,19 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"apiVersion":"example.org/v1","kind":"DB","metadata":{"name":"db1"},"spec":{"b":1,"keep":"k","z":[1,  2.50]},"status":{"n":1.0}}"#
+        );
+    }
+
+    #[test]
+    fn a_repeated_api_version_does_not_survive() {
+        let p = plan();
+        let raw =
+            r#"{"apiVersion":"example.org/v2","apiVersion":"example.org/v2","kind":"DB","spec":{"a":1}}"#;
+        let mut out = Vec::new();
+        p.convert_raw(raw, SPOKE_AV, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"apiVersion":"example.org/v1","kind":"DB","spec":{"b":1}}"#
         );
     }
 
