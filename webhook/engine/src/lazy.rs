@@ -166,7 +166,6 @@ impl Plan {
         desired: &str,
         out: &mut Vec<u8>,
     ) -> Result<Result<(), ConvertError>, ScanError> {
-        let start = s.start();
         let mark = out.len();
         let mut probe = *s;
         // Objects from the apiserver have sorted keys, so `apiVersion` comes first and the
@@ -202,8 +201,8 @@ impl Plan {
                 }
             }
         }
+        // `s` has not moved: the fast paths read from `probe`.
         let raw = s.value()?;
-        debug_assert_eq!(raw.as_ptr(), s.slice(start, start).as_ptr());
         Ok(self.convert_full(raw, desired, out))
     }
 

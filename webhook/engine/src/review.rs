@@ -48,7 +48,8 @@ fn string_member<'a>(s: &mut Scanner<'a>) -> Result<Option<Cow<'a, str>>, Review
     }
 }
 
-/// The converted objects as written so far, and where their list starts in `out`.
+/// How the objects list went: how many objects it had, and the first that failed to convert
+/// (after which the rest were only validated).
 struct Objects {
     count: usize,
     failure: Option<String>,
@@ -66,27 +67,25 @@ fn convert_objects(
         return Err(ReviewError::Malformed("request.objects is not a list".into()));
     };
     let list_start = out.len();
-    let mut done = Objects { count: 0, failure: None };
+    let mut count = 0;
+    let mut failed = None;
     while s.next_item(&mut items).map_err(malformed)? {
-        if done.failure.is_some() {
+        if failed.is_some() {
             s.value().map_err(malformed)?;
         } else {
-            if done.count > 0 {
+            if count > 0 {
                 out.push(b',');
             }
             if let Err(e) = plan.convert_scanned(s, desired, out).map_err(malformed)? {
                 out.truncate(list_start);
-                done.failure = Some(format!("object {}: {e}", done.count));
+                failed = Some((count, e));
             }
         }
-        done.count += 1;
+        count += 1;
     }
     // "object 3 of 10": the total is known only now.
-    if let Some(msg) = &mut done.failure {
-        let (head, rest) = msg.split_once(':').unwrap_or((msg.as_str(), ""));
-        *msg = format!("{head} of {}:{rest}", done.count);
-    }
-    Ok(done)
+    let failure = failed.map(|(i, e)| format!("object {i} of {count}: {e}"));
+    Ok(Objects { count, failure })
 }
 
 /// Converts every object of the review to its desiredAPIVersion. An object that cannot be

@@ -249,11 +249,6 @@ impl<'a> Scanner<'a> {
         self.pos
     }
 
-    /// Where the next value starts.
-    pub fn start(&self) -> usize {
-        self.cur
-    }
-
     /// The text between two positions this scanner reported.
     pub fn slice(&self, from: usize, to: usize) -> &'a str {
         &self.text[from..to]

@@ -219,7 +219,6 @@ fn members(
             }
         };
     while let Some((at, key)) = s.next_key_at(&mut fields)? {
-        let action = run.level.find(&key);
         if run.root && key == "apiVersion" {
             // A repeated apiVersion member: the one written above stands (the executor, too,
             // keeps one key).
@@ -227,7 +226,7 @@ fn members(
             s.value()?;
             continue;
         }
-        if action.is_none() {
+        let Some((slot, action)) = run.level.find(&key) else {
             let held_slot = run.level.target_slot(&key);
             s.value()?;
             match held_slot {
@@ -238,9 +237,8 @@ fn members(
                 },
             }
             continue;
-        }
+        };
         flush(&mut untouched, s, out, &mut first);
-        let Some((slot, action)) = action else { continue };
         match action {
             Action::Descend { key: encoded, level } => {
                 sep(out, &mut first);
