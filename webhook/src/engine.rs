@@ -48,7 +48,13 @@ impl ServablePlan for EnginePlan {
 
     fn review(&self, body: &[u8]) -> Result<Reviewed, BadReview> {
         match dco_engine::convert_review(&self.0, body) {
-            Ok(o) => Ok(Reviewed { body: o.body, uid: o.uid, objects: o.objects, failure: o.failure }),
+            Ok(o) => {
+                // The JSON may start past the buffer's beginning (see `ResponseBody`); the
+                // slice shares the buffer rather than copying ~15 MB.
+                let (buf, start) = o.body.into_parts();
+                let body = bytes::Bytes::from(buf).slice(start..);
+                Ok(Reviewed { body, uid: o.uid, objects: o.objects, failure: o.failure })
+            }
             Err(ReviewError::Malformed(m)) => Err(BadReview::Malformed(m)),
             Err(ReviewError::MissingRequest) => Err(BadReview::MissingRequest),
         }

@@ -10,7 +10,7 @@ use dco_api::config::ConversionSpec;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reviewed {
     /// The full ConversionReview response JSON, same apiVersion as the request.
-    pub body: Vec<u8>,
+    pub body: bytes::Bytes,
     pub uid: String,
     /// Objects in the request.
     pub objects: usize,

@@ -166,12 +166,7 @@ mod tests {
             self.0.to_string()
         }
         fn review(&self, _: &[u8]) -> Result<Reviewed, BadReview> {
-            Ok(Reviewed {
-                body: self.0.to_string().into_bytes(),
-                uid: String::new(),
-                objects: 0,
-                failure: None,
-            })
+            Ok(Reviewed { body: self.0.to_string().into(), uid: String::new(), objects: 0, failure: None })
         }
     }
 
@@ -221,7 +216,7 @@ mod tests {
                         for (i, t) in targets.iter().enumerate() {
                             let e = reg.get(t).expect("targets are never removed in this test");
                             let body = e.plan().unwrap().review(b"").unwrap().body;
-                            let g: u64 = String::from_utf8(body).unwrap().parse().unwrap();
+                            let g: u64 = std::str::from_utf8(&body).unwrap().parse().unwrap();
                             assert!(g >= last[i], "reader {r} went back in time on {t}: {g} < {}", last[i]);
                             last[i] = g;
                         }

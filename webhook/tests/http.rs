@@ -59,7 +59,7 @@ impl ServablePlan for Relabel {
         };
         let body = json!({"apiVersion": review["apiVersion"], "kind": "ConversionReview",
             "response": {"uid": uid, "convertedObjects": if failure.is_some() { json!([]) } else { json!(out) }, "result": result}});
-        Ok(Reviewed { body: body.to_string().into_bytes(), uid, objects: objects.len(), failure })
+        Ok(Reviewed { body: body.to_string().into(), uid, objects: objects.len(), failure })
     }
 }
 

@@ -148,7 +148,7 @@ impl Plan {
         desired: &str,
         out: &mut Vec<u8>,
     ) -> Result<(), ConvertError> {
-        let scanned = Scanner::new(raw).and_then(|mut s| {
+        let scanned = Scanner::new(raw.as_bytes()).and_then(|mut s| {
             let result = self.convert_scanned(&mut s, desired, out)?;
             s.end().map(|_| result)
         });

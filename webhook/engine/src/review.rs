@@ -13,11 +13,45 @@ const REVIEW_KIND: &str = "ConversionReview";
 const REVIEW_V1: &str = "apiextensions.k8s.io/v1";
 const REVIEW_V1BETA1: &str = "apiextensions.k8s.io/v1beta1";
 
+/// Room left in front of the converted objects when the response header is not known yet
+/// (sorted keys put `uid` after `objects`): the header is written into it at the end
+/// instead of moving ~15 MB to make room. A UUID uid needs about 150 bytes.
+const HEADER_ROOM: usize = 256;
+
+/// The response JSON: `buf[start..]`. The header may have been written into room left in
+/// front of the objects, so the JSON can start past the beginning of the buffer.
+#[derive(Clone, Debug, Default)]
+pub struct ResponseBody {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl ResponseBody {
+    /// The buffer and the offset the JSON starts at, for handing the bytes on without a copy.
+    pub fn into_parts(self) -> (Vec<u8>, usize) {
+        (self.buf, self.start)
+    }
+}
+
+impl std::ops::Deref for ResponseBody {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+impl PartialEq for ResponseBody {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+impl Eq for ResponseBody {}
+
 /// The response to one review.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReviewOutcome {
     /// The full ConversionReview response JSON, in the request's apiVersion.
-    pub body: Vec<u8>,
+    pub body: ResponseBody,
     pub uid: String,
     /// Objects in the request.
     pub objects: usize,
@@ -92,9 +126,7 @@ fn convert_objects(
 /// converted makes the whole response a Failure (not an `Err`): the apiserver expects a
 /// review back, and the message says which object and path failed.
 pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewError> {
-    let text =
-        std::str::from_utf8(body).map_err(|e| ReviewError::Malformed(format!("not UTF-8 JSON: {e}")))?;
-    let mut s = Scanner::new(text).map_err(malformed)?;
+    let mut s = Scanner::new(body).map_err(malformed)?;
     let Some(mut fields) = s.object().map_err(malformed)? else {
         s.value().map_err(malformed)?;
         return Err(ReviewError::Malformed("not a JSON object".into()));
@@ -102,12 +134,14 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
     let (mut api_version, mut kind, mut request_seen) = (None, None, false);
     let (mut uid, mut desired) = (None::<Cow<str>>, None::<Cow<str>>);
     // The converted list, written after the response header when that is known by the time
-    // the objects arrive (the apiserver's key order), else on its own with the header put in
-    // front at the end (sorted keys put `uid` after `objects`). Only a `desiredAPIVersion`
-    // that comes after the objects costs a second pass over them.
+    // the objects arrive (the apiserver's key order), else after `HEADER_ROOM` with the
+    // header put in front at the end (sorted keys put `uid` after `objects`). Only a
+    // `desiredAPIVersion` that comes after the objects costs a second pass over them.
     // Renames make objects a little longer; growing a 15 MB buffer would copy it all again.
-    let mut out = Vec::with_capacity(body.len() + body.len() / 8 + 4096);
+    let mut out = Vec::with_capacity(HEADER_ROOM + body.len() + body.len() / 8 + 4096);
     let mut header_written = false;
+    // Where the converted list starts in `out`, once it has started.
+    let mut list_at: Option<usize> = None;
     let mut objects: Option<Objects> = None;
     // `objects` before `desiredAPIVersion`: validated first, converted after the request.
     let mut deferred: Option<Scanner> = None;
@@ -126,10 +160,20 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
                         "desiredAPIVersion" => desired = string_member(&mut s)?,
                         "objects" if s.peek() != Some(b'n') => match &desired {
                             Some(d) => {
-                                if let (Some(u), Ok(av)) = (&uid, review_version(&api_version)) {
-                                    write_header(&mut out, av, u)?;
-                                    header_written = true;
+                                match list_at {
+                                    // A repeated key: the last list wins, as in any JSON decoder.
+                                    Some(at) => out.truncate(at),
+                                    None => {
+                                        if let (Some(u), Ok(av)) = (&uid, review_version(&api_version)) {
+                                            write_header(&mut out, av, u)?;
+                                            header_written = true;
+                                        } else {
+                                            out.resize(HEADER_ROOM, b' ');
+                                        }
+                                        list_at = Some(out.len());
+                                    }
                                 }
+                                deferred = None;
                                 objects = Some(convert_objects(plan, &mut s, d, &mut out)?);
                             }
                             None => {
@@ -163,15 +207,26 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
     let desired = desired.ok_or_else(|| {
         ReviewError::Malformed("request.desiredAPIVersion is missing or not a string".into())
     })?;
+    let mut start = 0;
     if !header_written {
-        let mut head = Vec::with_capacity(128);
+        let mut head = Vec::with_capacity(HEADER_ROOM);
         write_header(&mut head, api_version, &uid)?;
         if let Some(mut list) = deferred {
             // Already validated; this second pass only converts.
-            out.clear();
+            out.resize(HEADER_ROOM, b' ');
             objects = Some(convert_objects(plan, &mut list, &desired, &mut out)?);
         }
-        out.splice(0..0, head);
+        if out.len() < HEADER_ROOM {
+            // No objects list at all.
+            out.resize(HEADER_ROOM, b' ');
+        }
+        if head.len() <= HEADER_ROOM {
+            start = HEADER_ROOM - head.len();
+            out[start..HEADER_ROOM].copy_from_slice(&head);
+        } else {
+            // A uid far longer than a UUID: make room the slow way.
+            out.splice(0..HEADER_ROOM, head);
+        }
     }
     let Objects { count, failure } = objects.unwrap_or(Objects { count: 0, failure: None });
     match &failure {
@@ -182,7 +237,12 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
             out.extend_from_slice(b"}}}");
         }
     }
-    Ok(ReviewOutcome { body: out, uid: uid.into_owned(), objects: count, failure })
+    Ok(ReviewOutcome {
+        body: ResponseBody { buf: out, start },
+        uid: uid.into_owned(),
+        objects: count,
+        failure,
+    })
 }
 
 fn review_version(api_version: &Option<Cow<str>>) -> Result<&'static str, ReviewError> {
@@ -283,6 +343,57 @@ mod tests {
         assert!(
             matches!(convert_review(&plan(), bad.as_bytes()), Err(ReviewError::Malformed(m)) if m.contains("invalid literal"))
         );
+    }
+
+    #[test]
+    fn the_header_fits_any_uid_and_the_last_objects_list_wins() {
+        let objects = serde_json::to_string(&json!([hub_obj(json!({"a": 1}))])).unwrap();
+        let converted = json!([spoke_obj(json!({"b": 1}))]);
+        // Up to and past the room left for the header when the uid comes last.
+        for uid in ["", "u", &"x".repeat(100), &"y".repeat(HEADER_ROOM), &r#"\u00e9\""#.repeat(50)] {
+            let usual = format!(
+                r#"{{"apiVersion":"{REVIEW_V1}","kind":"ConversionReview","request":{{"uid":"{uid}","desiredAPIVersion":"{SPOKE_AV}","objects":{objects}}}}}"#
+            );
+            let sorted = format!(
+                r#"{{"apiVersion":"{REVIEW_V1}","kind":"ConversionReview","request":{{"desiredAPIVersion":"{SPOKE_AV}","objects":{objects},"uid":"{uid}"}}}}"#
+            );
+            let late_desired = format!(
+                r#"{{"apiVersion":"{REVIEW_V1}","kind":"ConversionReview","request":{{"objects":{objects},"uid":"{uid}","desiredAPIVersion":"{SPOKE_AV}"}}}}"#
+            );
+            let a = convert_review(&plan(), usual.as_bytes()).unwrap();
+            assert_eq!(a, convert_review(&plan(), sorted.as_bytes()).unwrap(), "uid {uid:?}");
+            assert_eq!(a, convert_review(&plan(), late_desired.as_bytes()).unwrap(), "uid {uid:?}");
+            let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+            let want: serde_json::Value = serde_json::from_str(&format!("\"{uid}\"")).unwrap();
+            assert_eq!(v["response"]["uid"], want);
+            assert_eq!(v["response"]["convertedObjects"], converted);
+        }
+        // A repeated `objects` key: the last list is the one converted, whatever the order.
+        let first =
+            serde_json::to_string(&json!([hub_obj(json!({"a": 7})), hub_obj(json!({"a": 8}))])).unwrap();
+        for body in [
+            format!(
+                r#"{{"apiVersion":"{REVIEW_V1}","kind":"ConversionReview","request":{{"uid":"u","desiredAPIVersion":"{SPOKE_AV}","objects":{first},"objects":{objects}}}}}"#
+            ),
+            format!(
+                r#"{{"apiVersion":"{REVIEW_V1}","kind":"ConversionReview","request":{{"desiredAPIVersion":"{SPOKE_AV}","objects":{first},"objects":{objects},"uid":"u"}}}}"#
+            ),
+            format!(
+                r#"{{"apiVersion":"{REVIEW_V1}","kind":"ConversionReview","request":{{"objects":{first},"desiredAPIVersion":"{SPOKE_AV}","objects":{objects},"uid":"u"}}}}"#
+            ),
+        ] {
+            let out = convert_review(&plan(), body.as_bytes()).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+            assert_eq!(v["response"]["convertedObjects"], converted, "{body}");
+            assert_eq!(out.objects, 1);
+        }
+        // No objects at all: an empty list.
+        let none = format!(
+            r#"{{"request":{{"desiredAPIVersion":"{SPOKE_AV}","uid":"u"}},"apiVersion":"{REVIEW_V1}","kind":"ConversionReview"}}"#
+        );
+        let v: serde_json::Value =
+            serde_json::from_slice(&convert_review(&plan(), none.as_bytes()).unwrap().body).unwrap();
+        assert_eq!(v["response"]["convertedObjects"], json!([]));
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //! string is one step, and only numbers and literals are read byte by byte. Nothing is
 //! allocated except for keys with escapes and nesting deeper than 128 levels.
 //!
-//! The input must already be valid UTF-8 (a `&str`); every position the scanner stops at is
-//! an ASCII byte, so every slice it returns is a valid `&str`.
+//! UTF-8 is checked in the same pass: a block with no byte ≥ 0x80 (nearly all of a
+//! Kubernetes object) costs nothing more, and only the characters of blocks that have such
+//! bytes are decoded. Every position the scanner stops at is an ASCII byte, so every slice
+//! it returns is a valid `&str`.
 
 use std::borrow::Cow;
 
@@ -45,6 +47,8 @@ struct Classes {
     op: u64,
     /// Bytes below 0x20.
     control: u64,
+    /// Bytes ≥ 0x80 (parts of multi-byte UTF-8 characters).
+    high: u64,
 }
 
 impl Classes {
@@ -67,17 +71,26 @@ impl Classes {
             if *b < 0x20 {
                 c.control |= bit;
             }
+            if *b >= 0x80 {
+                c.high |= bit;
+            }
         }
         c
     }
 
-    /// The classifier for this machine: AVX2 when the CPU has it, else SSE2 (part of every
-    /// x86_64 CPU).
+    /// Whether this CPU has AVX2 (asked once per scanner, not once per block).
+    #[cfg(target_arch = "x86_64")]
+    fn simd() -> bool {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+
+    /// The classifier for this machine: AVX2 when the CPU has it (`avx2` from
+    /// [`Classes::simd`]), else SSE2 (part of every x86_64 CPU).
     #[cfg(target_arch = "x86_64")]
     #[inline]
-    fn of(block: &[u8; 64]) -> Classes {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above; the check is cached).
+    fn of(block: &[u8; 64], avx2: bool) -> Classes {
+        if avx2 {
+            // SAFETY: `avx2` comes from `Classes::simd`, the CPU's own answer.
             unsafe { Classes::of_avx2(block) }
         } else {
             Classes::of_sse2(block)
@@ -121,6 +134,7 @@ impl Classes {
             c.quote |= bits(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'"' as i8)));
             c.backslash |= bits(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\\' as i8)));
             c.control |= bits(_mm256_cmpeq_epi8(_mm256_min_epu8(v, _mm256_set1_epi8(0x1f)), v));
+            c.high |= bits(v);
         }
         c
     }
@@ -153,13 +167,19 @@ impl Classes {
                 c.space |= bits(space);
                 c.op |= bits(op);
                 c.control |= bits(control);
+                c.high |= bits(v);
             }
         }
         c
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    fn of(block: &[u8; 64]) -> Classes {
+    fn simd() -> bool {
+        false
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn of(block: &[u8; 64], _: bool) -> Classes {
         Classes::of_bytes(block)
     }
 }
@@ -194,7 +214,11 @@ fn escaped(backslash: u64, carry: &mut u64) -> u64 {
 /// A cursor over one JSON text. Cheap to copy, so a caller can save a position and rewind.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Scanner<'a> {
-    text: &'a str,
+    text: &'a [u8],
+    /// Everything before this is valid UTF-8 (at least up to `next_block`, more when a
+    /// character crosses into the next block).
+    utf8_to: usize,
+    avx2: bool,
     /// Start of the block whose remaining tokens are in `tokens`.
     block: usize,
     /// Start of the next block to classify.
@@ -227,9 +251,11 @@ fn is_scalar_byte(b: u8) -> bool {
 }
 
 impl<'a> Scanner<'a> {
-    pub fn new(text: &'a str) -> Result<Self, ScanError> {
+    pub fn new(text: &'a [u8]) -> Result<Self, ScanError> {
         let mut s = Scanner {
             text,
+            utf8_to: 0,
+            avx2: Classes::simd(),
             block: 0,
             next_block: 0,
             tokens: 0,
@@ -251,11 +277,18 @@ impl<'a> Scanner<'a> {
 
     /// The text between two positions this scanner reported.
     pub fn slice(&self, from: usize, to: usize) -> &'a str {
-        &self.text[from..to]
+        // Positions come from tokens already classified, so their bytes were checked; the
+        // assert keeps that a fact rather than an assumption (a bug here panics, never
+        // yields an invalid `str`).
+        assert!(from <= to && to <= self.utf8_to, "slice beyond the checked UTF-8");
+        let bytes = &self.text[from..to];
+        // SAFETY: `bytes` lies within the UTF-8 checked by `refill` (asserted above) and
+        // both ends are ASCII token positions, hence character boundaries.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 
     fn bytes(&self) -> &'a [u8] {
-        self.text.as_bytes()
+        self.text
     }
 
     fn err<T>(&self, what: &'static str) -> Result<T, ScanError> {
@@ -269,12 +302,12 @@ impl<'a> Scanner<'a> {
         let b = self.bytes();
         let at = self.next_block;
         let c = match b.get(at..at + 64) {
-            Some(full) => Classes::of(full.try_into().expect("64 bytes")),
+            Some(full) => Classes::of(full.try_into().expect("64 bytes"), self.avx2),
             None if at < b.len() => {
                 // The last, partial block, padded with spaces.
                 let mut block = [b' '; 64];
                 block[..b.len() - at].copy_from_slice(&b[at..]);
-                Classes::of(&block)
+                Classes::of(&block, self.avx2)
             }
             None => {
                 if self.in_string != 0 {
@@ -283,6 +316,12 @@ impl<'a> Scanner<'a> {
                 return Ok(false);
             }
         };
+        // Bytes a character from the previous block already covered are not checked again.
+        let high = c.high & (!0u64).checked_shl(self.utf8_to.saturating_sub(at) as u32).unwrap_or(0);
+        if high != 0 {
+            self.check_utf8(at + high.trailing_zeros() as usize, at + 64)?;
+        }
+        self.utf8_to = self.utf8_to.max((at + 64).min(b.len()));
         let esc =
             if c.backslash == 0 && self.escape == 0 { 0 } else { escaped(c.backslash, &mut self.escape) };
         let quote = c.quote & !esc;
@@ -311,6 +350,22 @@ impl<'a> Scanner<'a> {
         self.block = at;
         self.next_block = at + 64;
         Ok(true)
+    }
+
+    /// Checks the UTF-8 of a block from `from` (a character boundary: the first byte ≥ 0x80
+    /// past what is already checked) to `block_end`, including a last character that runs up
+    /// to 3 bytes into the next block.
+    #[cold]
+    fn check_utf8(&mut self, from: usize, block_end: usize) -> Result<(), ScanError> {
+        let end = (block_end + 3).min(self.text.len());
+        match std::str::from_utf8(&self.text[from..end]) {
+            Ok(_) => self.utf8_to = end,
+            // Every character that starts in this block is whole and valid; the bytes past it
+            // belong to the next block's check.
+            Err(e) if from + e.valid_up_to() >= block_end => self.utf8_to = from + e.valid_up_to(),
+            Err(e) => return fail(from + e.valid_up_to(), "invalid UTF-8"),
+        }
+        Ok(())
     }
 
     #[inline]
@@ -438,7 +493,7 @@ impl<'a> Scanner<'a> {
             return fail(start, "unterminated string");
         }
         self.pos = end;
-        Ok(&self.text[start..end])
+        Ok(self.slice(start, end))
     }
 
     /// A string value, unescaped (borrowed unless it had escapes).
@@ -542,7 +597,7 @@ impl<'a> Scanner<'a> {
             Some(_) => self.scalar()?,
             None => return self.err("unexpected end of input"),
         }
-        Ok(&self.text[start..self.pos])
+        Ok(self.slice(start, self.pos))
     }
 
     /// Skips the object or array at `cur` token by token. The kinds of the open containers
@@ -659,7 +714,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn valid(text: &str) -> bool {
-        Scanner::new(text).and_then(|mut s| s.value().and_then(|_| s.end())).is_ok()
+        Scanner::new(text.as_bytes()).and_then(|mut s| s.value().and_then(|_| s.end())).is_ok()
     }
 
     #[test]
@@ -727,7 +782,7 @@ mod tests {
     #[test]
     fn values_come_back_as_their_raw_text() {
         let text = r#" {"a" : [1, {"b": "c"}] , "k\u0065y": "v\n", "n": -1.0e3} "#;
-        let mut s = Scanner::new(text).unwrap();
+        let mut s = Scanner::new(text.as_bytes()).unwrap();
         let mut f = s.object().unwrap().unwrap();
         let mut seen = Vec::new();
         while let Some(k) = s.next_key(&mut f).unwrap() {
@@ -747,7 +802,7 @@ mod tests {
     #[test]
     fn nesting_is_bounded() {
         let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
-        let err = Scanner::new(&deep).unwrap().value().unwrap_err();
+        let err = Scanner::new(deep.as_bytes()).unwrap().value().unwrap_err();
         assert_eq!(err.what, "nesting deeper than 10000 levels");
         let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
         assert!(valid(&ok));
@@ -755,7 +810,9 @@ mod tests {
 
     #[test]
     fn errors_name_the_byte() {
-        let err = |t: &str| Scanner::new(t).and_then(|mut s| s.value().and_then(|_| s.end())).unwrap_err();
+        let err = |t: &str| {
+            Scanner::new(t.as_bytes()).and_then(|mut s| s.value().and_then(|_| s.end())).unwrap_err()
+        };
         assert_eq!(err(r#"{"a": tru}"#), ScanError { at: 6, what: "invalid literal" });
         assert_eq!(err(r#"[1, "a\u00g1"]"#), ScanError { at: 6, what: "invalid \\u escape in a string" });
         assert_eq!(err("[\"a\x01\"]"), ScanError { at: 3, what: "control character in a string" });
@@ -764,6 +821,17 @@ mod tests {
         // A string that runs past a block boundary and never ends.
         let long = format!("[\"{}", "x".repeat(200));
         assert_eq!(err(&long), ScanError { at: 202, what: "unterminated string" });
+        // Broken UTF-8 is named at the byte where the broken character starts, also when it
+        // crosses a block boundary or the valid character before it does.
+        let bytes = |b: &[u8]| Scanner::new(b).and_then(|mut s| s.value().and_then(|_| s.end())).unwrap_err();
+        assert_eq!(bytes(b"[\"ab\xc3(\"]"), ScanError { at: 4, what: "invalid UTF-8" });
+        for pad in 55..66 {
+            let mut b = vec![b' '; pad];
+            b.extend_from_slice("[\"😀".as_bytes());
+            b.extend_from_slice(b"\xe2\x82\"]");
+            assert_eq!(bytes(&b), ScanError { at: pad + 6, what: "invalid UTF-8" }, "pad {pad}");
+        }
+        assert_eq!(bytes(b"[\"\xf0\x9f\x98"), ScanError { at: 2, what: "invalid UTF-8" });
     }
 
     #[test]
@@ -772,7 +840,7 @@ mod tests {
             let mut block = [b; 64];
             block[7] = b'"';
             block[40] = b'{';
-            assert_eq!(Classes::of(&block), Classes::of_bytes(&block), "byte {b:#04x}");
+            assert_eq!(Classes::of(&block, Classes::simd()), Classes::of_bytes(&block), "byte {b:#04x}");
         }
     }
 
@@ -784,7 +852,7 @@ mod tests {
         fn classifiers_agree(bytes in prop::collection::vec(
             prop_oneof![any::<u8>(), prop::sample::select(b"\"\\ \t\n\r{}[]:,\x1f\x20\x7f\x80".to_vec())], 64)) {
             let block: [u8; 64] = bytes.try_into().unwrap();
-            prop_assert_eq!(Classes::of(&block), Classes::of_bytes(&block));
+            prop_assert_eq!(Classes::of(&block, Classes::simd()), Classes::of_bytes(&block));
             #[cfg(target_arch = "x86_64")]
             {
                 prop_assert_eq!(Classes::of_sse2(&block), Classes::of_bytes(&block));
@@ -820,6 +888,27 @@ mod tests {
         prop::collection::vec(atom, 0..48).prop_map(|v| v.concat())
     }
 
+    /// Strings of valid and broken UTF-8 (truncated, overlong, surrogates, stray
+    /// continuation bytes, beyond U+10FFFF) between JSON pieces.
+    fn utf8ish() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            3 => "[a-z\\\"]{0,70}".prop_map(String::into_bytes),
+            2 => prop::sample::select(vec!["é", "😀", "€", "\\u00e9", "\"", " "]).prop_map(|s| s.as_bytes().to_vec()),
+            1 => prop::sample::select(vec![
+                &b"\x80"[..], b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf5\x80\x80\x80",
+                b"\xff",
+            ]).prop_map(<[u8]>::to_vec),
+        ];
+        let string = prop::collection::vec(piece, 0..6)
+            .prop_map(|v| [b"\"".to_vec(), v.concat(), b"\"".to_vec()].concat());
+        let member = prop_oneof![
+            4 => string,
+            1 => prop::sample::select(vec![&b"1"[..], b"null", b"\xc3\xa9", b"1\xc3\xa9", b"[", b"]"]).prop_map(<[u8]>::to_vec),
+        ];
+        prop::collection::vec(member, 0..8)
+            .prop_map(|v| [b"[".to_vec(), v.join(&b","[..]), b"]".to_vec()].concat())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
@@ -833,6 +922,17 @@ mod tests {
             prop_assert_eq!(ours, theirs, "{:?}", text);
         }
 
+        /// The same on bytes: multi-byte characters, valid and broken, inside and outside
+        /// strings and across block boundaries.
+        #[test]
+        fn agrees_with_serde_json_on_utf8(pad in 0usize..70, text in utf8ish()) {
+            let mut bytes = vec![b' '; pad];
+            bytes.extend_from_slice(&text);
+            let ours = Scanner::new(&bytes).and_then(|mut s| s.value().and_then(|_| s.end())).is_ok();
+            let theirs = serde_json::from_slice::<serde_json::Value>(&bytes).is_ok();
+            prop_assert_eq!(ours, theirs, "{:?}", String::from_utf8_lossy(&bytes));
+        }
+
         /// Valid documents round-trip: the raw text of every member is what serde_json sees.
         #[test]
         fn raw_members_parse_to_the_same_values(v in arb_json()) {
@@ -840,7 +940,7 @@ mod tests {
             // Compared with serde_json's reading of the same text (its float printing does
             // not always round-trip, which is not the scanner's business).
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-            let mut s = Scanner::new(&text).unwrap();
+            let mut s = Scanner::new(text.as_bytes()).unwrap();
             if let Some(mut f) = s.object().unwrap() {
                 while let Some(k) = s.next_key(&mut f).unwrap() {
                     let raw = s.value().unwrap();

@@ -50,12 +50,17 @@ fn plan() -> &'static Arc<Plan> {
     })
 }
 
-fn check(object_text: &str) {
-    let body = format!(
-        r#"{{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{{"uid":"u","desiredAPIVersion":"example.org/v1","objects":[{object_text}]}}}}"#
-    );
-    let ours = convert_review(plan(), body.as_bytes());
-    let theirs = serde_json::from_str::<Value>(&body);
+fn check(object: &[u8]) {
+    let body = [
+        &br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u","desiredAPIVersion":"example.org/v1","objects":["#[..],
+        object,
+        b"]}}",
+    ]
+    .concat();
+    let ours = convert_review(plan(), &body);
+    let theirs = serde_json::from_slice::<Value>(&body);
+    let object_text = String::from_utf8_lossy(object);
+    let body = String::from_utf8_lossy(&body);
     match (&ours, &theirs) {
         (Err(ReviewError::Malformed(_)), Err(_)) => {}
         // Limits only serde_json sets: nesting, lone surrogates, numbers beyond f64 (valid
@@ -83,10 +88,10 @@ fn check(object_text: &str) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    check(text);
-    if let Some(rest) = text.trim_start().strip_prefix('{') {
-        let sep = if rest.trim_start().starts_with('}') { "" } else { "," };
-        check(&format!(r#"{{"apiVersion":"example.org/v2"{sep}{rest}"#));
+    // Any bytes: the review path checks UTF-8 itself, in the same pass.
+    check(data);
+    if let Some(rest) = data.trim_ascii_start().strip_prefix(b"{") {
+        let sep: &[u8] = if rest.trim_ascii_start().starts_with(b"}") { b"" } else { b"," };
+        check(&[&br#"{"apiVersion":"example.org/v2""#[..], sep, rest].concat());
     }
 });
