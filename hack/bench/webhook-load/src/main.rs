@@ -109,10 +109,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let send = |client: reqwest::Client, url: String, body: bytes::Bytes| async move {
         let t = Instant::now();
-        let r = client.post(url).header("content-type", "application/json").body(body).send().await?;
+        let mut r = client.post(url).header("content-type", "application/json").body(body).send().await?;
         let status = r.status();
-        let bytes = r.bytes().await?;
+        // Latency is the time to the response's last byte: the chunks are joined only after
+        // the clock stops (that copy is the client's own work, not the webhook's).
+        let mut chunks = Vec::new();
+        while let Some(c) = r.chunk().await? {
+            chunks.push(c);
+        }
         let took = t.elapsed();
+        let bytes = chunks.concat();
         if !status.is_success() {
             bail!("HTTP {status}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(500)]));
         }
