@@ -709,11 +709,11 @@ impl<'a> Scanner<'a> {
             stack.push(obj);
             s.advance()
         };
-        let first = self.peek() == Some(b'{');
-        open(self, &mut stack, first)?;
+        // The innermost container's kind, kept beside the stack so a token costs no lookup.
+        let mut in_obj = self.peek() == Some(b'{');
+        open(self, &mut stack, in_obj)?;
         let mut after_open = true;
         loop {
-            let in_obj = stack.top();
             let close = if in_obj { b'}' } else { b']' };
             let Some(c) = self.peek() else { return self.err("unexpected end of input") };
             if c == close {
@@ -722,6 +722,7 @@ impl<'a> Scanner<'a> {
                 if stack.is_empty() {
                     return Ok(());
                 }
+                in_obj = stack.top();
                 after_open = false;
                 continue;
             }
@@ -749,11 +750,11 @@ impl<'a> Scanner<'a> {
             match self.peek() {
                 Some(b'{') => {
                     open(self, &mut stack, true)?;
-                    after_open = true;
+                    (in_obj, after_open) = (true, true);
                 }
                 Some(b'[') => {
                     open(self, &mut stack, false)?;
-                    after_open = true;
+                    (in_obj, after_open) = (false, true);
                 }
                 Some(b'"') => self.advance()?,
                 Some(b'}' | b']' | b':' | b',') => return self.err("expected a JSON value"),
