@@ -995,18 +995,8 @@ mod tests {
         fn classifiers_agree(bytes in prop::collection::vec(
             prop_oneof![any::<u8>(), prop::sample::select(b"\"\\ \t\n\r{}[]:,\x1f\x20\x7f\x80".to_vec())], 64)) {
             let block: [u8; 64] = bytes.try_into().unwrap();
-            prop_assert_eq!(Classes::of(&block, Isa::detect()), Classes::of_bytes(&block));
-            #[cfg(target_arch = "x86_64")]
-            {
-                prop_assert_eq!(Classes::of_sse2(&block), Classes::of_bytes(&block));
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports AVX2.
-                    prop_assert_eq!(unsafe { Classes::of_avx2(&block) }, Classes::of_bytes(&block));
-                }
-                if std::arch::is_x86_feature_detected!("avx512bw") {
-                    // SAFETY: the CPU supports AVX-512BW.
-                    prop_assert_eq!(unsafe { Classes::of_avx512(&block) }, Classes::of_bytes(&block));
-                }
+            for isa in Isa::all_here() {
+                prop_assert_eq!(Classes::of(&block, isa), Classes::of_bytes(&block), "{:?}", isa);
             }
         }
 

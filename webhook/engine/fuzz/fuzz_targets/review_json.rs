@@ -1,10 +1,10 @@
-//! The review path against serde_json and the executor. The input is the text of one object,
-//! placed in a ConversionReview as is and, when it is an object, again with an
-//! `apiVersion` of the hub as its first member (so the stream path reads it). Each review must
-//! be refused as malformed exactly when serde_json refuses the body (but for what only
-//! serde_json refuses: nesting beyond its 128 levels, lone surrogates, numbers beyond f64),
-//! and an accepted,
-//! converted object must equal what `Plan::convert` makes of serde_json's reading of it.
+//! The review path against serde_json and the executor. The input is the bytes of one object
+//! (any bytes, UTF-8 or not), placed in a ConversionReview as they are and, when they start an
+//! object, again with an `apiVersion` of the hub as its first member (so the stream path reads
+//! it). Each review must be refused as malformed exactly when serde_json refuses the body (but
+//! for what only serde_json refuses: nesting beyond its 128 levels, lone surrogates, numbers
+//! beyond f64), and an accepted, converted object must equal what `Plan::convert` makes of
+//! serde_json's reading of it.
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
