@@ -34,11 +34,18 @@ done
 curl -fsk "https://127.0.0.1:$PORT/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
 
 echo "server: dco-webhook --static-dir, pinned to CPU $SERVER_CPU; client pinned to CPU $CLIENT_CPU"
+# CPU time the hypervisor gave to other guests (steal, the 8th number on /proc/stat's cpu line), as
+# a share of all CPU time: on a shared VM it is what moves p99 from one run to the next.
+cpu_ticks() { awk '/^cpu /{t=0; for (i=2; i<=9; i++) t+=$i; print $9, t}' /proc/stat 2>/dev/null || echo "0 0"; }
 for conc in 1 2; do
+  read -r steal0 total0 < <(cpu_ticks)
   taskset -c "$CLIENT_CPU" "$bin/dco-webhook-load" run \
     --url "https://127.0.0.1:$PORT/convert/widgets.bench.dco.rs" --ca "$work/tls.crt" \
     --objects "$OBJECTS" --object-bytes "$OBJECT_BYTES" --requests "$REQUESTS" \
     --concurrency "$conc" --max-seconds "$MAX_SECONDS"
+  read -r steal1 total1 < <(cpu_ticks)
+  awk -v s=$((steal1 - steal0)) -v t=$((total1 - total0)) \
+    'BEGIN { if (t > 0) printf "steal during the run: %.1f%% of CPU time\n", 100 * s / t }'
 done
 # The server's own view of the same requests.
 curl -fsk "https://127.0.0.1:$PORT/metrics" | grep -E '^dco_webhook_(requests_total|objects_converted_total)' || true

@@ -5,6 +5,7 @@
 //! into the [`registry`]; the HTTP [`routes`] read the registry lock-free, and the [`lease`]
 //! publisher reports what the registry can serve.
 
+pub mod body;
 pub mod caches;
 pub mod cli;
 pub mod cluster;

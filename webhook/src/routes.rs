@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{StatusCode, header};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sonic_rs::JsonValueTrait;
 
+use crate::body::{self, BodyError};
 use crate::health::Health;
 use crate::metrics::{Metrics, Outcome, TargetLabel, UNKNOWN_TARGET};
 use crate::plan::BadReview;
@@ -48,9 +48,8 @@ pub struct App {
 }
 
 pub fn router(app: Arc<App>) -> Router {
-    let limit = app.limits.max_body_bytes;
     Router::new()
-        .route("/convert/{target}", post(convert).layer(DefaultBodyLimit::max(limit)))
+        .route("/convert/{target}", post(convert))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -65,12 +64,14 @@ fn text(status: StatusCode, msg: String) -> Response {
 async fn convert(
     State(app): State<Arc<App>>,
     Path(target): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Response {
     let start = Instant::now();
     let entry = app.registry.get(&target);
     // Only registered names become metric labels.
     let label = if entry.is_some() { target.as_str() } else { UNKNOWN_TARGET };
+    let body = body::read(&headers, body, app.limits.max_body_bytes).await;
     let (outcome, response) = convert_inner(&app, &target, entry, body).await;
     app.metrics.observe_request(label, outcome, start.elapsed().as_secs_f64());
     response
@@ -80,22 +81,18 @@ async fn convert_inner(
     app: &App,
     target: &str,
     entry: Option<Arc<Entry>>,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<bytes::Bytes, BodyError>,
 ) -> (Outcome, Response) {
     let body = match body {
         Ok(b) => b,
-        Err(rej) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+        Err(BodyError::TooLarge { limit }) => {
             let msg = format!(
-                "ConversionReview body for target {target:?} exceeds the {}-byte limit; raise --max-request-bytes on dco-webhook if batches this large are expected",
-                app.limits.max_body_bytes
+                "ConversionReview body for target {target:?} exceeds the {limit}-byte limit; raise --max-request-bytes on dco-webhook if batches this large are expected"
             );
             return (Outcome::too_large, text(StatusCode::PAYLOAD_TOO_LARGE, msg));
         }
-        Err(rej) => {
-            return (
-                Outcome::bad_request,
-                text(StatusCode::BAD_REQUEST, format!("cannot read the body: {rej}")),
-            );
+        Err(e @ BodyError::Read(_)) => {
+            return (Outcome::bad_request, text(StatusCode::BAD_REQUEST, e.to_string()));
         }
     };
     let Some(entry) = entry else {

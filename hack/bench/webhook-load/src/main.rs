@@ -54,6 +54,10 @@ struct RunArgs {
     /// Stop early after this many seconds.
     #[arg(long, default_value_t = 300)]
     max_seconds: u64,
+    /// Also write each measured latency (ms, in completion order) to this file, one per line,
+    /// to see whether slow requests cluster.
+    #[arg(long)]
+    latencies_out: Option<PathBuf>,
     #[arg(long, default_value = "bench.dco.rs/v1")]
     from: String,
     #[arg(long, default_value = "bench.dco.rs/v2")]
@@ -158,6 +162,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let wall = started.elapsed();
+    if let Some(path) = &args.latencies_out {
+        let lines: String = latencies.iter().map(|d| format!("{:.2}\n", ms(*d))).collect();
+        std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))?;
+    }
     latencies.sort();
     let n = latencies.len();
     let objects_per_s = (n * args.objects) as f64 / wall.as_secs_f64();
