@@ -1,9 +1,9 @@
 //! Reading a ConversionReview body into one contiguous buffer, bounded by the body limit.
 //!
-//! The engine scans one slice, so the body's frames must be joined. Copying each frame into a
-//! buffer sized from `Content-Length` as it arrives, while it is still in cache, costs a
-//! fraction of joining 15 MB of cold frames at the end, and hands each frame's memory back to
-//! the HTTP/2 codec at once instead of holding the whole body twice.
+//! The engine scans one slice, so the body's frames must be joined. Each frame is copied into
+//! a buffer sized from `Content-Length` as it arrives, while it is still in cache, and its
+//! memory goes back to the HTTP/2 codec at once, instead of every frame being kept until the
+//! last one and joined cold.
 
 use axum::body::{Body, Bytes};
 use http::HeaderMap;
