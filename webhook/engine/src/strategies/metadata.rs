@@ -379,6 +379,20 @@ mod tests {
         assert!(err.contains("spoke→hub: toAnnotation.restoreOnReverse is false"), "{err}");
     }
 
+    /// The mirror loses in the same direction: without the stash, the spoke-only field has
+    /// nowhere to go on the way up (hub→spoke only reads the hub's metadata).
+    #[test]
+    fn from_without_stash_is_lossy_toward_the_hub() {
+        for (strategy, block) in [("FromAnnotation", "fromAnnotation"), ("FromLabel", "fromLabel")] {
+            let err = first_error(&compile_rules(
+                &spoke(),
+                &hub(),
+                json!([{"strategy": strategy, block: {"spokePath": "spec.tier", "key": "tier", "serialization": "String"}}]),
+            ));
+            assert!(err.contains(&format!("spoke→hub: {block}.stashOnReverse is false")), "{err}");
+        }
+    }
+
     #[test]
     fn compile_errors() {
         let one = |r: serde_json::Value| first_error(&compile_rules(&hub(), &spoke(), json!([r])));
