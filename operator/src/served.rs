@@ -41,6 +41,25 @@ pub fn expiry(lease: &Lease) -> Option<Timestamp> {
     renewed.checked_add(SignedDuration::from_secs(i64::from(secs))).ok()
 }
 
+/// The Leases of server `instance` in `namespace` that are live at `now`, each with when it
+/// expires and what it reports: the filter both questions below start from.
+fn live_reports<'a>(
+    leases: impl IntoIterator<Item = &'a Lease>,
+    instance: &str,
+    namespace: &str,
+    now: Timestamp,
+) -> impl Iterator<Item = (Timestamp, Report)> {
+    let empty = BTreeMap::new();
+    leases.into_iter().filter_map(move |lease| {
+        let meta = &lease.metadata;
+        let ours = meta.namespace.as_deref() == Some(namespace)
+            && meta.labels.as_ref().and_then(|l| l.get(LABEL_INSTANCE)).map(String::as_str) == Some(instance)
+            && meta.deletion_timestamp.is_none();
+        let expires = expiry(lease).filter(|e| ours && *e > now)?;
+        Some((expires, served_lease::read(meta.annotations.as_ref().unwrap_or(&empty))))
+    })
+}
+
 /// Aggregate the Leases of server `instance` in `namespace` that are live at `now`.
 pub fn aggregate<'a>(
     leases: impl IntoIterator<Item = &'a Lease>,
@@ -52,19 +71,10 @@ pub fn aggregate<'a>(
     let mut truncated = false;
     let mut next_expiry: Option<Timestamp> = None;
     let mut intersection: Option<BTreeSet<String>> = None;
-    let empty = BTreeMap::new();
-    for lease in leases {
-        let meta = &lease.metadata;
-        if meta.namespace.as_deref() != Some(namespace)
-            || meta.labels.as_ref().and_then(|l| l.get(LABEL_INSTANCE)).map(String::as_str) != Some(instance)
-            || meta.deletion_timestamp.is_some()
-        {
-            continue;
-        }
-        let Some(expires) = expiry(lease).filter(|e| *e > now) else { continue };
+    for (expires, report) in live_reports(leases, instance, namespace, now) {
         reporting = reporting.saturating_add(1);
         next_expiry = Some(next_expiry.map_or(expires, |n| n.min(expires)));
-        match served_lease::read(meta.annotations.as_ref().unwrap_or(&empty)) {
+        match report {
             Report::Targets(set) => {
                 intersection = Some(match intersection {
                     None => set,
@@ -99,18 +109,9 @@ pub fn held<'a>(
     now: Timestamp,
 ) -> Held {
     let mut out = Held::default();
-    let empty = BTreeMap::new();
-    for lease in leases {
-        let meta = &lease.metadata;
-        if meta.namespace.as_deref() != Some(namespace)
-            || meta.labels.as_ref().and_then(|l| l.get(LABEL_INSTANCE)).map(String::as_str) != Some(instance)
-            || meta.deletion_timestamp.is_some()
-            || expiry(lease).is_none_or(|e| e <= now)
-        {
-            continue;
-        }
+    for (_, report) in live_reports(leases, instance, namespace, now) {
         out.live = out.live.saturating_add(1);
-        match served_lease::read(meta.annotations.as_ref().unwrap_or(&empty)) {
+        match report {
             Report::Targets(set) => out.by_any |= set.contains(target),
             Report::CannotTell(_) => out.cannot_tell = true,
         }
