@@ -34,6 +34,10 @@ pub struct Args {
     /// Pace of config reconciles fanned out by server changes (rebalancing), per second.
     #[arg(long, env = "DCO_REBALANCE_QPS", default_value_t = 50)]
     pub rebalance_qps: u32,
+    /// OTLP/HTTP collector to send handover traces to, as its base URL (spans go to
+    /// `<URL>/v1/traces`): each move is one trace, each transition one span. Off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// Log format.
     #[arg(long, env = "DCO_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,

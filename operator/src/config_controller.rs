@@ -30,6 +30,7 @@ use crate::conditions;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::metrics::TransitionLabels;
+use crate::otel;
 use crate::serving::serving;
 use crate::target::{self, Wiring};
 use crate::workload;
@@ -257,18 +258,26 @@ fn wired_server(ctx: &Context, target: &Value) -> Option<String> {
     ctx.server_by_service(&ns, &svc).map(|s| s.name_any())
 }
 
+/// One transition the machine made: its Event, and what its span needs.
+struct Moved {
+    from: dco_api::HandoverStatus,
+    to: dco_api::HandoverStatus,
+    note: EventNote,
+}
+
 /// Step the machine until it rests or asks for an action, keeping one Event per transition
 /// (each tagged with the move's attempt, so `kubectl describe` does not fold two moves' Events
 /// of the same reason into one).
 fn run_machine(
     state: &dco_api::HandoverStatus,
     facts: &Facts<'_>,
-) -> (Step<dco_api::HandoverStatus, HandoverAction>, Vec<(u32, EventNote)>) {
-    let mut events = Vec::new();
+) -> (Step<dco_api::HandoverStatus, HandoverAction>, Vec<Moved>) {
+    let mut moves = Vec::new();
+    let mut from = state.clone();
     let mut step = Handover::step(state, facts);
     for _ in 0..MAX_STEPS {
-        if let Some(e) = step.event.take() {
-            events.push((step.next.attempt, e));
+        if let Some(note) = step.event.take() {
+            moves.push(Moved { from: from.clone(), to: step.next.clone(), note });
         }
         if !step.actions.is_empty() {
             break;
@@ -277,17 +286,41 @@ fn run_machine(
         if next.next == step.next {
             break;
         }
-        step = next;
+        from = std::mem::replace(&mut step, next).next;
     }
-    (step, events)
+    (step, moves)
 }
 
-async fn emit<K: ConfigKind>(ctx: &Context, cfg: &K, attempt: u32, note: &EventNote) {
+async fn emit<K: ConfigKind>(ctx: &Context, cfg: &K, target: &str, m: &Moved) {
+    let (note, attempt) = (&m.note, m.to.attempt);
     ctx.metrics
         .handover_transitions
         .get_or_create(&TransitionLabels { reason: note.reason.to_string() })
         .inc();
-    tracing::info!(reason = note.reason, attempt, "handover: {}", note.note);
+    tracing::info!(
+        reason = note.reason,
+        attempt,
+        trace_id = m.to.traceparent.as_deref().and_then(crate::trace::trace_id),
+        "handover: {}",
+        note.note
+    );
+    let at = std::time::SystemTime::now();
+    let since = |s: &str| s.parse::<Timestamp>().ok().map(std::time::SystemTime::from);
+    ctx.traces.record(&otel::Transition {
+        traceparent: m.to.traceparent.as_deref(),
+        reason: note.reason,
+        note: &note.note,
+        warning: note.warning,
+        from: m.from.state,
+        to: m.to.state,
+        since: m.from.since.as_deref().and_then(since),
+        at,
+        config: format!("{}/{}", kind_static::<K>(), cfg.name_any()),
+        target,
+        source: m.to.source.as_deref(),
+        destination: m.to.destination.as_deref(),
+        attempt,
+    });
     ctx.event(cfg, note.warning, note.reason, &format!("HandoverMove{attempt}"), note.note.clone()).await;
 }
 
@@ -448,8 +481,8 @@ async fn apply<K: ConfigKind>(cached: &K, ctx: &Context) -> Result<Action> {
             // details. Not a move, so not the machine's business.
             settled_wiring_refresh = Some(w.clone());
         }
-        for (attempt, e) in &events {
-            emit(ctx, cfg, *attempt, e).await;
+        for m in &events {
+            emit(ctx, cfg, &tname, m).await;
         }
         conditions::set(
             &mut st.conditions,

@@ -14,6 +14,7 @@ use kube::{Client, Resource, ResourceExt};
 use crate::certs::{self, Lifetimes};
 use crate::metrics::Metrics;
 use crate::names::ServerNames;
+use crate::otel::HandoverTraces;
 
 /// SSA field manager of everything the operator writes.
 pub const FIELD_MANAGER: &str = "dco-operator";
@@ -65,6 +66,8 @@ pub struct Context {
     pub stores: Stores,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// Handover spans (OTLP), or nowhere.
+    pub traces: HandoverTraces,
 }
 
 impl Context {
@@ -73,7 +76,19 @@ impl Context {
             controller: FIELD_MANAGER.to_string(),
             instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),
         };
-        Context { recorder: Recorder::new(client.clone(), reporter), client, settings, stores, metrics }
+        let traces = HandoverTraces::default();
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            settings,
+            stores,
+            metrics,
+            traces,
+        }
+    }
+
+    pub fn with_traces(self, traces: HandoverTraces) -> Self {
+        Context { traces, ..self }
     }
 
     /// The resolver over the cached servers. A server being deleted is out of the pool and

@@ -11,6 +11,7 @@ pub mod context;
 pub mod error;
 pub mod metrics;
 pub mod names;
+pub mod otel;
 pub mod run;
 pub mod served;
 pub mod server_controller;

@@ -271,9 +271,11 @@ mod tests {
         tokio::spawn(config_controller::reconcile(Arc::new(cfg), ctx))
     }
 
-    #[tokio::test]
-    async fn first_wiring_goes_straight_to_the_resolved_server_and_settles() {
+    /// A first wiring to server `a`, driven through the API: the Event reasons in order and
+    /// the status written.
+    async fn first_wiring(traces: crate::otel::HandoverTraces) -> (Vec<String>, Value) {
         let (ctx, mut api, mut w) = test_context();
+        let ctx = Arc::new(Arc::into_inner(ctx).expect("one handle").with_traces(traces));
         w.server(server("a", true, 2, &[]));
         w.secret(tls_secret("a"));
         let cfg = config(None, json!({}));
@@ -293,7 +295,16 @@ mod tests {
         let status = api.events_then(&mut reasons).await;
         assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH));
         assert!(status.is_apply_by_operator());
-        let st = &status.body["status"];
+        let st = status.body["status"].clone();
+        status.with_status(&cfg);
+        let res = task.await.unwrap();
+        assert!(res.is_ok(), "{res:?}");
+        (reasons, st)
+    }
+
+    #[tokio::test]
+    async fn first_wiring_goes_straight_to_the_resolved_server_and_settles() {
+        let (reasons, st) = first_wiring(Default::default()).await;
         assert_eq!(st["phase"], "Applied");
         assert_eq!(st["assignedWebhookServer"], "a");
         assert_eq!(st["webhookPath"], "/convert/widgets.example.org");
@@ -307,9 +318,54 @@ mod tests {
         assert_eq!(cond("HandoverReady").map(|c| c["reason"].clone()), Some(json!("HandoverReady")));
         assert_eq!(cond("Validated").map(|c| c["status"].clone()), Some(json!("True")));
         assert_eq!(reasons, ["HandoverStarted", "DestinationReady", "Patched", "SourceDropped"]);
-        status.with_status(&cfg);
-        let res = task.await.unwrap();
-        assert!(res.is_ok(), "{res:?}");
+    }
+
+    /// With an OTLP collector configured, the same move is one trace: the persisted
+    /// traceparent's trace id, one span per Event, each leaving the state the last one entered.
+    #[tokio::test]
+    async fn each_transition_is_a_span_of_the_persisted_trace() {
+        let (url, got) = crate::otel::testing::collector().await;
+        let traces = crate::otel::HandoverTraces::otlp(&url).unwrap();
+        let (reasons, st) = first_wiring(traces.clone()).await;
+        tokio::task::spawn_blocking(move || traces.shutdown()).await.unwrap();
+
+        let traceparent = st["handover"]["traceparent"].as_str().unwrap_or_default().to_string();
+        let spans = crate::otel::testing::spans(&got);
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, reasons);
+        let states: Vec<(String, String)> = spans
+            .iter()
+            .map(|s| {
+                (
+                    crate::otel::testing::text(s, "dco.handover.from"),
+                    crate::otel::testing::text(s, "dco.handover.to"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("Unassigned", "Compiling"),
+                ("Compiling", "DestinationReady"),
+                ("DestinationReady", "Patched"),
+                ("Patched", "SourceDropped")
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        for span in &spans {
+            assert_eq!(
+                traceparent.get(3..35),
+                Some(crate::otel::testing::hex(&span.trace_id).as_str()),
+                "{traceparent}"
+            );
+            assert_eq!(
+                traceparent.get(36..52),
+                Some(crate::otel::testing::hex(&span.parent_span_id).as_str())
+            );
+            assert_eq!(crate::otel::testing::text(span, "dco.config"), "CRDConversionConfig/widgets");
+            assert_eq!(crate::otel::testing::text(span, "dco.target"), "widgets.example.org");
+            assert!(span.end_time_unix_nano >= span.start_time_unix_nano);
+        }
     }
 
     fn settled_on(server: &str) -> Value {
