@@ -1,8 +1,10 @@
 //! OTLP export of handover traces (design §7): a move is one trace, named by the W3C
 //! `traceparent` persisted in `status.handover` (so it survives restarts and changes of
-//! replica), and each transition is one span, from when the state it leaves was entered to
-//! the transition. Off unless `--otlp-endpoint` names a collector.
+//! replica). Its root span, `handover`, carries the traceparent's own span id and is sent when
+//! the move starts; each transition is one child span, from when the state it leaves was
+//! entered to the transition. Off unless `--otlp-endpoint` names a collector.
 
+use std::cell::Cell;
 use std::time::SystemTime;
 
 use dco_api::HandoverState;
@@ -12,7 +14,31 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracerProvider};
+
+/// The Event reason of a move's first transition: the moment its root span is sent.
+const STARTED: &str = "HandoverStarted";
+
+thread_local! {
+    /// Ids the next root span started on this thread must take (the SDK takes no ids from a
+    /// span builder, only from its generator).
+    static PINNED: Cell<Option<(TraceId, SpanId)>> = const { Cell::new(None) };
+}
+
+/// Random ids, except for a root span started right after [`PINNED`] was set.
+#[derive(Debug, Default)]
+struct PinnableIds(RandomIdGenerator);
+
+impl IdGenerator for PinnableIds {
+    fn new_trace_id(&self) -> TraceId {
+        PINNED.with(Cell::take).map_or_else(|| self.0.new_trace_id(), |(trace, _)| trace)
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        // Called before `new_trace_id` for a root span, so the pin stays for that call.
+        PINNED.with(Cell::get).map_or_else(|| self.0.new_span_id(), |(_, span)| span)
+    }
+}
 
 /// One step of a move, as the config reconciler saw it.
 #[derive(Clone, Debug)]
@@ -69,7 +95,8 @@ impl HandoverTraces {
     /// The provider around any span processor (tests export to a local collector).
     pub fn with_provider(builder: opentelemetry_sdk::trace::TracerProviderBuilder) -> Self {
         let resource = Resource::builder().with_service_name("dco-operator").build();
-        HandoverTraces { provider: Some(builder.with_resource(resource).build()) }
+        let builder = builder.with_resource(resource).with_id_generator(PinnableIds::default());
+        HandoverTraces { provider: Some(builder.build()) }
     }
 
     pub fn enabled(&self) -> bool {
@@ -84,16 +111,32 @@ impl HandoverTraces {
             return;
         };
         let tracer = provider.tracer("dco-operator/handover");
-        let mut attributes = vec![
+        let mut move_attributes = vec![
             KeyValue::new("dco.config", t.config.clone()),
             KeyValue::new("dco.target", t.target.to_string()),
+            KeyValue::new("dco.handover.attempt", i64::from(t.attempt)),
+        ];
+        move_attributes.extend(t.source.map(|s| KeyValue::new("dco.handover.source", s.to_string())));
+        move_attributes
+            .extend(t.destination.map(|d| KeyValue::new("dco.handover.destination", d.to_string())));
+        if t.reason == STARTED {
+            let ids = parent.span().span_context().clone();
+            PINNED.with(|p| p.set(Some((ids.trace_id(), ids.span_id()))));
+            let mut root = tracer
+                .span_builder("handover")
+                .with_kind(SpanKind::Internal)
+                .with_start_time(t.at)
+                .with_attributes(move_attributes.clone())
+                .start_with_context(&tracer, &Context::new());
+            PINNED.with(|p| p.set(None));
+            root.end_with_timestamp(t.at);
+        }
+        let mut attributes = move_attributes;
+        attributes.extend([
             KeyValue::new("dco.handover.from", format!("{:?}", t.from)),
             KeyValue::new("dco.handover.to", format!("{:?}", t.to)),
-            KeyValue::new("dco.handover.attempt", i64::from(t.attempt)),
             KeyValue::new("dco.handover.note", t.note.to_string()),
-        ];
-        attributes.extend(t.source.map(|s| KeyValue::new("dco.handover.source", s.to_string())));
-        attributes.extend(t.destination.map(|d| KeyValue::new("dco.handover.destination", d.to_string())));
+        ]);
         // A state entered "after" the transition (clock skew between replicas) starts the span
         // at the transition instead of producing a negative duration.
         let start = t.since.filter(|s| *s <= t.at).unwrap_or(t.at);
@@ -263,6 +306,48 @@ mod tests {
         }
         let statuses: Vec<_> = spans.iter().map(|s| s.status.clone().map(|st| st.code)).collect();
         assert!(statuses.contains(&Some(2)), "the blocked step is an error span: {statuses:?}");
+    }
+
+    /// The first transition also sends the move's root span, under the traceparent's own ids,
+    /// so backends show the transitions under it; no other span gets those ids.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_started_move_sends_its_root_span() {
+        const OTHER: &str = "00-11111111111111111111111111111111-2222222222222222-01";
+        let (url, got) = collector().await;
+        let traces = HandoverTraces::otlp(&url).unwrap();
+        let started = |tp| Transition {
+            reason: STARTED,
+            from: HandoverState::Unassigned,
+            to: HandoverState::Compiling,
+            since: None,
+            ..transition(Some(tp), false)
+        };
+        traces.record(&started(TRACEPARENT));
+        traces.record(&transition(Some(TRACEPARENT), false));
+        traces.record(&started(OTHER));
+        let flushing = traces.clone();
+        tokio::task::spawn_blocking(move || flushing.shutdown()).await.unwrap();
+
+        let spans = spans(&got);
+        let row = |s: &opentelemetry_proto::tonic::trace::v1::Span| {
+            (s.name.clone(), hex(&s.trace_id), hex(&s.span_id), hex(&s.parent_span_id))
+        };
+        let rows: Vec<_> = spans.iter().map(row).collect();
+        let root = |trace: &str, span: &str| {
+            ("handover".to_string(), trace.to_string(), span.to_string(), String::new())
+        };
+        assert!(rows.contains(&root("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")), "{rows:#?}");
+        assert!(rows.contains(&root("11111111111111111111111111111111", "2222222222222222")), "{rows:#?}");
+        assert_eq!(rows.len(), 5, "{rows:#?}");
+        for (name, trace, span, parent) in &rows {
+            if name != "handover" {
+                assert!(parent == "b7ad6b7169203331" || parent == "2222222222222222", "{rows:#?}");
+                assert!(span != parent && trace.len() == 32, "{rows:#?}");
+            }
+        }
+        let root_span = spans.iter().find(|s| s.name == "handover").unwrap();
+        assert_eq!(attr(root_span, "dco.handover.destination"), Some(Any::StringValue("pool-b".into())));
+        assert_eq!(root_span.start_time_unix_nano, root_span.end_time_unix_nano);
     }
 
     #[test]

@@ -330,7 +330,12 @@ mod tests {
         tokio::task::spawn_blocking(move || traces.shutdown()).await.unwrap();
 
         let traceparent = st["handover"]["traceparent"].as_str().unwrap_or_default().to_string();
-        let spans = crate::otel::testing::spans(&got);
+        let mut spans = crate::otel::testing::spans(&got);
+        // The root span, sent with the first transition, has the traceparent's own ids.
+        let root = spans.remove(0);
+        assert_eq!(root.name, "handover");
+        assert_eq!(Some(crate::otel::testing::hex(&root.span_id).as_str()), traceparent.get(36..52));
+        assert!(root.parent_span_id.is_empty());
         let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, reasons);
         let states: Vec<(String, String)> = spans
