@@ -8,6 +8,7 @@ use std::cell::Cell;
 use std::time::SystemTime;
 
 use dco_api::HandoverState;
+use dco_state::handover::reason;
 use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
     Tracer as _, TracerProvider as _,
@@ -16,8 +17,9 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracerProvider};
 
-/// The Event reason of a move's first transition: the moment its root span is sent.
-const STARTED: &str = "HandoverStarted";
+/// The Event reasons of a move's first transition (every start and restart gets a fresh
+/// traceparent): the moment its root span is sent.
+const STARTS: [&str; 2] = [reason::STARTED, reason::RESTARTED];
 
 thread_local! {
     /// Ids the next root span started on this thread must take (the SDK takes no ids from a
@@ -119,7 +121,7 @@ impl HandoverTraces {
         move_attributes.extend(t.source.map(|s| KeyValue::new("dco.handover.source", s.to_string())));
         move_attributes
             .extend(t.destination.map(|d| KeyValue::new("dco.handover.destination", d.to_string())));
-        if t.reason == STARTED {
+        if STARTS.contains(&t.reason) {
             let ids = parent.span().span_context().clone();
             PINNED.with(|p| p.set(Some((ids.trace_id(), ids.span_id()))));
             let mut root = tracer
@@ -315,16 +317,17 @@ mod tests {
         const OTHER: &str = "00-11111111111111111111111111111111-2222222222222222-01";
         let (url, got) = collector().await;
         let traces = HandoverTraces::otlp(&url).unwrap();
-        let started = |tp| Transition {
-            reason: STARTED,
+        let started = |tp, reason| Transition {
+            reason,
             from: HandoverState::Unassigned,
             to: HandoverState::Compiling,
             since: None,
             ..transition(Some(tp), false)
         };
-        traces.record(&started(TRACEPARENT));
+        traces.record(&started(TRACEPARENT, reason::STARTED));
         traces.record(&transition(Some(TRACEPARENT), false));
-        traces.record(&started(OTHER));
+        // A restarted move is a new trace too.
+        traces.record(&started(OTHER, reason::RESTARTED));
         let flushing = traces.clone();
         tokio::task::spawn_blocking(move || flushing.shutdown()).await.unwrap();
 
