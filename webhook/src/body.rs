@@ -29,35 +29,31 @@ pub async fn read(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<B
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(BodyError::TooLarge { limit });
     }
-    let mut joined: Option<Vec<u8>> = None;
+    let mut received = 0usize;
+    // One frame that turns out to be the whole body is kept as it is, without a copy; the
+    // join starts at the second.
     let mut first: Option<Bytes> = None;
+    let mut joined = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
             continue; // trailers carry nothing a review needs
         };
-        let had = first.as_ref().map_or(0, Bytes::len) + joined.as_ref().map_or(0, Vec::len);
-        if had + data.len() > limit {
+        received += data.len();
+        if received > limit {
             return Err(BodyError::TooLarge { limit });
         }
-        match (&mut joined, first.take()) {
-            // One frame that turns out to be the whole body is kept as it is, without a copy.
-            (None, None) => first = Some(data),
-            (None, Some(head)) => {
-                // A declared length within the limit sizes the buffer once; otherwise it grows.
-                let capacity = declared.map_or(0, |n| n as usize).max(head.len() + data.len());
-                let mut buf = Vec::with_capacity(capacity);
-                buf.extend_from_slice(&head);
-                buf.extend_from_slice(&data);
-                joined = Some(buf);
-            }
-            (Some(buf), _) => buf.extend_from_slice(&data),
+        if first.is_none() && joined.is_empty() {
+            first = Some(data);
+            continue;
         }
+        if let Some(head) = first.take() {
+            // A declared length within the limit sizes the buffer once; otherwise it grows.
+            joined.reserve_exact(declared.map_or(0, |n| n as usize).max(received));
+            joined.extend_from_slice(&head);
+        }
+        joined.extend_from_slice(&data);
     }
-    Ok(match (joined, first) {
-        (Some(buf), _) => Bytes::from(buf),
-        (None, Some(only)) => only,
-        (None, None) => Bytes::new(),
-    })
+    Ok(first.unwrap_or_else(|| Bytes::from(joined)))
 }
 
 #[cfg(test)]
