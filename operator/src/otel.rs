@@ -91,14 +91,12 @@ impl HandoverTraces {
             .map_err(|e| {
                 format!("--otlp-endpoint {endpoint:?}: cannot build an OTLP exporter for {url}: {e}")
             })?;
-        Ok(Self::with_provider(SdkTracerProvider::builder().with_batch_exporter(exporter)))
-    }
-
-    /// The provider around any span processor (tests export to a local collector).
-    pub fn with_provider(builder: opentelemetry_sdk::trace::TracerProviderBuilder) -> Self {
-        let resource = Resource::builder().with_service_name("dco-operator").build();
-        let builder = builder.with_resource(resource).with_id_generator(PinnableIds::default());
-        HandoverTraces { provider: Some(builder.build()) }
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(Resource::builder().with_service_name("dco-operator").build())
+            .with_id_generator(PinnableIds::default())
+            .build();
+        Ok(HandoverTraces { provider: Some(provider) })
     }
 
     pub fn enabled(&self) -> bool {
@@ -123,14 +121,14 @@ impl HandoverTraces {
             .extend(t.destination.map(|d| KeyValue::new("dco.handover.destination", d.to_string())));
         if STARTS.contains(&t.reason) {
             let ids = parent.span().span_context().clone();
-            PINNED.with(|p| p.set(Some((ids.trace_id(), ids.span_id()))));
+            PINNED.set(Some((ids.trace_id(), ids.span_id())));
             let mut root = tracer
                 .span_builder("handover")
                 .with_kind(SpanKind::Internal)
                 .with_start_time(t.at)
                 .with_attributes(move_attributes.clone())
                 .start_with_context(&tracer, &Context::new());
-            PINNED.with(|p| p.set(None));
+            PINNED.set(None);
             root.end_with_timestamp(t.at);
         }
         let mut attributes = move_attributes;

@@ -79,8 +79,9 @@ impl Classes {
         c
     }
 
-    /// The classifier for `isa` (what [`Isa::detect`] found on this CPU).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The classifier for `isa`, one block at a time (the scanner dispatches once per refill
+    /// instead, in `Scanner::refill`).
+    #[cfg(test)]
     fn of(block: &[u8; 64], isa: Isa) -> Classes {
         match isa {
             // SAFETY: the variants exist only when `Isa::detect` found the features.
