@@ -28,6 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -293,6 +294,20 @@ pub fn process_alive(pid: u32) -> bool {
 pub async fn wait_pod_ready(api: &Api<Pod>, name: &str, timeout: Duration) -> Result<Pod> {
     let what = format!("pod {name} to be Ready");
     wait_for(&what, timeout, || async { Ok(api.get_opt(name).await?.filter(pod_ready)) }).await
+}
+
+/// Waits until a CustomResourceDefinition is Established (its kinds are served).
+pub async fn wait_crd_established(
+    api: &Api<CustomResourceDefinition>,
+    name: &str,
+    timeout: Duration,
+) -> Result<()> {
+    let what = format!("CRD {name} to be Established");
+    wait_for(&what, timeout, || async {
+        let conditions = api.get(name).await?.status.and_then(|s| s.conditions).unwrap_or_default();
+        Ok(conditions.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(()))
+    })
+    .await
 }
 
 /// Waits until an object is gone.

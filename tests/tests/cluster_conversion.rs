@@ -134,15 +134,7 @@ async fn conversion_webhook_runs_as_a_pod_and_is_called_by_the_apiserver() -> Re
     let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
     crds.create(&PostParams::default(), &crd).await?;
     let mut guard = CrdGuard { cluster: t.cluster.clone(), name: crd_name.clone(), armed: true };
-    wait_for("the CRD to be Established", Duration::from_secs(60), || async {
-        let c = crds.get(&crd_name).await?;
-        let established = c
-            .status
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
-        Ok(established.then_some(()))
-    })
-    .await?;
+    dco_tests::wait_crd_established(&crds, &crd_name, Duration::from_secs(60)).await?;
 
     let ar =
         |v: &str| ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, v, "Widget"), "widgets");

@@ -17,17 +17,7 @@ async fn install_crds(client: &kube::Client) -> Result<()> {
         crds.patch(&name, &PatchParams::apply("dco-tests").force(), &Patch::Apply(&crd))
             .await
             .with_context(|| format!("applying CRD {name}"))?;
-        dco_tests::wait_for(&format!("CRD {name} to be Established"), Duration::from_secs(30), || {
-            let crds = crds.clone();
-            let name = name.clone();
-            async move {
-                let c = crds.get(&name).await?;
-                let conditions = c.status.and_then(|s| s.conditions).unwrap_or_default();
-                let established = conditions.iter().any(|c| c.type_ == "Established" && c.status == "True");
-                Ok(established.then_some(()))
-            }
-        })
-        .await?;
+        dco_tests::wait_crd_established(&crds, &name, Duration::from_secs(30)).await?;
     }
     Ok(())
 }
