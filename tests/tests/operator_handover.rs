@@ -5,7 +5,9 @@
 //! destination reports it in its served-target Lease; the move passes through every handover
 //! state (one Event each) and settles; and not a single read at the spoke version fails
 //! while a loop keeps reading throughout the move. Deleting the config then reverts the
-//! CRD's spec.conversion (the safe-revert finalizer).
+//! CRD's spec.conversion (the safe-revert finalizer). With `--otlp-endpoint` pointing at a
+//! collector on loopback, the move arrives there as one trace: its root span under the
+//! persisted traceparent's ids and one child span per transition.
 //!
 //! Needs `target/debug/dco-operator` and `target/debug/dco-webhook` (built by
 //! `cargo test --workspace --no-run`, or `cargo build -p dco-operator -p dco-webhook`).
@@ -29,6 +31,9 @@ use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
 use serde_json::{Value, json};
 
 use dco_tests::{TestEnv, wait_for};
@@ -57,7 +62,38 @@ impl Drop for Operator {
     }
 }
 
-fn start_operator(env: &TestEnv, selector: &str) -> Result<Operator> {
+/// An OTLP/HTTP collector on loopback: its base URL, and every span it has received.
+async fn otlp_collector() -> Result<(String, Arc<std::sync::Mutex<Vec<Span>>>)> {
+    let spans = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = spans.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let keep = keep.clone();
+            async move {
+                match ExportTraceServiceRequest::decode(body) {
+                    Ok(req) => {
+                        let got =
+                            req.resource_spans.into_iter().flat_map(|r| r.scope_spans).flat_map(|s| s.spans);
+                        keep.lock().unwrap_or_else(|e| e.into_inner()).extend(got);
+                        axum::http::StatusCode::OK
+                    }
+                    Err(_) => axum::http::StatusCode::BAD_REQUEST,
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((url, spans))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn start_operator(env: &TestEnv, selector: &str, otlp: &str) -> Result<Operator> {
     let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}.log", env.ns));
     let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let child = Command::new(binary("dco-operator")?)
@@ -75,6 +111,8 @@ fn start_operator(env: &TestEnv, selector: &str) -> Result<Operator> {
             "127.0.0.1:0",
             "--resync",
             "60s",
+            "--otlp-endpoint",
+            otlp,
         ])
         .env("KUBECONFIG", &env.cluster.kubeconfig)
         .env("RUST_LOG", "info")
@@ -178,11 +216,14 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
     for crd in dco_api::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
         crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd)).await?;
+        // Run alone on a fresh cluster, the kinds must be served before the first server.
+        dco_tests::wait_crd_established(&crds, &name, WAIT).await?;
     }
 
     let selector_label = ("dco-e2e", ns.as_str());
     let selector = format!("{}={}", selector_label.0, selector_label.1);
-    let _operator = start_operator(&env, &selector)?;
+    let (otlp, spans) = otlp_collector().await?;
+    let _operator = start_operator(&env, &selector, &otlp)?;
 
     let (a, b) = (format!("{ns}-a"), format!("{ns}-b"));
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
@@ -337,6 +378,29 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
             "want one {want} Event for the move; saw {reasons:?}"
         );
     }
+
+    // The same move in the collector: one trace, named by the persisted traceparent; its root
+    // span carries the traceparent's span id, and each transition is one child of it. The
+    // exporter batches (every 5 s by default).
+    let traceparent = h.traceparent.clone().unwrap_or_default();
+    let (trace_id, root_id) =
+        (traceparent.get(3..35).unwrap_or_default(), traceparent.get(36..52).unwrap_or_default());
+    let want = ["handover", "HandoverStarted", "DestinationReady", "Patched", "SourceDropped"];
+    let names = wait_for("the move's spans at the OTLP collector", Duration::from_secs(30), || async {
+        let got = spans.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let ours = got.iter().filter(|s| hex(&s.trace_id) == trace_id);
+        let parented = |s: &&Span| {
+            if s.name == "handover" {
+                hex(&s.span_id) == root_id && s.parent_span_id.is_empty()
+            } else {
+                hex(&s.parent_span_id) == root_id
+            }
+        };
+        let names: Vec<String> = ours.filter(parented).map(|s| s.name.clone()).collect();
+        Ok(want.iter().all(|w| names.iter().filter(|n| n == w).count() == 1).then_some(names))
+    })
+    .await?;
+    eprintln!("trace {trace_id} at the collector: {names:?}");
 
     // Deleting the config reverts the CRD (it serves two versions: allowed by annotation).
     cfgs.patch(
