@@ -178,49 +178,13 @@ fn parent_context(traceparent: &str) -> Option<Context> {
     Some(Context::new().with_remote_span_context(cx))
 }
 
-/// A collector for tests: OTLP/HTTP on loopback, keeping what it receives.
+/// Reading what a test collector (`dco_tests::otlp_collector`) received.
 #[cfg(test)]
 pub(crate) mod testing {
-    use std::sync::{Arc, Mutex};
-
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
     use opentelemetry_proto::tonic::trace::v1::Span;
-    use prost::Message as _;
 
-    pub type Received = Arc<Mutex<Vec<ExportTraceServiceRequest>>>;
-
-    /// Its base URL, and every export request it has received.
-    pub async fn collector() -> (String, Received) {
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let keep = got.clone();
-        let app = axum::Router::new().route(
-            "/v1/traces",
-            axum::routing::post(move |body: axum::body::Bytes| {
-                let keep = keep.clone();
-                async move {
-                    let req = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
-                    keep.lock().unwrap().push(req);
-                    ""
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (url, got)
-    }
-
-    /// Every span received, in the order they were exported.
-    pub fn spans(got: &Received) -> Vec<Span> {
-        let requests = got.lock().unwrap().clone();
-        requests
-            .iter()
-            .flat_map(|r| &r.resource_spans)
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| s.spans.clone())
-            .collect()
-    }
+    pub use dco_tests::{hex, otlp_collector as collector, otlp_spans as spans};
 
     pub fn attr(span: &Span, key: &str) -> Option<Any> {
         span.attributes.iter().find(|a| a.key == key).and_then(|a| a.value.clone()?.value)
@@ -232,10 +196,6 @@ pub(crate) mod testing {
             Some(Any::StringValue(s)) => s,
             _ => String::new(),
         }
-    }
-
-    pub fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -271,7 +231,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_transition_is_a_span_of_the_moves_trace() {
-        let (url, got) = collector().await;
+        let (url, got) = collector().await.unwrap();
         let traces = HandoverTraces::otlp(&format!("{url}/")).unwrap();
         assert!(traces.enabled());
         traces.record(&transition(Some(TRACEPARENT), false));
@@ -313,7 +273,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_started_move_sends_its_root_span() {
         const OTHER: &str = "00-11111111111111111111111111111111-2222222222222222-01";
-        let (url, got) = collector().await;
+        let (url, got) = collector().await.unwrap();
         let traces = HandoverTraces::otlp(&url).unwrap();
         let started = |tp, reason| Transition {
             reason,

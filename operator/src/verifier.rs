@@ -324,7 +324,7 @@ mod tests {
     /// traceparent's trace id, one span per Event, each leaving the state the last one entered.
     #[tokio::test]
     async fn each_transition_is_a_span_of_the_persisted_trace() {
-        let (url, got) = crate::otel::testing::collector().await;
+        let (url, got) = crate::otel::testing::collector().await.unwrap();
         let traces = crate::otel::HandoverTraces::otlp(&url).unwrap();
         let (reasons, st) = first_wiring(traces.clone()).await;
         tokio::task::spawn_blocking(move || traces.shutdown()).await.unwrap();

@@ -32,6 +32,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::Span;
 
 /// Where the cluster and its state live.
 #[derive(Debug, Clone)]
@@ -425,6 +427,52 @@ pub fn query_escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// What an OTLP collector received: every export request, in arrival order.
+pub type OtlpExports = std::sync::Arc<std::sync::Mutex<Vec<ExportTraceServiceRequest>>>;
+
+/// An OTLP/HTTP collector on loopback (protobuf on `/v1/traces`): its base URL, and what it
+/// has received. A body that is not an export is answered 400 and kept out.
+pub async fn otlp_collector() -> Result<(String, OtlpExports)> {
+    use prost::Message as _;
+    let got = OtlpExports::default();
+    let keep = got.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let keep = keep.clone();
+            async move {
+                match ExportTraceServiceRequest::decode(body) {
+                    Ok(req) => {
+                        keep.lock().unwrap_or_else(|e| e.into_inner()).push(req);
+                        axum::http::StatusCode::OK
+                    }
+                    Err(_) => axum::http::StatusCode::BAD_REQUEST,
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((url, got))
+}
+
+/// Every span a collector has received, in the order they were exported.
+pub fn otlp_spans(got: &OtlpExports) -> Vec<Span> {
+    let requests = got.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    requests
+        .into_iter()
+        .flat_map(|r| r.resource_spans)
+        .flat_map(|r| r.scope_spans)
+        .flat_map(|s| s.spans)
+        .collect()
+}
+
+/// Lower-case hex of trace and span ids, as a traceparent writes them.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -31,12 +31,10 @@ use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message as _;
 use serde_json::{Value, json};
 
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{TestEnv, hex, wait_for};
 
 const MANAGER: &str = "dco-operator-e2e";
 const WAIT: Duration = Duration::from_secs(120);
@@ -60,37 +58,6 @@ impl Drop for Operator {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// An OTLP/HTTP collector on loopback: its base URL, and every span it has received.
-async fn otlp_collector() -> Result<(String, Arc<std::sync::Mutex<Vec<Span>>>)> {
-    let spans = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let keep = spans.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let keep = keep.clone();
-            async move {
-                match ExportTraceServiceRequest::decode(body) {
-                    Ok(req) => {
-                        let got =
-                            req.resource_spans.into_iter().flat_map(|r| r.scope_spans).flat_map(|s| s.spans);
-                        keep.lock().unwrap_or_else(|e| e.into_inner()).extend(got);
-                        axum::http::StatusCode::OK
-                    }
-                    Err(_) => axum::http::StatusCode::BAD_REQUEST,
-                }
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok((url, spans))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn start_operator(env: &TestEnv, selector: &str, otlp: &str) -> Result<Operator> {
@@ -222,7 +189,7 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
 
     let selector_label = ("dco-e2e", ns.as_str());
     let selector = format!("{}={}", selector_label.0, selector_label.1);
-    let (otlp, spans) = otlp_collector().await?;
+    let (otlp, exports) = dco_tests::otlp_collector().await?;
     let _operator = start_operator(&env, &selector, &otlp)?;
 
     let (a, b) = (format!("{ns}-a"), format!("{ns}-b"));
@@ -387,7 +354,7 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
         (traceparent.get(3..35).unwrap_or_default(), traceparent.get(36..52).unwrap_or_default());
     let want = ["handover", "HandoverStarted", "DestinationReady", "Patched", "SourceDropped"];
     let names = wait_for("the move's spans at the OTLP collector", Duration::from_secs(30), || async {
-        let got = spans.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let got = dco_tests::otlp_spans(&exports);
         let ours = got.iter().filter(|s| hex(&s.trace_id) == trace_id);
         let parented = |s: &&Span| {
             if s.name == "handover" {
