@@ -5,6 +5,8 @@
 //! - [`compile()`]: claims, verdicts, leftovers and [`Diagnostic`]s → a [`Plan`].
 //! - [`Plan::convert`] / [`Plan::convert_value`]: one object to another version.
 //! - [`review::convert_review`]: a ConversionReview body in, the response body out.
+//! - [`limits`]: the nesting limit, the stack a converting thread needs, and the [`limits::Budget`]
+//!   a caller stops a conversion with.
 
 pub mod cel;
 pub mod compile;
@@ -12,6 +14,7 @@ pub mod convert;
 pub mod diagnostic;
 pub mod duration;
 mod lazy;
+pub mod limits;
 pub mod patch;
 pub mod plan;
 pub mod quantity;

@@ -104,6 +104,12 @@ fn convert_objects(
     let mut count = 0;
     let mut failed = None;
     while s.next_item(&mut items).map_err(malformed)? {
+        if failed.is_none()
+            && let Err(why) = crate::limits::check()
+        {
+            out.truncate(list_start);
+            failed = Some((count, format!("conversion stopped: {why}")));
+        }
         if failed.is_some() {
             s.value().map_err(malformed)?;
         } else {
@@ -112,7 +118,7 @@ fn convert_objects(
             }
             if let Err(e) = plan.convert_scanned(s, desired, out).map_err(malformed)? {
                 out.truncate(list_start);
-                failed = Some((count, e));
+                failed = Some((count, e.to_string()));
             }
         }
         count += 1;

@@ -22,8 +22,11 @@
 
 use std::borrow::Cow;
 
-/// The deepest nesting accepted (the apiserver's own decoder stops at 10 000 too).
-pub(crate) const MAX_DEPTH: usize = 10_000;
+/// The deepest nesting accepted: an object may nest `limits::MAX_DEPTH` levels (what the
+/// apiserver's own decoder allows) below the review's envelope.
+pub(crate) const MAX_DEPTH: usize = crate::limits::MAX_DEPTH + crate::limits::REVIEW_ENVELOPE_DEPTH;
+const TOO_DEEP: &str =
+    "an object nests deeper than 10000 levels (the kube-apiserver's own JSON limit; see dco_engine::limits)";
 
 /// Where and why the input is not JSON.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -500,7 +503,7 @@ impl<'a> Scanner<'a> {
 
     fn enter(&mut self) -> Result<(), ScanError> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH { self.err("nesting deeper than 10000 levels") } else { self.advance() }
+        if self.depth > MAX_DEPTH { self.err(TOO_DEEP) } else { self.advance() }
     }
 
     /// Starts walking an object; `Ok(None)` when the next value is not an object (nothing is
@@ -704,7 +707,7 @@ impl<'a> Scanner<'a> {
         let mut stack = KindStack::default();
         let open = |s: &mut Self, stack: &mut KindStack, obj: bool| -> Result<(), ScanError> {
             if s.depth >= MAX_DEPTH {
-                return s.err("nesting deeper than 10000 levels");
+                return s.err(TOO_DEEP);
             }
             s.depth += 1;
             stack.push(obj);
@@ -910,7 +913,7 @@ mod tests {
     fn nesting_is_bounded() {
         let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
         let err = Scanner::new(deep.as_bytes()).unwrap().value().unwrap_err();
-        assert_eq!(err.what, "nesting deeper than 10000 levels");
+        assert_eq!(err.what, TOO_DEEP);
         let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
         assert!(valid(&ok));
     }

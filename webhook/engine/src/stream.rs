@@ -284,6 +284,12 @@ fn members(
                 let item_run = Run { level: items, scope, dir: run.dir, root: false };
                 let mut n = 0;
                 while s.next_item(&mut list)? {
+                    // A stopped budget: the full path stops at the same place with its message.
+                    if n % crate::limits::CHECK_EVERY == crate::limits::CHECK_EVERY - 1
+                        && crate::limits::check().is_err()
+                    {
+                        return Err(Bail::Full);
+                    }
                     let Some(item) = s.object()? else { return Err(Bail::Full) };
                     if n > 0 {
                         out.push(b',');

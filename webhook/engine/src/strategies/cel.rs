@@ -96,9 +96,13 @@ fn run(
 ) -> Result<(), OpError> {
     let Some(prog) = prog else { return Ok(()) };
     let label = || writes.iter().map(Path::dotted).collect::<Vec<_>>().join(", ");
-    let out = prog
-        .evaluate(&value::to_serde(src))
-        .map_err(|e| OpError::new(label(), format!("cel.{field}: {e}")))?;
+    let stopped = |why: String| OpError::new(label(), format!("cel.{field}: {why}"));
+    // The object is copied whole into CEL values and the interpreter recurses over them:
+    // ask before (depth, memory) and after (time, memory) the evaluation, whose own work is
+    // bounded by its cost estimate (`cel::COST_LIMIT`).
+    crate::limits::admit_copy(src, "CEL").map_err(stopped)?;
+    let out = prog.evaluate(&value::to_serde(src)).map_err(|e| stopped(e.to_string()))?;
+    crate::limits::check().map_err(|why| stopped(format!("conversion stopped: {why}")))?;
     let result = serde_json::Value::Object(out);
     for path in writes {
         let dotted = path.dotted();

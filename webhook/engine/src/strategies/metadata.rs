@@ -231,9 +231,31 @@ impl Op {
             ));
         };
         let restored = match self.ser {
-            Serialization::Json => sonic_rs::from_str::<Value>(text).map_err(|e| {
-                OpError::new(&self.stash, format!("{text:?} is not JSON ({e}); serialization is JSON"))
-            })?,
+            Serialization::Json => {
+                // Parsing recurses once per level: bound the text before it is read, so the
+                // restored object stays within the nesting limit (`limits`).
+                let depth = crate::limits::text_depth(text.as_bytes());
+                let room = crate::limits::MAX_DEPTH.saturating_sub(self.field.segments().len());
+                if depth > room {
+                    return Err(OpError::new(
+                        &self.stash,
+                        format!(
+                            "the JSON in it nests {depth} levels; restored at {} the object would nest deeper than {} levels, the limit for any object",
+                            self.field,
+                            crate::limits::MAX_DEPTH
+                        ),
+                    ));
+                }
+                sonic_rs::from_str::<Value>(text).map_err(|e| {
+                    OpError::new(
+                        &self.stash,
+                        format!(
+                            "{} is not JSON ({e}); serialization is JSON",
+                            value::preview(&Value::from(text))
+                        ),
+                    )
+                })?
+            }
             Serialization::String => Value::from(text),
         };
         value::set(dst, self.field.segments(), restored).map_err(|e| OpError::new(&self.field, e.to_string()))
