@@ -51,6 +51,14 @@ pub struct Args {
     /// Time budget of one ConversionReview.
     #[arg(long, env = "DCO_REQUEST_TIMEOUT", default_value = "25s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// Threads that convert (each with the engine's stack); at most this many reviews convert
+    /// at once, the rest wait inside their deadline. 0: one per CPU.
+    #[arg(long, env = "DCO_CONVERSION_THREADS", default_value_t = 0)]
+    pub conversion_threads: usize,
+    /// Memory one review's conversion may use, as a multiple of its body (at least 64 MiB);
+    /// an object that would take more fails with a message instead of growing the process.
+    #[arg(long, env = "DCO_CONVERSION_MEMORY_FACTOR", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    pub conversion_memory_factor: u64,
     /// How long a target that is neither assigned here nor named by its spec.conversion is
     /// still served (apiservers pick up spec.conversion changes asynchronously).
     #[arg(long, env = "DCO_DRAIN_PERIOD", default_value = "30s", value_parser = parse_duration)]

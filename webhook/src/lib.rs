@@ -5,6 +5,7 @@
 //! into the [`registry`]; the HTTP [`routes`] read the registry lock-free, and the [`lease`]
 //! publisher reports what the registry can serve.
 
+pub mod alloc;
 pub mod body;
 pub mod caches;
 pub mod cli;
@@ -15,6 +16,7 @@ pub mod hold;
 pub mod lease;
 pub mod metrics;
 pub mod plan;
+pub mod pool;
 pub mod registry;
 pub mod routes;
 pub mod run;

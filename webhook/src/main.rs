@@ -6,6 +6,11 @@ use clap::Parser;
 use dco_webhook::cli::Args;
 use dco_webhook::engine::EngineCompiler;
 
+/// Counts each thread's allocations so a conversion can be held to its memory budget
+/// (`dco_webhook::pool::RequestBudget`).
+#[global_allocator]
+static ALLOCATOR: dco_webhook::alloc::Counting = dco_webhook::alloc::Counting;
+
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

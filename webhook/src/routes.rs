@@ -20,6 +20,7 @@ use crate::body::{self, BodyError};
 use crate::health::Health;
 use crate::metrics::{Metrics, Outcome, TargetLabel, UNKNOWN_TARGET};
 use crate::plan::BadReview;
+use crate::pool::{Pool, PoolError, RequestBudget};
 use crate::registry::{Entry, Registry};
 
 /// Request limits.
@@ -27,13 +28,19 @@ use crate::registry::{Entry, Registry};
 pub struct Limits {
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
+    /// Memory a conversion may use, as a multiple of its body (`pool::RequestBudget`).
+    pub conversion_memory_factor: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         // 64 MiB holds a list of several thousand large objects; the apiserver's own
         // conversion timeout is 30 s, and answering first lets it report our message.
-        Limits { max_body_bytes: 64 << 20, request_timeout: Duration::from_secs(25) }
+        Limits {
+            max_body_bytes: 64 << 20,
+            request_timeout: Duration::from_secs(25),
+            conversion_memory_factor: 16,
+        }
     }
 }
 
@@ -43,6 +50,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
     pub limits: Limits,
+    /// Where conversions run.
+    pub pool: Arc<Pool>,
     /// Named in 503 messages so an operator knows which instance answered.
     pub instance: String,
 }
@@ -71,8 +80,9 @@ async fn convert(
     let entry = app.registry.get(&target);
     // Only registered names become metric labels.
     let label = if entry.is_some() { target.as_str() } else { UNKNOWN_TARGET };
+    let deadline = start + app.limits.request_timeout;
     let body = body::read(&headers, body, app.limits.max_body_bytes).await;
-    let (outcome, response) = convert_inner(&app, &target, entry, body).await;
+    let (outcome, response) = convert_inner(&app, &target, entry, body, deadline).await;
     app.metrics.observe_request(label, outcome, start.elapsed().as_secs_f64());
     response
 }
@@ -82,6 +92,7 @@ async fn convert_inner(
     target: &str,
     entry: Option<Arc<Entry>>,
     body: Result<bytes::Bytes, BodyError>,
+    deadline: Instant,
 ) -> (Outcome, Response) {
     let body = match body {
         Ok(b) => b,
@@ -111,11 +122,26 @@ async fn convert_inner(
         return (Outcome::unknown_target, text(StatusCode::SERVICE_UNAVAILABLE, msg));
     };
 
-    // Conversion is CPU-bound: keep it off the async workers so probes and other requests
-    // stay responsive, and bound it so a pathological review cannot hold a worker forever.
+    // Conversion is CPU-bound: it runs on the conversion threads (the engine's stack, a
+    // bounded number at once), under a budget the engine checks as it goes, so a review past
+    // its deadline or its memory stops instead of running on after its answer was sent.
+    let budget = Arc::new(RequestBudget::new(
+        deadline,
+        app.limits.request_timeout,
+        body.len(),
+        app.limits.conversion_memory_factor,
+    ));
+    // Dropped when this handler ends, however it ends (answered, timed out, client gone).
+    struct AbandonOnDrop(Arc<RequestBudget>);
+    impl Drop for AbandonOnDrop {
+        fn drop(&mut self) {
+            self.0.abandon();
+        }
+    }
+    let _abandon = AbandonOnDrop(budget.clone());
     let input = body.clone();
-    let job = tokio::task::spawn_blocking(move || plan.review(&input));
-    match tokio::time::timeout(app.limits.request_timeout, job).await {
+    let job = app.pool.run(budget, body.len(), move || plan.review(&input));
+    match tokio::time::timeout_at(deadline.into(), job).await {
         Ok(Ok(Ok(reviewed))) => {
             let outcome = if reviewed.failure.is_some() {
                 tracing::debug!(target = target, uid = %reviewed.uid, failure = ?reviewed.failure, "conversion failed");
@@ -136,8 +162,13 @@ async fn convert_inner(
             };
             (Outcome::bad_request, text(status, msg))
         }
-        Ok(Err(join)) => {
-            tracing::error!(target = target, error = %join, "the conversion plan panicked; answering 500");
+        Ok(Err(e @ PoolError::Gone)) => {
+            tracing::error!(target = target, error = %e, "no conversion thread; answering 503");
+            let msg = format!("cannot convert for target {target:?} right now: {e}; see the dco-webhook log");
+            (Outcome::internal_error, text(StatusCode::SERVICE_UNAVAILABLE, msg))
+        }
+        Ok(Err(e @ PoolError::Panicked)) => {
+            tracing::error!(target = target, error = %e, "the conversion plan panicked; answering 500");
             let msg = format!("internal error converting target {target:?}; see the dco-webhook log");
             (Outcome::internal_error, text(StatusCode::INTERNAL_SERVER_ERROR, msg))
         }

@@ -13,6 +13,7 @@ use crate::health::Health;
 use crate::lease::{LeasePublisher, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::plan::Compiler;
+use crate::pool::Pool;
 use crate::registry::Registry;
 use crate::routes::{self, App, Limits};
 use crate::sync::{Identity, Syncer};
@@ -113,11 +114,22 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
         }
     }
 
+    let threads = match args.conversion_threads {
+        0 => std::thread::available_parallelism().map_or(2, usize::from),
+        n => n,
+    };
+    let pool = Arc::new(Pool::new(threads).context("starting the conversion threads")?);
+    tracing::info!(threads, stack_mib = dco_engine::limits::STACK_BYTES >> 20, "conversion threads started");
     let app = Arc::new(App {
         registry,
         metrics,
         health,
-        limits: Limits { max_body_bytes: args.max_request_bytes, request_timeout: args.request_timeout },
+        limits: Limits {
+            max_body_bytes: args.max_request_bytes,
+            request_timeout: args.request_timeout,
+            conversion_memory_factor: usize::try_from(args.conversion_memory_factor).unwrap_or(usize::MAX),
+        },
+        pool,
         instance,
     });
     serve::serve(listener, tls, routes::router(app), stopped(stop_rx), args.shutdown_timeout).await;

@@ -9,7 +9,8 @@ use dco_api::config::TargetKind;
 use dco_webhook::health::Health;
 use dco_webhook::hold::HoldReason;
 use dco_webhook::metrics::Metrics;
-use dco_webhook::plan::{BadReview, Reviewed, ServablePlan};
+use dco_webhook::plan::{BadReview, Compiler, Reviewed, ServablePlan};
+use dco_webhook::pool::Pool;
 use dco_webhook::registry::{ConfigRef, Entry, Failure, Registry, Served};
 use dco_webhook::routes::{App, Limits, router};
 use dco_webhook::tls::{CertFiles, CertStore, server_config};
@@ -62,6 +63,11 @@ impl ServablePlan for Relabel {
         Ok(Reviewed { body: body.to_string().into(), uid, objects: objects.len(), failure })
     }
 }
+
+/// Per-thread allocation counts, so the conversion memory budget is live in these tests as
+/// it is in `dco-webhook`.
+#[global_allocator]
+static ALLOCATOR: dco_webhook::alloc::Counting = dco_webhook::alloc::Counting;
 
 struct Harness {
     base: String,
@@ -131,6 +137,7 @@ async fn start(limits: Limits) -> Harness {
         health: Arc::new(Health::new(metrics.clone())),
         metrics,
         limits,
+        pool: Arc::new(Pool::new(1).unwrap()),
         instance: "pool-a".into(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -395,4 +402,136 @@ async fn graceful_stop_drains_in_flight_requests_then_refuses_new_ones() {
         .expect("serve returns after draining")
         .unwrap();
     assert!(h.client.get(format!("{}/healthz", h.base)).send().await.is_err(), "the listener is closed");
+}
+
+/// A real engine plan for `deep.example.org`: v2 (hub) `spec.a`, `spec.items[].n` and a
+/// free-form `spec.free`; v1 has `spec.b` (with `root_cel`, filled by a CEL rule that reads
+/// the free-form value, else renamed) and `spec.items[].m` (ForEach with a CEL rule per item).
+fn engine_entry(root_cel: bool) -> Entry {
+    let free = json!({"x-kubernetes-preserve-unknown-fields": true});
+    let schema = |a: &str, n: &str| {
+        json!({"type": "object", "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+            "metadata": {"type": "object"}, "spec": {"type": "object", "properties": {
+                a: {"type": "integer"}, "free": free, "seen": {"type": "boolean"},
+                "items": {"type": "array", "items": {"type": "object", "properties": {n: {"type": "integer"}}}}}}}})
+    };
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "deep.example.org"},
+        "spec": {"group": "example.org", "names": {"kind": "Widget", "plural": "deep"}, "scope": "Namespaced", "versions": [
+            {"name": "v1", "served": true, "storage": false, "schema": {"openAPIV3Schema": schema("b", "m")}},
+            {"name": "v2", "served": true, "storage": true, "schema": {"openAPIV3Schema": schema("a", "n")}}]}});
+    let cel = |hub: &str, spoke: &str, h2s: &str, s2h: &str| {
+        json!({"strategy": "CEL", "acknowledgeLossy": true, "reason": "test",
+            "cel": {"hubPaths": [hub], "spokePaths": [spoke], "hubToSpoke": h2s, "spokeToHub": s2h}})
+    };
+    let root = if root_cel {
+        cel(
+            "spec.a",
+            "spec.b",
+            r#"{"spec.b": object.spec.a}"#,
+            r#"{"spec.a": object.spec.b + (object.spec.free == object.spec.free ? 0 : 1)}"#,
+        )
+    } else {
+        json!({"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.a", "spokePath": "spec.b"}})
+    };
+    let spec = serde_json::from_value(json!({"hubVersion": "v2", "spokes": [{"version": "v1", "rules": [
+        root,
+        {"strategy": "ForEach", "acknowledgeLossy": true, "reason": "test", "forEach": {"hubItemsPath": "spec.items", "spokeItemsPath": "spec.items", "rules": [
+            cel("n", "m", r#"{"m": object.n}"#, r#"{"n": [object.m, object.m, object.m].map(x, x * 2).filter(x, x > 0).size() > 0 ? object.m : 0}"#)]}}]}]}))
+    .unwrap();
+    let compiled = dco_webhook::engine::EngineCompiler.compile(&spec, &crd);
+    assert!(compiled.errors.is_empty(), "{:?}", compiled.errors);
+    let mut e = entry("deep.example.org", true, None);
+    e.served.as_mut().unwrap().plan = compiled.plan.unwrap();
+    e
+}
+
+fn deep_review(objects: &[String]) -> String {
+    format!(
+        r#"{{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{{"uid":"deep-1","desiredAPIVersion":"example.org/v2","objects":[{}]}}}}"#,
+        objects.join(",")
+    )
+}
+
+#[tokio::test]
+async fn deeply_nested_objects_are_answered_and_the_server_stays_up() {
+    let h = start(Limits::default()).await;
+    h.app.registry.insert(engine_entry(true));
+    for levels in [1_900, 8_700, 9_998] {
+        // CEL compares the deep value with itself: the whole object goes through CEL values.
+        let deep = "[".repeat(levels) + "1" + &"]".repeat(levels);
+        let object = format!(
+            r#"{{"apiVersion":"example.org/v1","kind":"Widget","metadata":{{"name":"d","namespace":"default"}},"spec":{{"b":5,"free":{deep}}}}}"#
+        );
+        let (status, text) = h.post("deep.example.org", deep_review(&[object])).await;
+        assert_eq!(status, 200, "{levels} levels: {}", &text[..text.len().min(300)]);
+        assert!(text.contains(r#""status":"Success""#) && text.contains(r#""a":5"#), "{levels} levels");
+    }
+    // Past the limit: refused, naming it; the next review is served as usual.
+    let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+    let object = format!(r#"{{"apiVersion":"example.org/v1","kind":"Widget","spec":{{"free":{deep}}}}}"#);
+    let (status, text) = h.post("deep.example.org", deep_review(&[object])).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("nests deeper than 10000 levels"), "{text}");
+    let (status, _) = h
+        .post(
+            "widgets.example.org",
+            review("apiextensions.k8s.io/v1", vec![widget("a", json!({}))]).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_timed_out_conversion_stops_and_frees_its_thread() {
+    // One conversion thread: a conversion that ran on after its answer would hold up the next.
+    // (Memory is not what this test is about: a generous factor keeps that budget out of it.)
+    let h = start(Limits {
+        request_timeout: Duration::from_millis(500),
+        conversion_memory_factor: 1_000,
+        ..Limits::default()
+    })
+    .await;
+    h.app.registry.insert(engine_entry(false));
+    let items: Vec<String> = (0..300_000).map(|i| format!(r#"{{"m":{}}}"#, i + 1)).collect();
+    let object = format!(
+        r#"{{"apiVersion":"example.org/v1","kind":"Widget","metadata":{{"name":"many","namespace":"default"}},"spec":{{"b":1,"items":[{}]}}}}"#,
+        items.join(",")
+    );
+    let started = std::time::Instant::now();
+    let (status, text) = h.post("deep.example.org", deep_review(&[object])).await;
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("Failure") && text.contains("--request-timeout"),
+        "{}",
+        &text[..text.len().min(400)]
+    );
+    let (status, text) = h
+        .post(
+            "deep.example.org",
+            deep_review(&[r#"{"apiVersion":"example.org/v1","kind":"Widget","spec":{"b":2}}"#.to_string()]),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains(r#""a":2"#), "{text}");
+    // 300,000 CEL evaluations take about 3 s (measured, test build); stopped at the deadline,
+    // the thread was free again right after it.
+    assert!(started.elapsed() < Duration::from_millis(1_500), "took {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_conversion_over_its_memory_budget_fails_with_a_message() {
+    let h = start(Limits { conversion_memory_factor: 1, ..Limits::default() }).await;
+    h.app.registry.insert(engine_entry(true));
+    // A million values handed to CEL: over 64 MiB as CEL values, the floor of the budget.
+    let free = format!("[{}]", vec!["0"; 1_000_000].join(","));
+    let object = format!(
+        r#"{{"apiVersion":"example.org/v1","kind":"Widget","metadata":{{"name":"wide","namespace":"default"}},"spec":{{"b":1,"free":{free}}}}}"#
+    );
+    let (status, text) = h.post("deep.example.org", deep_review(&[object])).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let msg = v["response"]["result"]["message"].as_str().unwrap();
+    assert!(msg.contains("Widget default/wide: spoke v1, rule 0 (CEL)"), "{msg}");
+    assert!(msg.contains("--conversion-memory-factor"), "{msg}");
 }

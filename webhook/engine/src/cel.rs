@@ -26,6 +26,8 @@ use cel::parser::{Expression, Parser};
 use cel::{Context, Env, Value as CelValue};
 use serde_json::{Map, Number, Value};
 
+use crate::value::{JsonContainerTrait, JsonValueTrait, Value as Json};
+
 /// Longest expression source accepted.
 pub const MAX_SOURCE_BYTES: usize = 8 * 1024;
 /// Most syntax nodes (after macro expansion) in one expression.
@@ -113,13 +115,13 @@ impl CelProgram {
     }
 
     /// The worst-case number of steps evaluating over `object` could take.
-    pub fn estimate_cost(&self, object: &Value) -> u64 {
+    pub fn estimate_cost(&self, object: &Json) -> u64 {
         let mut est = Estimator { object, cache: HashMap::new(), vars: Vec::new() };
         est.bound(&self.expr).cost
     }
 
     /// Evaluates over `object` and returns the map it produces, as JSON.
-    pub fn evaluate(&self, object: &Value) -> Result<Map<String, Value>, CelError> {
+    pub fn evaluate(&self, object: &Json) -> Result<Map<String, Value>, CelError> {
         let estimate = self.estimate_cost(object);
         if estimate > COST_LIMIT {
             return Err(CelError::CostLimit { estimate });
@@ -289,7 +291,7 @@ impl Bound {
 }
 
 struct Estimator<'a> {
-    object: &'a Value,
+    object: &'a Json,
     /// Sizes of `object` paths already measured.
     cache: HashMap<Vec<String>, (u64, u64)>,
     /// Comprehension variables and their bounds, innermost last.
@@ -326,7 +328,7 @@ impl Estimator<'_> {
         }
         let mut cur = Some(self.object);
         for f in &path {
-            cur = cur.and_then(|v| v.get(f));
+            cur = cur.and_then(|v| v.get(f.as_str()));
         }
         let sizes = cur.map_or((1, 0), |v| (top_size(v), inner_size(v)));
         self.cache.insert(path, sizes);
@@ -563,48 +565,51 @@ fn append_step(c: &cel::common::ast::ComprehensionExpr) -> Option<(Option<&Expre
     Some((None, &call.args[1]))
 }
 
-fn top_size(v: &Value) -> u64 {
-    match v {
-        Value::Array(a) => a.len() as u64,
-        Value::Object(m) => m.len() as u64,
-        Value::String(s) => s.len() as u64,
-        _ => 1,
+fn top_size(v: &Json) -> u64 {
+    if let Some(a) = v.as_array() {
+        a.len() as u64
+    } else if let Some(m) = v.as_object() {
+        m.len() as u64
+    } else if let Some(s) = v.as_str() {
+        s.len() as u64
+    } else {
+        1
     }
     .max(1)
 }
 
 /// The largest list length, map size, key or string length strictly inside `v`.
-fn inner_size(v: &Value) -> u64 {
-    match v {
-        Value::Array(a) => a.iter().map(|x| top_size(x).max(inner_size(x))).max().unwrap_or(0),
-        Value::Object(m) => {
-            m.iter().map(|(k, x)| (k.len() as u64).max(top_size(x)).max(inner_size(x))).max().unwrap_or(0)
-        }
-        _ => 0,
+fn inner_size(v: &Json) -> u64 {
+    if let Some(a) = v.as_array() {
+        a.iter().map(|x| top_size(x).max(inner_size(x))).max().unwrap_or(0)
+    } else if let Some(m) = v.as_object() {
+        m.iter().map(|(k, x)| (k.len() as u64).max(top_size(x)).max(inner_size(x))).max().unwrap_or(0)
+    } else {
+        0
     }
 }
 
-/// JSON to CEL: integers that fit become `int`, larger ones `uint`, other numbers `double`.
-pub fn to_cel(v: &Value) -> CelValue {
-    match v {
-        Value::Null => CelValue::Null,
-        Value::Bool(b) => CelValue::Bool(*b),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                CelValue::Int(i)
-            } else if let Some(u) = n.as_u64() {
-                CelValue::UInt(u)
-            } else {
-                CelValue::Float(n.as_f64().unwrap_or(f64::NAN))
-            }
-        }
-        Value::String(s) => CelValue::String(Arc::new(s.clone())),
-        Value::Array(a) => CelValue::List(Arc::new(a.iter().map(to_cel).collect())),
-        Value::Object(m) => {
-            let map: HashMap<Key, CelValue> =
-                m.iter().map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v))).collect();
-            CelValue::Map(CelMap { map: Arc::new(map) })
-        }
+/// JSON to CEL, straight from the engine's values (no serde_json copy in between): integers
+/// that fit become `int`, larger ones `uint`, other numbers `double`.
+pub fn to_cel(v: &Json) -> CelValue {
+    if let Some(s) = v.as_str() {
+        CelValue::String(Arc::new(s.to_string()))
+    } else if let Some(a) = v.as_array() {
+        CelValue::List(Arc::new(a.iter().map(to_cel).collect()))
+    } else if let Some(m) = v.as_object() {
+        let map: HashMap<Key, CelValue> =
+            m.iter().map(|(k, v)| (Key::String(Arc::new(k.to_string())), to_cel(v))).collect();
+        CelValue::Map(CelMap { map: Arc::new(map) })
+    } else if let Some(b) = v.as_bool() {
+        CelValue::Bool(b)
+    } else if let Some(i) = v.as_i64() {
+        CelValue::Int(i)
+    } else if let Some(u) = v.as_u64() {
+        CelValue::UInt(u)
+    } else if let Some(f) = v.as_f64() {
+        CelValue::Float(f)
+    } else {
+        CelValue::Null
     }
 }
 
@@ -669,7 +674,11 @@ mod tests {
     use serde_json::json;
 
     fn eval(src: &str, obj: Value) -> Result<Map<String, Value>, CelError> {
-        CelProgram::compile(src)?.evaluate(&obj)
+        CelProgram::compile(src)?.evaluate(&from_serde(&obj))
+    }
+
+    fn from_serde(v: &Value) -> Json {
+        crate::value::from_serde(v)
     }
 
     #[test]
@@ -768,9 +777,9 @@ mod tests {
     #[test]
     fn cost_is_bounded_by_input_size() {
         let p = CelProgram::compile("{\"n\": object.l.map(x, object.l.map(y, x + y)).size()}").unwrap();
-        let small = json!({"l": (0..10).collect::<Vec<_>>()});
+        let small = from_serde(&json!({"l": (0..10).collect::<Vec<_>>()}));
         assert!(p.evaluate(&small).is_ok());
-        let big = json!({"l": (0..5000).collect::<Vec<_>>()});
+        let big = from_serde(&json!({"l": (0..5000).collect::<Vec<_>>()}));
         let est = p.estimate_cost(&big);
         assert!(est > COST_LIMIT, "quadratic work over 5000 elements must exceed the limit, estimate {est}");
         assert!(matches!(p.evaluate(&big), Err(CelError::CostLimit { .. })));
@@ -783,8 +792,8 @@ mod tests {
     #[test]
     fn cost_estimate_grows_with_strings() {
         let p = CelProgram::compile("{\"s\": object.l.map(x, object.s + object.s).size()}").unwrap();
-        let small = json!({"l": [1, 2, 3], "s": "ab"});
-        let large = json!({"l": [1, 2, 3], "s": "a".repeat(1_000_000)});
+        let small = from_serde(&json!({"l": [1, 2, 3], "s": "ab"}));
+        let large = from_serde(&json!({"l": [1, 2, 3], "s": "a".repeat(1_000_000)}));
         assert!(p.estimate_cost(&small) < 1_000);
         assert!(p.estimate_cost(&large) > COST_LIMIT);
     }

@@ -85,6 +85,12 @@ pub(crate) const CHECK_EVERY: usize = 256;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Size {
     pub values: usize,
+    /// Lists and maps, and maps alone.
+    pub containers: usize,
+    pub maps: usize,
+    /// Members of all maps.
+    pub entries: usize,
+    /// Bytes of strings and keys.
     pub text_bytes: usize,
     pub depth: usize,
 }
@@ -101,9 +107,13 @@ impl Size {
                 size.text_bytes += s.len();
             } else if let Some(a) = v.as_array() {
                 size.depth = size.depth.max(d + 1);
+                size.containers += 1;
                 stack.extend(a.iter().map(|x| (x, d + 1)));
             } else if let Some(o) = v.as_object() {
                 size.depth = size.depth.max(d + 1);
+                size.containers += 1;
+                size.maps += 1;
+                size.entries += o.len();
                 for (k, x) in o.iter() {
                     size.text_bytes += k.len();
                     stack.push((x, d + 1));
@@ -114,15 +124,43 @@ impl Size {
     }
 }
 
-/// Heap bytes one value of an object takes once copied into serde_json and CEL values
-/// (a serde_json `Value` and map entry, a CEL value and hash-map entry), an upper estimate.
-const COPY_BYTES_PER_VALUE: usize = 192;
+/// What a whole-object copy is made of, for its size estimate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Copy {
+    /// CEL values (`cel::to_cel`): every string, list and map behind an `Arc`, maps as hash
+    /// tables with string keys.
+    Cel,
+    /// serde_json values (JSONPatch): maps are B-trees, whose first node holds 11 entries.
+    Serde,
+}
 
-/// Asks the budget before `v` is copied whole into another representation (serde_json for
-/// JSONPatch, CEL values), which cannot be interrupted half way: its depth must be within
+impl Size {
+    /// An upper estimate of the heap bytes of a copy of a value this size, from per-item
+    /// costs measured with the counting allocator (`dco-webhook`'s `alloc`): as CEL values,
+    /// 24 bytes per value, 40 more per string, list or map, ~300 per small map, ~160 per map
+    /// entry; as serde_json, ~650 per non-empty map.
+    fn copy_bytes(&self, copy: Copy) -> usize {
+        let (value, container, map, entry) = match copy {
+            Copy::Cel => (80, 64, 256, 128),
+            Copy::Serde => (48, 32, 704, 96),
+        };
+        [
+            self.values.saturating_mul(value),
+            self.containers.saturating_mul(container),
+            self.maps.saturating_mul(map),
+            self.entries.saturating_mul(entry),
+            self.text_bytes,
+        ]
+        .into_iter()
+        .fold(0usize, usize::saturating_add)
+    }
+}
+
+/// Asks the budget before `v` is copied whole into another representation (CEL values,
+/// serde_json for JSONPatch), which cannot be interrupted half way: its depth must be within
 /// [`MAX_DEPTH`] (the copy and the CEL interpreter recurse per level) and the copy's
 /// estimated size must be admitted. `what` names the step in the message.
-pub(crate) fn admit_copy(v: &crate::value::Value, what: &str) -> Result<(), String> {
+pub(crate) fn admit_copy(v: &crate::value::Value, what: &str, copy: Copy) -> Result<(), String> {
     let size = Size::of(v);
     if size.depth > MAX_DEPTH {
         return Err(format!(
@@ -130,8 +168,7 @@ pub(crate) fn admit_copy(v: &crate::value::Value, what: &str) -> Result<(), Stri
             size.depth
         ));
     }
-    let bytes =
-        size.values.saturating_mul(COPY_BYTES_PER_VALUE).saturating_add(size.text_bytes.saturating_mul(2));
+    let bytes = size.copy_bytes(copy);
     admit(bytes)
         .map_err(|why| format!("handing {} values to {what} takes about {bytes} bytes: {why}", size.values))
 }
@@ -179,9 +216,15 @@ mod tests {
     fn size_walks_without_recursion() {
         let deep: crate::value::Value =
             sonic_rs::from_str(&("[".repeat(1_000) + &"]".repeat(1_000))).unwrap();
-        assert_eq!(Size::of(&deep), Size { values: 1_000, text_bytes: 0, depth: 1_000 });
+        assert_eq!(
+            Size::of(&deep),
+            Size { values: 1_000, containers: 1_000, maps: 0, entries: 0, text_bytes: 0, depth: 1_000 }
+        );
         let v: crate::value::Value = sonic_rs::from_str(r#"{"ab":["xyz",1,{}]}"#).unwrap();
-        assert_eq!(Size::of(&v), Size { values: 5, text_bytes: 5, depth: 3 });
+        assert_eq!(
+            Size::of(&v),
+            Size { values: 5, containers: 3, maps: 2, entries: 1, text_bytes: 5, depth: 3 }
+        );
     }
 
     struct Stop;
