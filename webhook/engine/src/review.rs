@@ -110,13 +110,16 @@ fn convert_objects(
             out.truncate(list_start);
             failed = Some((count, format!("conversion stopped: {why}")));
         }
+        // Which object is not JSON (too deep, say) is worth saying in a 15 MB review.
+        let in_object =
+            |e: ScanError| ReviewError::Malformed(format!("not JSON: request.objects[{count}]: {e}"));
         if failed.is_some() {
-            s.value().map_err(malformed)?;
+            s.value().map_err(in_object)?;
         } else {
             if count > 0 {
                 out.push(b',');
             }
-            if let Err(e) = plan.convert_scanned(s, desired, out).map_err(malformed)? {
+            if let Err(e) = plan.convert_scanned(s, desired, out).map_err(in_object)? {
                 out.truncate(list_start);
                 failed = Some((count, e.to_string()));
             }
