@@ -16,11 +16,30 @@ thread_local! {
     // const-initialised and without a destructor, so it is usable from the allocator at any
     // point of a thread's life, including its teardown.
     static NET: Cell<isize> = const { Cell::new(0) };
+    // The highest NET since the last `reset_thread_peak`.
+    static PEAK: Cell<isize> = const { Cell::new(0) };
 }
 
 #[inline]
 fn count(delta: isize) {
-    NET.with(|n| n.set(n.get().wrapping_add(delta)));
+    let now = NET.with(|n| {
+        let now = n.get().wrapping_add(delta);
+        n.set(now);
+        now
+    });
+    if delta > 0 {
+        PEAK.with(|p| p.set(p.get().max(now)));
+    }
+}
+
+/// The highest [`thread_net_bytes`] since [`reset_thread_peak`] (on this thread).
+pub fn thread_peak_bytes() -> isize {
+    PEAK.with(Cell::get)
+}
+
+/// Starts a new peak at the current count.
+pub fn reset_thread_peak() {
+    PEAK.with(|p| p.set(thread_net_bytes()));
 }
 
 /// Bytes this thread has allocated minus bytes it has freed (of the [`Counting`]

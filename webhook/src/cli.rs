@@ -55,7 +55,7 @@ pub struct Args {
     /// at once, the rest wait inside their deadline. 0: one per CPU.
     #[arg(long, env = "DCO_CONVERSION_THREADS", default_value_t = 0)]
     pub conversion_threads: usize,
-    /// Memory one review's conversion may use, as a multiple of its body (at least 64 MiB);
+    /// Memory one review's conversion may use, as a multiple of its body (at least 128 MiB);
     /// an object that would take more fails with a message instead of growing the process.
     #[arg(long, env = "DCO_CONVERSION_MEMORY_FACTOR", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
     pub conversion_memory_factor: u64,

@@ -523,8 +523,8 @@ async fn a_timed_out_conversion_stops_and_frees_its_thread() {
 async fn a_conversion_over_its_memory_budget_fails_with_a_message() {
     let h = start(Limits { conversion_memory_factor: 1, ..Limits::default() }).await;
     h.app.registry.insert(engine_entry(true));
-    // A million values handed to CEL: over 64 MiB as CEL values, the floor of the budget.
-    let free = format!("[{}]", vec!["0"; 1_000_000].join(","));
+    // Two million values handed to CEL: over 128 MiB as CEL values, the floor of the budget.
+    let free = format!("[{}]", vec!["0"; 2_000_000].join(","));
     let object = format!(
         r#"{{"apiVersion":"example.org/v1","kind":"Widget","metadata":{{"name":"wide","namespace":"default"}},"spec":{{"b":1,"free":{free}}}}}"#
     );
