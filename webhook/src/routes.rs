@@ -14,7 +14,6 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use sonic_rs::JsonValueTrait;
 
 use crate::body::{self, BodyError};
 use crate::health::Health;
@@ -185,12 +184,11 @@ async fn convert_inner(
 
 /// A ConversionReview with a Failure result, for the paths where the plan never answered.
 /// The apiserver only accepts a response that echoes the request's uid and apiVersion, so
-/// both are read lazily from the body (no full parse of a large review).
+/// both are read from the body by the engine's scanner: no full parse of a large review, and
+/// no recursion into a deeply nested one (this runs on an async worker's stack).
 pub fn failure_review(body: &[u8], message: &str) -> Response {
-    let uid = sonic_rs::get(body, ["request", "uid"]).ok().and_then(|v| v.as_str().map(str::to_string));
-    let api_version = sonic_rs::get(body, ["apiVersion"])
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
+    let (api_version, uid) = dco_engine::envelope(body);
+    let api_version = api_version
         .filter(|v| v == "apiextensions.k8s.io/v1beta1")
         .unwrap_or_else(|| "apiextensions.k8s.io/v1".to_string());
     let review = serde_json::json!({
@@ -281,5 +279,33 @@ async fn debug_registry(State(app): State<Arc<App>>) -> Response {
     match serde_json::to_vec_pretty(&views) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot render the registry: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn the_failure_review_reads_uid_and_version_from_any_body() {
+        // A timed-out review may never have been scanned: reading its uid must not recurse
+        // into its objects (this runs on an async worker's stack; 2 MiB here).
+        let deep = "[".repeat(1_000_000) + &"]".repeat(1_000_000);
+        let body = format!(
+            r#"{{"apiVersion":"apiextensions.k8s.io/v1beta1","kind":"ConversionReview","request":{{"uid":"u-9","objects":{deep}}}}}"#
+        );
+        let response = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || failure_review(body.as_bytes(), "too slow"))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["apiVersion"], "apiextensions.k8s.io/v1beta1");
+        assert_eq!(v["response"]["uid"], "u-9");
+        assert_eq!(v["response"]["result"]["message"], "too slow");
     }
 }

@@ -33,5 +33,5 @@ pub use convert::{ConvertError, ConvertErrorDetail, Direction};
 pub use dco_api::rules::Strategy;
 pub use diagnostic::{Diagnostic, Severity};
 pub use plan::Plan;
-pub use review::{ReviewError, ReviewOutcome, convert_review};
+pub use review::{ReviewError, ReviewOutcome, convert_review, envelope};
 pub use target::{Target, TargetError, VersionSchema};

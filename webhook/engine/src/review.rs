@@ -254,6 +254,38 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
     })
 }
 
+/// The `apiVersion` and `request.uid` of a review body, read without converting anything
+/// and without recursion (for answers the conversion never produced, such as a timeout).
+/// `None` for what cannot be read; reading stops at the first malformed byte.
+pub fn envelope(body: &[u8]) -> (Option<String>, Option<String>) {
+    let (mut api_version, mut uid) = (None, None);
+    let _ = (|| -> Result<(), ScanError> {
+        let mut s = Scanner::new(body)?;
+        let Some(mut fields) = s.object()? else { return Ok(()) };
+        while let Some(k) = s.next_key(&mut fields)? {
+            match (k.as_ref(), s.peek()) {
+                ("apiVersion", Some(b'"')) => api_version = Some(s.string()?.into_owned()),
+                ("request", Some(b'{')) => {
+                    let Some(mut req) = s.object()? else { return Ok(()) };
+                    while let Some(k) = s.next_key(&mut req)? {
+                        match (k.as_ref(), s.peek()) {
+                            ("uid", Some(b'"')) => uid = Some(s.string()?.into_owned()),
+                            _ => {
+                                s.value()?;
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    s.value()?;
+                }
+            }
+        }
+        Ok(())
+    })();
+    (api_version, uid)
+}
+
 fn review_version(api_version: &Option<Cow<str>>) -> Result<&'static str, ReviewError> {
     match api_version.as_deref() {
         Some(REVIEW_V1) => Ok(REVIEW_V1),
@@ -418,6 +450,19 @@ mod tests {
         assert_eq!(v["response"]["result"]["status"], "Failure");
         assert_eq!(v["response"]["result"]["message"], json!(msg));
         assert_eq!(v["response"]["convertedObjects"], json!([]));
+    }
+
+    #[test]
+    fn the_envelope_is_read_from_any_body() {
+        let body = review(REVIEW_V1BETA1, json!([hub_obj(json!({"a": 1}))]));
+        assert_eq!(envelope(&body), (Some(REVIEW_V1BETA1.to_string()), Some("u-1".to_string())));
+        // The uid after deep or malformed objects: what comes before it is known.
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        let body = format!(r#"{{"apiVersion":"{REVIEW_V1}","request":{{"objects":{deep},"uid":"u-2"}}}}"#);
+        assert_eq!(envelope(body.as_bytes()), (Some(REVIEW_V1.to_string()), None));
+        let body = format!(r#"{{"apiVersion":"{REVIEW_V1}","request":{{"uid":"u-3","objects":[tru]}}}}"#);
+        assert_eq!(envelope(body.as_bytes()), (Some(REVIEW_V1.to_string()), Some("u-3".to_string())));
+        assert_eq!(envelope(b"nope"), (None, None));
     }
 
     #[test]
