@@ -6,9 +6,11 @@
 //! publisher reports what the registry can serve.
 
 pub mod body;
+pub mod budget;
 pub mod caches;
 pub mod cli;
 pub mod cluster;
+pub mod conn;
 pub mod engine;
 pub mod health;
 pub mod hold;

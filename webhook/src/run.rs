@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::sync::watch;
 
+use crate::budget::Budget;
 use crate::cli::Args;
 use crate::health::Health;
 use crate::lease::{LeasePublisher, LeaseSettings};
@@ -15,6 +16,7 @@ use crate::metrics::Metrics;
 use crate::plan::Compiler;
 use crate::registry::Registry;
 use crate::routes::{self, App, Limits};
+use crate::serve::Transport;
 use crate::sync::{Identity, Syncer};
 use crate::tls::{CertFiles, CertStore};
 use crate::{cluster, serve, static_dir};
@@ -37,10 +39,39 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
     tokio::spawn(certs.clone().watch(args.tls_reload_interval, metrics.clone()));
     let tls = Arc::new(crate::tls::server_config(certs).context("building the TLS server config")?);
 
+    let transport = Transport {
+        max_streams: args.http2_max_streams,
+        header_read_timeout: args.header_read_timeout,
+        idle_timeout: args.idle_timeout,
+        write_timeout: args.write_timeout,
+        ..Transport::for_budget(args.max_inflight_bytes, args.max_connections)
+    };
+    // What the connections may buffer comes off the top; the rest is for reviews.
+    let body_budget = args.max_inflight_bytes.saturating_sub(transport.buffered_bytes());
+    anyhow::ensure!(
+        body_budget >= args.max_request_bytes,
+        "--max-inflight-bytes {} leaves {body_budget} bytes for reviews after {} connections' buffers (--max-connections × {}-byte HTTP/2 window + fixed buffers), less than one review of --max-request-bytes {}; raise --max-inflight-bytes or lower --max-connections or --max-request-bytes",
+        args.max_inflight_bytes,
+        transport.max_connections,
+        transport.window,
+        args.max_request_bytes
+    );
+    let budget = Budget::new(body_budget, metrics.inflight_bytes.clone());
+
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}; change --listen", args.listen))?;
-    tracing::info!(listen = %args.listen, "serving HTTPS");
+    let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}; change --admin-listen", args.admin_listen))?;
+    tracing::info!(
+        listen = %listener.local_addr().unwrap_or(args.listen),
+        admin_listen = %admin_listener.local_addr().unwrap_or(args.admin_listen),
+        reviews_budget = body_budget,
+        max_connections = transport.max_connections,
+        http2_window = transport.window,
+        "serving HTTPS (conversion) and HTTP (admin)"
+    );
 
     let (stop_tx, stop_rx) = watch::channel(false);
     {
@@ -118,9 +149,27 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
         metrics,
         health,
         limits: Limits { max_body_bytes: args.max_request_bytes, request_timeout: args.request_timeout },
+        budget,
         instance,
+        debug_full_errors: args.debug_registry_full_errors,
     });
-    serve::serve(listener, tls, routes::router(app), stopped(stop_rx), args.shutdown_timeout).await;
+    let admin = tokio::spawn(serve::serve_admin(
+        admin_listener,
+        routes::admin_router(app.clone()),
+        stopped(stop_rx.clone()),
+    ));
+    let metrics = app.metrics.clone();
+    serve::serve(
+        listener,
+        tls,
+        routes::router(app),
+        transport,
+        metrics,
+        stopped(stop_rx),
+        args.shutdown_timeout,
+    )
+    .await;
+    let _ = admin.await;
     tracing::info!("shut down");
     Ok(())
 }

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dco_api::config::TargetKind;
+use dco_webhook::budget::Budget;
 use dco_webhook::health::Health;
 use dco_webhook::hold::HoldReason;
 use dco_webhook::metrics::Metrics;
 use dco_webhook::plan::{BadReview, Reviewed, ServablePlan};
 use dco_webhook::registry::{ConfigRef, Entry, Failure, Registry, Served};
-use dco_webhook::routes::{App, Limits, router};
+use dco_webhook::routes::{App, Limits, admin_router, router};
+use dco_webhook::serve::Transport;
 use dco_webhook::tls::{CertFiles, CertStore, server_config};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -65,6 +67,7 @@ impl ServablePlan for Relabel {
 
 struct Harness {
     base: String,
+    admin: String,
     client: reqwest::Client,
     app: Arc<App>,
     certs: Arc<CertStore>,
@@ -129,26 +132,37 @@ async fn start(limits: Limits) -> Harness {
     let app = Arc::new(App {
         registry,
         health: Arc::new(Health::new(metrics.clone())),
+        budget: Budget::new(256 << 20, metrics.inflight_bytes.clone()),
         metrics,
         limits,
         instance: "pool-a".into(),
+        debug_full_errors: false,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
+    let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_port = admin_listener.local_addr().unwrap().port();
     let (stop, rx) = watch::channel(false);
     let mut rx2 = rx.clone();
+    let mut rx3 = rx.clone();
     let server = tokio::spawn(dco_webhook::serve::serve(
         listener,
         tls,
         router(app.clone()),
+        Transport::default(),
+        app.metrics.clone(),
         async move {
             let _ = rx2.wait_for(|s| *s).await;
         },
         Duration::from_secs(5),
     ));
+    tokio::spawn(dco_webhook::serve::serve_admin(admin_listener, admin_router(app.clone()), async move {
+        let _ = rx3.wait_for(|s| *s).await;
+    }));
     drop(rx);
     Harness {
         base: format!("https://localhost:{port}"),
+        admin: format!("http://127.0.0.1:{admin_port}"),
         client: client_trusting(&ca),
         app,
         certs,
@@ -180,6 +194,11 @@ impl Harness {
         let r = self.client.get(format!("{}{path}", self.base)).send().await.unwrap();
         (r.status().as_u16(), r.text().await.unwrap())
     }
+    /// The plain-HTTP admin listener.
+    async fn admin(&self, path: &str) -> (u16, String) {
+        let r = self.client.get(format!("{}{path}", self.admin)).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
 }
 
 impl Drop for Harness {
@@ -200,7 +219,7 @@ async fn converts_v1_and_v1beta1_reviews() {
         assert_eq!(v["response"]["uid"], "uid-123");
         assert_eq!(v["response"]["convertedObjects"][1]["apiVersion"], "example.org/v2");
     }
-    let (_, metrics) = h.get("/metrics").await;
+    let (_, metrics) = h.admin("/metrics").await;
     assert!(
         metrics.contains(r#"dco_webhook_requests_total{target="widgets.example.org",result="success"} 2"#),
         "{metrics}"
@@ -223,7 +242,7 @@ async fn unknown_target_fails_closed_with_503() {
         h.post("broken.example.org", review("apiextensions.k8s.io/v1", vec![]).to_string()).await;
     assert_eq!(status, 503);
     assert!(text.contains("does not compile"), "{text}");
-    let (_, metrics) = h.get("/metrics").await;
+    let (_, metrics) = h.admin("/metrics").await;
     // Made-up paths never become labels.
     assert!(!metrics.contains("nobody.example.org"), "{metrics}");
     assert!(
@@ -276,7 +295,7 @@ async fn an_object_that_fails_is_a_failure_result_naming_it() {
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["response"]["result"]["status"], "Failure");
     assert!(v["response"]["result"]["message"].as_str().unwrap().contains("bad-one"), "{text}");
-    let (_, metrics) = h.get("/metrics").await;
+    let (_, metrics) = h.admin("/metrics").await;
     assert!(metrics.contains(r#"result="conversion_failure"} 1"#), "{metrics}");
 }
 
@@ -329,7 +348,7 @@ async fn readiness_follows_sync_and_shutdown_and_health_is_always_ok() {
     assert!(text.contains("not yet synced"), "{text}");
     h.app.health.mark_synced();
     assert_eq!(h.get("/readyz").await.0, 200);
-    assert!(h.get("/metrics").await.1.contains("dco_webhook_ready 1"));
+    assert!(h.admin("/metrics").await.1.contains("dco_webhook_ready 1"));
     h.app.health.mark_shutting_down();
     let (status, text) = h.get("/readyz").await;
     assert_eq!(status, 503);
@@ -340,7 +359,7 @@ async fn readiness_follows_sync_and_shutdown_and_health_is_always_ok() {
 #[tokio::test]
 async fn debug_registry_shows_plans_and_failures() {
     let h = start(Limits::default()).await;
-    let (status, text) = h.get("/debug/registry").await;
+    let (status, text) = h.admin("/debug/registry").await;
     assert_eq!(status, 200);
     let v: Value = serde_json::from_str(&text).unwrap();
     let entries = v.as_array().unwrap();
