@@ -48,8 +48,9 @@ const MIN_WINDOW: u32 = 1 << 20;
 /// apiserver's Go client answers them); no answer within the ping timeout closes it.
 const PING_INTERVAL: Duration = Duration::from_secs(20);
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
-/// After a graceful close for idleness, a connection gets this long to go away by itself.
-const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// After a graceful close for idleness (HTTP/2: GOAWAY, then a ping the peer must answer), a
+/// connection gets another idle timeout, at most this long, to go away by itself.
+const MAX_CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Transport limits of the conversion listener.
 #[derive(Clone, Debug)]
@@ -277,7 +278,7 @@ async fn connection(
                         conn.as_mut().graceful_shutdown();
                         shut_down_at = Some(tokio::time::Instant::now());
                     }
-                    Some(at) if at.elapsed() >= CLOSE_GRACE => return,
+                    Some(at) if at.elapsed() >= transport.idle_timeout.min(MAX_CLOSE_GRACE) => return,
                     _ => {}
                 }
             }
