@@ -283,7 +283,11 @@ struct EntryView<'a> {
 #[serde(rename_all = "camelCase")]
 struct ErrorView<'a> {
     message: &'a str,
-    errors: &'a [String],
+    /// The errors' full text, with `--debug-registry-full-errors`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<&'a [String]>,
+    /// Where each error is (spoke, rule, strategy, paths).
+    locations: &'a [String],
     at: Option<String>,
 }
 
@@ -303,9 +307,12 @@ async fn debug_registry(State(app): State<Arc<App>>) -> Response {
             plan_hash: e.served.as_ref().map(|s| s.plan_hash.as_str()),
             compiled_at: e.served.as_ref().and_then(|s| rfc3339(s.compiled_at)),
             draining_until: e.draining_until.and_then(rfc3339),
+            // Compile errors quote schema field names and enum values; by default only
+            // where they are is shown.
             last_error: e.failure.as_ref().map(|f| ErrorView {
-                message: &f.message,
-                errors: &f.errors,
+                message: if app.debug_full_errors { &f.message } else { &f.summary },
+                errors: app.debug_full_errors.then_some(f.errors.as_slice()),
+                locations: &f.locations,
                 at: rfc3339(f.at),
             }),
         })

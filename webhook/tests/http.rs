@@ -104,8 +104,10 @@ fn entry(target: &str, served: bool, failure: Option<&str>) -> Entry {
             fingerprint: "f".into(),
         }),
         failure: failure.map(|m| Failure {
-            message: m.into(),
-            errors: vec!["spoke v1, rule 0 (FieldRename) spec.x: no such path".into()],
+            message: format!("{m}: spoke v1, rule 0 (FieldRename) spec.x: no such path (enum value SECRET)"),
+            summary: m.into(),
+            errors: vec!["spoke v1, rule 0 (FieldRename) spec.x: no such path (enum value SECRET)".into()],
+            locations: vec!["spoke v1, rule 0 (FieldRename), spec.x".into()],
             at: SystemTime::now(),
             fingerprint: "f".into(),
         }),
@@ -115,6 +117,10 @@ fn entry(target: &str, served: bool, failure: Option<&str>) -> Entry {
 }
 
 async fn start(limits: Limits) -> Harness {
+    start_with(limits, false).await
+}
+
+async fn start_with(limits: Limits, debug_full_errors: bool) -> Harness {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = std::env::temp_dir().join(format!("dco-http-{}-{}", std::process::id(), rand_suffix()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -136,7 +142,7 @@ async fn start(limits: Limits) -> Harness {
         metrics,
         limits,
         instance: "pool-a".into(),
-        debug_full_errors: false,
+        debug_full_errors,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -367,11 +373,54 @@ async fn debug_registry_shows_plans_and_failures() {
     assert_eq!(entries[0]["target"], "broken.example.org");
     assert_eq!(entries[0]["servable"], false);
     assert!(entries[0]["lastError"]["message"].as_str().unwrap().contains("does not compile"));
-    assert_eq!(entries[0]["lastError"]["errors"].as_array().unwrap().len(), 1);
+    // Where the error is, not what it says (it can quote the schema).
+    assert_eq!(entries[0]["lastError"]["locations"], json!(["spoke v1, rule 0 (FieldRename), spec.x"]));
+    assert!(!text.contains("SECRET"), "{text}");
     assert_eq!(entries[1]["servable"], true);
     assert_eq!(entries[1]["hold"], "Assigned");
     assert_eq!(entries[1]["versions"], json!(["v1", "v2"]));
     assert_eq!(entries[1]["config"]["name"], "widgets");
+}
+
+#[tokio::test]
+async fn debug_registry_shows_the_full_errors_only_when_asked() {
+    let h = start_with(Limits::default(), true).await;
+    let (_, text) = h.admin("/debug/registry").await;
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert!(v[0]["lastError"]["message"].as_str().unwrap().contains("SECRET"), "{text}");
+    assert_eq!(v[0]["lastError"]["errors"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn operator_endpoints_are_only_on_the_admin_listener() {
+    let h = start(Limits::default()).await;
+    assert_eq!(h.get("/metrics").await.0, 404);
+    assert_eq!(h.get("/debug/registry").await.0, 404);
+    assert_eq!(h.admin("/metrics").await.0, 200);
+    // The probes answer on both.
+    assert_eq!(h.get("/healthz").await.0, 200);
+    assert_eq!(h.admin("/healthz").await.0, 200);
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_answered_408_within_the_request_timeout() {
+    let h = start(Limits { request_timeout: Duration::from_millis(300), ..Limits::default() }).await;
+    let body = review("apiextensions.k8s.io/v1", vec![widget("a", json!({}))]).to_string().into_bytes();
+    let chunks = futures::stream::unfold(body, |mut rest| async move {
+        if rest.is_empty() {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let tail = rest.split_off(1);
+        Some((Ok::<_, std::io::Error>(std::mem::replace(&mut rest, tail)), rest))
+    });
+    let t = std::time::Instant::now();
+    let (status, text) = h.post("widgets.example.org", reqwest::Body::wrap_stream(chunks)).await;
+    assert_eq!(status, 408, "{text}");
+    assert!(text.contains("--request-timeout"), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let (_, metrics) = h.admin("/metrics").await;
+    assert!(metrics.contains(r#"result="body_timeout"} 1"#), "{metrics}");
 }
 
 #[tokio::test]
