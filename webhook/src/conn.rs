@@ -8,7 +8,11 @@
 //! whose answer has not moved for `--write-timeout` is dropped with its buffers.
 //!
 //! Answers are handed to hyper in chunks of [`CHUNK`] bytes, so "hyper took a chunk" means
-//! the peer is reading; a 15 MB answer given as one frame would sit in the codec whole.
+//! the peer is reading; a 15 MB answer given as one frame would sit in the codec whole. The
+//! last piece of an answer is a copy of at most [`TAIL`] bytes: once hyper has taken it the
+//! body (and its budget reservation) is gone, while the piece may still wait in the HTTP/2
+//! codec for a window the peer never opens, so it must be small and must not keep the
+//! answer's buffer alive.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -21,7 +25,10 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
 /// Largest piece of an answer handed to hyper at once.
-pub const CHUNK: usize = 256 << 10;
+pub const CHUNK: usize = 1 << 20;
+/// Largest last piece: what may outlive the body in the codec (per stream, until the
+/// connection's idle timeout).
+pub const TAIL: usize = 4 << 10;
 
 /// Shared by a connection's task, its requests and its response bodies.
 #[derive(Debug)]
@@ -117,9 +124,13 @@ impl<B> Tracked<B> {
         Tracked { inner, rest: Bytes::new(), id, active }
     }
 
+    /// The next piece of `rest` (not empty).
     fn next_piece(&mut self) -> Bytes {
         if self.rest.len() > CHUNK {
             return self.rest.split_to(CHUNK);
+        }
+        if self.rest.len() > TAIL {
+            return self.rest.split_to(self.rest.len() - TAIL);
         }
         // The last piece is copied, so once hyper has written the others the answer's buffer
         // is freed even if this piece then waits in the codec for a window that never opens.
@@ -154,11 +165,11 @@ where
         this.active.0.touch(this.id);
         Poll::Ready(frame.map(|f| {
             f.map(|frame| match frame.into_data() {
-                Ok(data) if data.len() > CHUNK => {
+                Ok(data) if !data.is_empty() => {
                     this.rest = data;
-                    Frame::data(this.rest.split_to(CHUNK))
+                    Frame::data(this.next_piece())
                 }
-                Ok(data) => Frame::data(data),
+                Ok(empty) => Frame::data(empty),
                 Err(other) => other,
             })
         }))
@@ -205,6 +216,19 @@ mod tests {
         assert_eq!(state.longest_write_stall(), Duration::ZERO);
         std::thread::sleep(Duration::from_millis(20));
         assert!(state.idle_for() >= Duration::from_millis(20));
+    }
+
+    #[tokio::test]
+    async fn the_last_piece_is_small_and_a_copy() {
+        let state = Arc::new(ConnState::default());
+        let whole = Bytes::from(vec![7u8; TAIL * 3]);
+        let mut body = Tracked::new(Full::new(whole.clone()), state.begin());
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        let last = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert!(body.frame().await.is_none());
+        assert_eq!((first.len(), last.len()), (TAIL * 2, TAIL));
+        assert_eq!(first.as_ptr(), whole.as_ptr(), "the body is sliced, not copied");
+        assert!(!whole.as_ptr_range().contains(&last.as_ptr()), "the last piece is a copy");
     }
 
     #[test]

@@ -117,6 +117,8 @@ impl Transport {
             .max_frame_size(1 << 20)
             .max_concurrent_streams(self.max_streams)
             .max_header_list_size(MAX_HEADER_BYTES as u32)
+            // A whole chunk of an answer may wait in the codec for the peer's window.
+            .max_send_buf_size(crate::conn::CHUNK)
             .keep_alive_interval(PING_INTERVAL)
             .keep_alive_timeout(PING_TIMEOUT);
         builder
