@@ -560,3 +560,46 @@ async fn a_client_that_never_reads_its_answers_is_dropped_at_the_write_timeout()
     assert_eq!(server.review(20, true).await.0, 200);
     server.assert_memory_bounded("zero-window reader");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_client_that_never_reads_is_dropped_at_the_write_timeout() {
+    let server = Server::start("h1-stall").await;
+    // ~7 MB answer; the client's socket buffer is tiny and it never reads, so the server's
+    // socket (at most 4 MiB of send buffer here) fills and the answer stops moving.
+    let body = review_body(700);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(server.addr).await.unwrap();
+    let mut config = (*server.tls).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut tls =
+        TlsConnector::from(Arc::new(config)).connect("localhost".try_into().unwrap(), tcp).await.unwrap();
+    let head = format!(
+        "POST /convert/{TARGET} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&body).await.unwrap();
+    tls.flush().await.unwrap();
+    let sent = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = server.metric("dco_webhook_inflight_bytes").await;
+    eprintln!("answer held for the stalled HTTP/1.1 reader: {} MiB", held as usize / MIB);
+    assert!(held > 0.0, "the unsent answer must count against the budget");
+    let mut closed = None;
+    while sent.elapsed() < Duration::from_secs(10) {
+        if server.metric("dco_webhook_connections_closed_total{reason=\"stalled_write\"}").await >= 1.0 {
+            closed = Some(sent.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let closed = closed.expect("the stalled connection is still open after 10 s");
+    eprintln!("stalled HTTP/1.1 reader's connection closed {closed:?} after its request was sent");
+    assert!(closed <= WRITE_TIMEOUT + REQUEST_TIMEOUT + SLACK, "{closed:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(server.metric("dco_webhook_inflight_bytes").await, 0.0, "the budget is given back");
+    assert_eq!(server.review(20, false).await.0, 200);
+    drop(tls);
+    server.assert_memory_bounded("HTTP/1.1 stalled reader");
+}
