@@ -185,6 +185,11 @@ impl Metrics {
         self.latency.get_or_create(&labels).observe(seconds);
     }
 
+    /// A request had to wait for the in-flight budget: `granted` or `refused`.
+    pub fn budget_wait(&self, result: &str) {
+        self.budget_waits.get_or_create(&ResultLabel { result: result.to_string() }).inc();
+    }
+
     pub fn set_registry_size(&self, served: usize, failed: usize) {
         let set = |state: &str, n: usize| {
             self.registry_entries

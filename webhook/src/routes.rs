@@ -96,19 +96,13 @@ async fn convert(
     let (body, reservation) = match read {
         Ok(r) => {
             if r.waited {
-                app.metrics
-                    .budget_waits
-                    .get_or_create(&crate::metrics::ResultLabel { result: "granted".into() })
-                    .inc();
+                app.metrics.budget_wait("granted");
             }
             (Ok(r.bytes), Some(r.reservation))
         }
         Err(e) => {
             if matches!(e, BodyError::Budget(_)) {
-                app.metrics
-                    .budget_waits
-                    .get_or_create(&crate::metrics::ResultLabel { result: "refused".into() })
-                    .inc();
+                app.metrics.budget_wait("refused");
             }
             (Err(e), None)
         }
@@ -154,7 +148,8 @@ async fn convert_inner(
         }
         Err(BodyError::Budget(e)) => {
             let msg = format!("cannot take the ConversionReview for target {target:?} now: {e}");
-            tracing::warn!(target = target, "{msg}");
+            // Counted in dco_webhook_budget_waits_total; a flood must not flood the log too.
+            tracing::debug!(target = target, "{msg}");
             return (Outcome::over_budget, text(StatusCode::SERVICE_UNAVAILABLE, msg));
         }
     };

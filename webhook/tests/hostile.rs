@@ -505,6 +505,15 @@ async fn many_http2_streams_of_unfinished_bodies_stay_within_the_budget() {
         peak_inflight as usize / MIB
     );
     assert!(by_status.keys().all(|s| *s == 408 || *s == 503), "{by_status:?}");
+    // 960 MiB asked of a 16 MiB share: some streams must have been refused by the budget.
+    let refused = server.metric("dco_webhook_budget_waits_total{result=\"refused\"}").await;
+    // (The valid review may have been one of them.)
+    let attackers_refused = by_status.get(&503).copied().unwrap_or(0);
+    assert!(
+        (attackers_refused..=attackers_refused + 1).contains(&(refused as usize)),
+        "{refused} {by_status:?}"
+    );
+    assert!(refused >= 1.0, "{by_status:?}");
     assert!(last_answer <= REQUEST_TIMEOUT * 2 + SLACK * 2, "{last_answer:?}");
     // Flow control held the clients back: what they could push is the budget plus windows.
     assert!(pushed_total <= BUDGET + 2 * MIB, "{pushed_total} bytes pushed");
