@@ -15,6 +15,7 @@ MAX_SECONDS=${MAX_SECONDS:-180}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 PORT=${PORT:-19443}
+ADMIN_PORT=${ADMIN_PORT:-19080}
 
 cargo build --release -q -p dco-webhook -p dco-webhook-load
 bin=target/release
@@ -23,7 +24,7 @@ trap 'kill "${server_pid:-}" 2>/dev/null || true; wait "${server_pid:-}" 2>/dev/
 
 "$bin/dco-webhook-load" cert "$work"
 taskset -c "$SERVER_CPU" "$bin/dco-webhook" --static-dir hack/bench/webhook-fixtures \
-  --listen "127.0.0.1:$PORT" --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" \
+  --listen "127.0.0.1:$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" \
   --shutdown-delay 0s >"$work/server.log" 2>&1 &
 server_pid=$!
 
@@ -57,4 +58,4 @@ for conc in 1 2; do
     'BEGIN { if (t > 0) printf "steal during the run: %.1f%% of CPU time; server CPU per request: %.1f ms\n", 100 * s / t, b / n }'
 done
 # The server's own view of the same requests.
-curl -fsk "https://127.0.0.1:$PORT/metrics" | grep -E '^dco_webhook_(requests_total|objects_converted_total)' || true
+curl -fs "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -E '^dco_webhook_(requests_total|objects_converted_total)' || true

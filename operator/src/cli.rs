@@ -18,6 +18,10 @@ pub struct Args {
     /// --listen of every webhook container; `$(POD_IP):9443` binds the Pod's own address.
     #[arg(long, env = "DCO_WEBHOOK_LISTEN", default_value = "0.0.0.0:9443")]
     pub webhook_listen: String,
+    /// Port of every webhook container's plain-HTTP admin endpoints (/metrics,
+    /// /debug/registry), bound on --webhook-listen's host.
+    #[arg(long, env = "DCO_WEBHOOK_ADMIN_PORT", default_value_t = 8080)]
+    pub webhook_admin_port: u16,
     /// A flag added to every webhook container before the server's extraArgs (repeatable).
     #[arg(long = "webhook-arg", env = "DCO_WEBHOOK_ARGS", value_delimiter = ',')]
     pub webhook_args: Vec<String>,
@@ -54,6 +58,7 @@ mod tests {
     fn defaults_and_overrides() {
         let a = Args::try_parse_from(["dco-operator"]).unwrap();
         assert_eq!(a.webhook_listen, "0.0.0.0:9443");
+        assert_eq!(a.webhook_admin_port, 8080);
         assert_eq!(a.resync, Duration::from_secs(300));
         assert_eq!(a.rebalance_qps, 50);
         let a = Args::try_parse_from([

@@ -28,6 +28,8 @@ pub struct Settings {
     pub webhook_image: String,
     /// `--listen` of the webhook containers (`$(POD_IP)` is expanded by the kubelet).
     pub webhook_listen: String,
+    /// Port of the webhook containers' `--admin-listen`, on `webhook_listen`'s host.
+    pub webhook_admin_port: u16,
     /// Flags added to every webhook container before the server's `extraArgs`.
     pub webhook_args: Vec<String>,
     pub cert_lifetimes: Lifetimes,
@@ -41,6 +43,7 @@ impl Default for Settings {
             namespace: "dco-system".to_string(),
             webhook_image: format!("dco-webhook:v{}", env!("CARGO_PKG_VERSION")),
             webhook_listen: "0.0.0.0:9443".to_string(),
+            webhook_admin_port: 8080,
             webhook_args: Vec::new(),
             cert_lifetimes: Lifetimes::default(),
             resync: Duration::from_secs(300),

@@ -239,6 +239,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         webhook_image: args.webhook_image.clone(),
         webhook_listen: args.webhook_listen.clone(),
+        webhook_admin_port: args.webhook_admin_port,
         webhook_args: args.webhook_args.clone(),
         resync: args.resync,
         ..Settings::default()

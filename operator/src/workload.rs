@@ -30,6 +30,9 @@ use crate::names::ServerNames;
 
 pub const CONTAINER: &str = "webhook";
 pub const PORT_NAME: &str = "https";
+/// The plain-HTTP admin port (/metrics, /debug/registry): not in the Service, so a
+/// NetworkPolicy can open the conversion port alone to the apiserver.
+pub const ADMIN_PORT_NAME: &str = "admin";
 /// Where the serving Secret is mounted in the webhook container.
 pub const TLS_MOUNT: &str = "/etc/dco/tls";
 const TLS_VOLUME: &str = "serving-cert";
@@ -39,6 +42,7 @@ pub const MANAGED_FLAGS: &[&str] = &[
     "--instance",
     "--service-name",
     "--listen",
+    "--admin-listen",
     "--tls-cert-file",
     "--tls-key-file",
     "--pod-name",
@@ -58,6 +62,13 @@ pub fn split_extra_args(extra: &[String]) -> (Vec<String>, Vec<String>) {
 /// The port the webhook listens on, from `--listen` (`host:port`, `$(POD_IP):9443`).
 pub fn listen_port(listen: &str) -> i32 {
     listen.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).map_or(9443, i32::from)
+}
+
+/// `--admin-listen`: the admin port on `--listen`'s host (`$(POD_IP):8080` next to
+/// `$(POD_IP):9443`), so Pods that share a network namespace (the local cluster) do not collide.
+pub fn admin_listen(settings: &Settings) -> String {
+    let host = settings.webhook_listen.rsplit_once(':').map_or("0.0.0.0", |(h, _)| h);
+    format!("{host}:{}", settings.webhook_admin_port)
 }
 
 fn meta(name: &str, namespace: Option<&str>, names: &ServerNames, owner: &OwnerReference) -> ObjectMeta {
@@ -96,6 +107,7 @@ pub fn args(cws: &ConversionWebhookServer, names: &ServerNames, settings: &Setti
         format!("--instance={}", names.server),
         format!("--service-name={}", names.service()),
         format!("--listen={}", settings.webhook_listen),
+        format!("--admin-listen={}", admin_listen(settings)),
         format!("--tls-cert-file={TLS_MOUNT}/tls.crt"),
         format!("--tls-key-file={TLS_MOUNT}/tls.key"),
     ];
@@ -167,12 +179,20 @@ pub fn deployment(
         image_pull_policy: spec.image.as_ref().and_then(|i| i.pull_policy.clone()),
         args: Some(args(cws, names, settings)),
         env: Some(env),
-        ports: Some(vec![ContainerPort {
-            name: Some(PORT_NAME.to_string()),
-            container_port: port,
-            protocol: Some("TCP".to_string()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(PORT_NAME.to_string()),
+                container_port: port,
+                protocol: Some("TCP".to_string()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some(ADMIN_PORT_NAME.to_string()),
+                container_port: i32::from(settings.webhook_admin_port),
+                protocol: Some("TCP".to_string()),
+                ..ContainerPort::default()
+            },
+        ]),
         readiness_probe: Some(probe("/readyz", 2, 3, 0)),
         liveness_probe: Some(probe("/healthz", 10, 6, 10)),
         resources: spec.resources.clone(),
@@ -462,6 +482,7 @@ mod tests {
                 "--instance=pool-a",
                 "--service-name=dco-webhook-pool-a",
                 "--listen=$(POD_IP):9443",
+                "--admin-listen=$(POD_IP):8080",
                 "--tls-cert-file=/etc/dco/tls/tls.crt",
                 "--tls-key-file=/etc/dco/tls/tls.key",
                 "--drain-period=5s",
@@ -471,7 +492,15 @@ mod tests {
         assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_IP", "RUST_LOG"]);
         let probe = ctr.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
         assert_eq!((probe.path.as_deref(), probe.scheme.as_deref()), (Some("/readyz"), Some("HTTPS")));
-        assert_eq!(ctr.ports.as_ref().unwrap()[0].container_port, 9443);
+        let ports: Vec<_> =
+            ctr.ports.as_ref().unwrap().iter().map(|p| (p.name.as_deref(), p.container_port)).collect();
+        assert_eq!(ports, [(Some("https"), 9443), (Some("admin"), 8080)]);
+        // The probes stay on the conversion port, where the kubelet always found them.
+        let live = ctr.liveness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(
+            (live.path.as_deref(), live.port.clone()),
+            (Some("/healthz"), IntOrString::String("https".into()))
+        );
         assert_eq!(
             pod.volumes.unwrap()[0].secret.as_ref().unwrap().secret_name.as_deref(),
             Some("dco-webhook-pool-a-tls")
@@ -522,6 +551,15 @@ mod tests {
             image(&cws("{image: {repository: mirror/dco-webhook, tag: dev}}"), &s),
             "mirror/dco-webhook:dev"
         );
+    }
+
+    #[test]
+    fn admin_listen_follows_the_listen_host() {
+        assert_eq!(admin_listen(&settings()), "$(POD_IP):8080");
+        let s = Settings { webhook_admin_port: 9090, ..Settings::default() };
+        assert_eq!(admin_listen(&s), "0.0.0.0:9090");
+        // extraArgs cannot move it.
+        assert_eq!(split_extra_args(&["--admin-listen=0.0.0.0:1".into()]).1.len(), 1);
     }
 
     #[test]

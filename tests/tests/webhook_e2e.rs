@@ -236,6 +236,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
         let mut args = vec![
             format!("--instance={instance}"),
             "--listen=$(POD_IP):9443".to_string(),
+            "--admin-listen=$(POD_IP):8080".to_string(),
             "--tls-cert-file=/etc/dco/tls/tls.crt".to_string(),
             "--tls-key-file=/etc/dco/tls/tls.key".to_string(),
             "--lease-renew-interval=2s".to_string(),

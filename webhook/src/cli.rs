@@ -48,7 +48,8 @@ pub struct Args {
     /// Largest ConversionReview body accepted (bytes); larger gets 413.
     #[arg(long, env = "DCO_MAX_REQUEST_BYTES", default_value_t = 64 << 20)]
     pub max_request_bytes: usize,
-    /// Time budget of one ConversionReview.
+    /// Time budget of one ConversionReview, from its headers to its answer: reading the body
+    /// and converting it.
     #[arg(long, env = "DCO_REQUEST_TIMEOUT", default_value = "25s", value_parser = parse_duration)]
     pub request_timeout: Duration,
     /// Threads that convert (each with the engine's stack); at most this many reviews convert
@@ -59,6 +60,37 @@ pub struct Args {
     /// an object that would take more fails with a message instead of growing the process.
     #[arg(long, env = "DCO_CONVERSION_MEMORY_FACTOR", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
     pub conversion_memory_factor: u64,
+    /// Memory budget of the replica for ConversionReviews in flight (bytes): request bodies
+    /// and their answers across all connections, plus what the connections may buffer
+    /// (`--max-connections` × the HTTP/2 window). A request beyond it waits, then gets 503.
+    #[arg(long, env = "DCO_MAX_INFLIGHT_BYTES", default_value_t = 256 << 20)]
+    pub max_inflight_bytes: usize,
+    /// Open connections on the conversion listener; more wait in the accept backlog.
+    #[arg(long, env = "DCO_MAX_CONNECTIONS", default_value_t = 32)]
+    pub max_connections: usize,
+    /// HTTP/2 concurrent streams per connection (Go clients, the apiserver's included, open
+    /// another connection when a connection is full).
+    #[arg(long, env = "DCO_HTTP2_MAX_STREAMS", default_value_t = 100)]
+    pub http2_max_streams: u32,
+    /// HTTP/1.1: request headers must arrive within it, and a kept-alive connection must
+    /// start its next request within it.
+    #[arg(long, env = "DCO_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed.
+    #[arg(long, env = "DCO_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// A connection whose answer made no progress for this long (the client stopped
+    /// reading) is closed.
+    #[arg(long, env = "DCO_WRITE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub write_timeout: Duration,
+
+    /// Address of the plain-HTTP admin endpoints: /metrics, /debug/registry, /healthz, /readyz.
+    #[arg(long, env = "DCO_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub admin_listen: SocketAddr,
+    /// Show compile errors' full text in /debug/registry; it quotes schema field names and
+    /// enum values, so by default only where each error is (spoke, rule, strategy, paths).
+    #[arg(long, env = "DCO_DEBUG_REGISTRY_FULL_ERRORS")]
+    pub debug_registry_full_errors: bool,
     /// How long a target that is neither assigned here nor named by its spec.conversion is
     /// still served (apiservers pick up spec.conversion changes asynchronously).
     #[arg(long, env = "DCO_DRAIN_PERIOD", default_value = "30s", value_parser = parse_duration)]

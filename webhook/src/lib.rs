@@ -7,9 +7,11 @@
 
 pub mod alloc;
 pub mod body;
+pub mod budget;
 pub mod caches;
 pub mod cli;
 pub mod cluster;
+pub mod conn;
 pub mod engine;
 pub mod health;
 pub mod hold;

@@ -24,8 +24,12 @@ pub enum Outcome {
     bad_request,
     /// Over the body limit (413).
     too_large,
-    /// Over the per-request time budget.
+    /// The conversion ran past the per-request time budget.
     timeout,
+    /// The body did not arrive within the request timeout (408).
+    body_timeout,
+    /// The in-flight byte budget could not hold the body in time (503).
+    over_budget,
     /// The plan panicked; answered with 500.
     internal_error,
 }
@@ -62,6 +66,23 @@ pub struct Metrics {
     pub ready: Gauge,
     pub tls_reloads: Family<ResultLabel, Counter>,
     pub lease_publishes: Family<ResultLabel, Counter>,
+    /// Bytes of request bodies and answers reserved from the in-flight budget.
+    pub inflight_bytes: Gauge,
+    /// Requests that had to wait for the budget: `granted` in time or `refused`.
+    pub budget_waits: Family<ResultLabel, Counter>,
+    /// Connections open on the conversion listener (TLS handshake included).
+    pub connections: Gauge,
+    /// Times the accept loop stopped at `--max-connections` (new connections wait in the
+    /// kernel's backlog meanwhile).
+    pub connection_limit_reached: Counter,
+    /// Connections the server closed, by reason (`idle`, `stalled_write`, `handshake_timeout`,
+    /// `handshake_failed`, `error`, `shutdown`).
+    pub connections_closed: Family<ReasonLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
 }
 
 fn latency_histogram() -> Histogram {
@@ -94,6 +115,11 @@ impl Metrics {
         let ready = Gauge::default();
         let tls_reloads = Family::<ResultLabel, Counter>::default();
         let lease_publishes = Family::<ResultLabel, Counter>::default();
+        let inflight_bytes = Gauge::default();
+        let budget_waits = Family::<ResultLabel, Counter>::default();
+        let connections = Gauge::default();
+        let connection_limit_reached = Counter::default();
+        let connections_closed = Family::<ReasonLabel, Counter>::default();
         registry.register("requests", "ConversionReview requests by target and result", requests.clone());
         registry.register(
             "request_duration_seconds",
@@ -114,8 +140,34 @@ impl Metrics {
             "Served-target Lease publishes by result",
             lease_publishes.clone(),
         );
+        registry.register(
+            "inflight_bytes",
+            "Bytes of ConversionReviews reserved from the in-flight budget (--max-inflight-bytes)",
+            inflight_bytes.clone(),
+        );
+        registry.register(
+            "budget_waits",
+            "Requests that waited for the in-flight byte budget, by result",
+            budget_waits.clone(),
+        );
+        registry.register("connections", "Open connections on the conversion listener", connections.clone());
+        registry.register(
+            "connection_limit_reached",
+            "Times new connections had to wait because --max-connections were open",
+            connection_limit_reached.clone(),
+        );
+        registry.register(
+            "connections_closed",
+            "Connections closed by the server, by reason",
+            connections_closed.clone(),
+        );
         Metrics {
             registry,
+            inflight_bytes,
+            budget_waits,
+            connections,
+            connection_limit_reached,
+            connections_closed,
             requests,
             latency,
             objects_converted,
@@ -131,6 +183,11 @@ impl Metrics {
         let labels = RequestLabels { target: target.to_string(), result };
         self.requests.get_or_create(&labels).inc();
         self.latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// A request had to wait for the in-flight budget: `granted` or `refused`.
+    pub fn budget_wait(&self, result: &str) {
+        self.budget_waits.get_or_create(&ResultLabel { result: result.to_string() }).inc();
     }
 
     pub fn set_registry_size(&self, served: usize, failed: usize) {

@@ -46,6 +46,9 @@ pub struct Compilation {
     pub plan: Option<Arc<dyn ServablePlan>>,
     /// One line per error, each naming spoke, rule and path.
     pub errors: Vec<String>,
+    /// Per error only where it is (spoke, rule, strategy, paths), without its text, which
+    /// can quote schema field names and enum values.
+    pub locations: Vec<String>,
     pub warnings: Vec<String>,
 }
 

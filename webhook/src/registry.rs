@@ -39,7 +39,11 @@ pub struct Served {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
     pub message: String,
+    /// `message` without the compile errors' text (which can quote schema contents).
+    pub summary: String,
     pub errors: Vec<String>,
+    /// Where each error is, without its text.
+    pub locations: Vec<String>,
     pub at: SystemTime,
     pub fingerprint: String,
 }

@@ -1,9 +1,12 @@
-//! The HTTP surface: `POST /convert/{target}`, `/healthz`, `/readyz`, `/metrics` and
-//! `/debug/registry`.
+//! The HTTP surface: on the conversion listener `POST /convert/{target}`, `/healthz` and
+//! `/readyz` ([`router`]); on the admin listener `/metrics`, `/debug/registry` and the probes
+//! again ([`admin_router`]), so a NetworkPolicy can open only the conversion port to the
+//! apiserver.
 //!
 //! The convert handler is the apiserver's write and read path for every served target, so it
-//! fails closed (no plan → 503), bounds the body and the time spent, runs the CPU-bound
-//! conversion off the async workers, and never panics.
+//! fails closed (no plan → 503), bounds the body, its memory (the in-flight [`Budget`]) and
+//! the time spent from headers to answer, runs the CPU-bound conversion off the async
+//! workers, and never panics.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -16,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::body::{self, BodyError};
+use crate::budget::{Budget, Held};
 use crate::health::Health;
 use crate::metrics::{Metrics, Outcome, TargetLabel, UNKNOWN_TARGET};
 use crate::plan::BadReview;
@@ -51,13 +55,27 @@ pub struct App {
     pub limits: Limits,
     /// Where conversions run.
     pub pool: Arc<Pool>,
+    /// Bytes of reviews in flight across all connections (`--max-inflight-bytes`).
+    pub budget: Budget,
     /// Named in 503 messages so an operator knows which instance answered.
     pub instance: String,
+    /// `/debug/registry` shows compile errors' full text (which quotes schema fields and enum
+    /// values) only when asked (`--debug-registry-full-errors`).
+    pub debug_full_errors: bool,
 }
 
+/// The conversion listener: what the apiserver and the kubelet need.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/convert/{target}", post(convert))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(app)
+}
+
+/// The admin listener: what operators and Prometheus need.
+pub fn admin_router(app: Arc<App>) -> Router {
+    Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -75,15 +93,40 @@ async fn convert(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // The handler runs once the headers are in: from here the whole request, body read and
+    // conversion, has `--request-timeout`.
     let start = Instant::now();
+    let deadline = start + app.limits.request_timeout;
     let entry = app.registry.get(&target);
     // Only registered names become metric labels.
     let label = if entry.is_some() { target.as_str() } else { UNKNOWN_TARGET };
-    let deadline = start + app.limits.request_timeout;
-    let body = body::read(&headers, body, app.limits.max_body_bytes).await;
+    let read = body::read(&headers, body, app.limits.max_body_bytes, &app.budget, deadline).await;
+    let (body, reservation) = match read {
+        Ok(r) => {
+            if r.waited {
+                app.metrics.budget_wait("granted");
+            }
+            (Ok(r.bytes), Some(r.reservation))
+        }
+        Err(e) => {
+            if matches!(e, BodyError::Budget(_)) {
+                app.metrics.budget_wait("refused");
+            }
+            (Err(e), None)
+        }
+    };
     let (outcome, response) = convert_inner(&app, &target, entry, body, deadline).await;
     app.metrics.observe_request(label, outcome, start.elapsed().as_secs_f64());
-    response
+    match reservation {
+        // The answer is about as large as the review; the reservation, resized to it, stays
+        // with the body until hyper has written or dropped it.
+        Some(mut r) => {
+            let size = hyper::body::Body::size_hint(response.body()).exact();
+            r.resize(size.map_or(r.len(), |n| n as usize));
+            response.map(|b| Body::new(Held::new(b, r)))
+        }
+        None => response,
+    }
 }
 
 async fn convert_inner(
@@ -103,6 +146,19 @@ async fn convert_inner(
         }
         Err(e @ BodyError::Read(_)) => {
             return (Outcome::bad_request, text(StatusCode::BAD_REQUEST, e.to_string()));
+        }
+        Err(BodyError::Timeout { received }) => {
+            let msg = format!(
+                "the ConversionReview body for target {target:?} did not arrive within the {:?} request timeout ({received} bytes received); the client is sending too slowly, or raise --request-timeout on dco-webhook",
+                app.limits.request_timeout
+            );
+            return (Outcome::body_timeout, text(StatusCode::REQUEST_TIMEOUT, msg));
+        }
+        Err(BodyError::Budget(e)) => {
+            let msg = format!("cannot take the ConversionReview for target {target:?} now: {e}");
+            // Counted in dco_webhook_budget_waits_total; a flood must not flood the log too.
+            tracing::debug!(target = target, "{msg}");
+            return (Outcome::over_budget, text(StatusCode::SERVICE_UNAVAILABLE, msg));
         }
     };
     let Some(entry) = entry else {
@@ -249,7 +305,11 @@ struct EntryView<'a> {
 #[serde(rename_all = "camelCase")]
 struct ErrorView<'a> {
     message: &'a str,
-    errors: &'a [String],
+    /// The errors' full text, with `--debug-registry-full-errors`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<&'a [String]>,
+    /// Where each error is (spoke, rule, strategy, paths).
+    locations: &'a [String],
     at: Option<String>,
 }
 
@@ -269,9 +329,12 @@ async fn debug_registry(State(app): State<Arc<App>>) -> Response {
             plan_hash: e.served.as_ref().map(|s| s.plan_hash.as_str()),
             compiled_at: e.served.as_ref().and_then(|s| rfc3339(s.compiled_at)),
             draining_until: e.draining_until.and_then(rfc3339),
+            // Compile errors quote schema field names and enum values; by default only
+            // where they are is shown.
             last_error: e.failure.as_ref().map(|f| ErrorView {
-                message: &f.message,
-                errors: &f.errors,
+                message: if app.debug_full_errors { &f.message } else { &f.summary },
+                errors: app.debug_full_errors.then_some(f.errors.as_slice()),
+                locations: &f.locations,
                 at: rfc3339(f.at),
             }),
         })

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::sync::watch;
 
+use crate::budget::Budget;
 use crate::cli::Args;
 use crate::health::Health;
 use crate::lease::{LeasePublisher, LeaseSettings};
@@ -16,6 +17,7 @@ use crate::plan::Compiler;
 use crate::pool::Pool;
 use crate::registry::Registry;
 use crate::routes::{self, App, Limits};
+use crate::serve::Transport;
 use crate::sync::{Identity, Syncer};
 use crate::tls::{CertFiles, CertStore};
 use crate::{cluster, serve, static_dir};
@@ -28,6 +30,28 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// The conversion listener's limits, and the bytes left for reviews once what the
+/// connections may buffer has come off `--max-inflight-bytes`.
+pub fn transport_and_budget(args: &Args) -> anyhow::Result<(Transport, usize)> {
+    let transport = Transport {
+        max_streams: args.http2_max_streams,
+        header_read_timeout: args.header_read_timeout,
+        idle_timeout: args.idle_timeout,
+        write_timeout: args.write_timeout,
+        ..Transport::for_budget(args.max_inflight_bytes, args.max_connections)
+    };
+    let body_budget = args.max_inflight_bytes.saturating_sub(transport.buffered_bytes());
+    anyhow::ensure!(
+        body_budget >= args.max_request_bytes,
+        "--max-inflight-bytes {} leaves {body_budget} bytes for reviews after {} connections' buffers (--max-connections × {}-byte HTTP/2 window + fixed buffers), less than one review of --max-request-bytes {}; raise --max-inflight-bytes or lower --max-connections or --max-request-bytes",
+        args.max_inflight_bytes,
+        transport.max_connections,
+        transport.window,
+        args.max_request_bytes
+    );
+    Ok((transport, body_budget))
+}
+
 pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let registry = Arc::new(Registry::new());
@@ -38,10 +62,23 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
     tokio::spawn(certs.clone().watch(args.tls_reload_interval, metrics.clone()));
     let tls = Arc::new(crate::tls::server_config(certs).context("building the TLS server config")?);
 
+    let (transport, body_budget) = transport_and_budget(&args)?;
+    let budget = Budget::new(body_budget, metrics.inflight_bytes.clone());
+
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}; change --listen", args.listen))?;
-    tracing::info!(listen = %args.listen, "serving HTTPS");
+    let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}; change --admin-listen", args.admin_listen))?;
+    tracing::info!(
+        listen = %listener.local_addr().unwrap_or(args.listen),
+        admin_listen = %admin_listener.local_addr().unwrap_or(args.admin_listen),
+        reviews_budget = body_budget,
+        max_connections = transport.max_connections,
+        http2_window = transport.window,
+        "serving HTTPS (conversion) and HTTP (admin)"
+    );
 
     let (stop_tx, stop_rx) = watch::channel(false);
     {
@@ -130,9 +167,62 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
             conversion_memory_factor: usize::try_from(args.conversion_memory_factor).unwrap_or(usize::MAX),
         },
         pool,
+        budget,
         instance,
+        debug_full_errors: args.debug_registry_full_errors,
     });
-    serve::serve(listener, tls, routes::router(app), stopped(stop_rx), args.shutdown_timeout).await;
+    let admin = tokio::spawn(serve::serve_admin(
+        admin_listener,
+        routes::admin_router(app.clone()),
+        stopped(stop_rx.clone()),
+    ));
+    let metrics = app.metrics.clone();
+    serve::serve(
+        listener,
+        tls,
+        routes::router(app),
+        transport,
+        metrics,
+        stopped(stop_rx),
+        args.shutdown_timeout,
+    )
+    .await;
+    let _ = admin.await;
     tracing::info!("shut down");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> Args {
+        let base = ["dco-webhook", "--tls-cert-file", "c", "--tls-key-file", "k", "--static-dir", "d"];
+        Args::try_parse_from(base.iter().chain(extra)).unwrap()
+    }
+
+    #[test]
+    fn the_defaults_leave_room_for_a_full_size_review() {
+        let a = args(&[]);
+        assert_eq!((a.max_inflight_bytes, a.max_connections, a.http2_max_streams), (256 << 20, 32, 100));
+        assert_eq!(a.admin_listen.to_string(), "0.0.0.0:8080");
+        let (t, reviews) = transport_and_budget(&a).unwrap();
+        // 32 connections × (3.6 MiB window + fixed buffers) = half the budget.
+        assert_eq!(t.buffered_bytes(), 128 << 20);
+        assert!(t.window > 3 << 20, "{}", t.window);
+        assert_eq!(reviews, 128 << 20);
+        assert!(reviews >= a.max_request_bytes);
+        // Few connections get the largest window.
+        let (t, _) = transport_and_budget(&args(&["--max-connections", "4"])).unwrap();
+        assert_eq!(t.window, 16 << 20);
+    }
+
+    #[test]
+    fn a_budget_that_cannot_hold_one_review_fails_start_up_naming_the_flags() {
+        let err = transport_and_budget(&args(&["--max-inflight-bytes", "67108864"])).unwrap_err().to_string();
+        for flag in ["--max-inflight-bytes", "--max-connections", "--max-request-bytes"] {
+            assert!(err.contains(flag), "{err}");
+        }
+    }
 }

@@ -269,8 +269,14 @@ impl Syncer {
                 return changed_hold.then_some(next);
             }
             tracing::warn!(target, "{msg}");
-            next.failure =
-                Some(Failure { message: msg, errors: Vec::new(), at: SystemTime::now(), fingerprint: fp });
+            next.failure = Some(Failure {
+                summary: msg.clone(),
+                message: msg,
+                errors: Vec::new(),
+                locations: Vec::new(),
+                at: SystemTime::now(),
+                fingerprint: fp,
+            });
             return Some(next);
         };
 
@@ -310,10 +316,20 @@ impl Syncer {
                     compiled.errors.len(),
                     compiled.errors.first().map_or("none reported", String::as_str),
                 );
+                let summary = format!(
+                    "{} {:?} does not compile against {} {target:?} ({} error(s), first at {}); {keeping}",
+                    config.kind,
+                    config.name,
+                    kind_name(kind),
+                    compiled.locations.len(),
+                    compiled.locations.first().map_or("an unreported place", String::as_str),
+                );
                 tracing::warn!(target, errors = ?compiled.errors, "{message}");
                 next.failure = Some(Failure {
                     message,
+                    summary,
                     errors: compiled.errors,
+                    locations: compiled.locations,
                     at: SystemTime::now(),
                     fingerprint: fp,
                 });
@@ -357,6 +373,7 @@ mod tests {
                 return Compilation {
                     plan: None,
                     errors: vec!["spoke v1, rule 0 (FieldRename) spec.x: no such path".into()],
+                    locations: vec!["spoke v1, rule 0 (FieldRename), spec.x".into()],
                     warnings: vec![],
                 };
             }
@@ -364,6 +381,7 @@ mod tests {
             Compilation {
                 plan: Some(Arc::new(Fixed(format!("{}-{g}", spec.hub_version)))),
                 errors: vec![],
+                locations: vec![],
                 warnings: vec![],
             }
         }

@@ -6,13 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dco_api::config::TargetKind;
+use dco_webhook::budget::Budget;
 use dco_webhook::health::Health;
 use dco_webhook::hold::HoldReason;
 use dco_webhook::metrics::Metrics;
 use dco_webhook::plan::{BadReview, Compiler, Reviewed, ServablePlan};
 use dco_webhook::pool::Pool;
 use dco_webhook::registry::{ConfigRef, Entry, Failure, Registry, Served};
-use dco_webhook::routes::{App, Limits, router};
+use dco_webhook::routes::{App, Limits, admin_router, router};
+use dco_webhook::serve::Transport;
 use dco_webhook::tls::{CertFiles, CertStore, server_config};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -71,6 +73,7 @@ static ALLOCATOR: dco_webhook::alloc::Counting = dco_webhook::alloc::Counting;
 
 struct Harness {
     base: String,
+    admin: String,
     client: reqwest::Client,
     app: Arc<App>,
     certs: Arc<CertStore>,
@@ -107,8 +110,10 @@ fn entry(target: &str, served: bool, failure: Option<&str>) -> Entry {
             fingerprint: "f".into(),
         }),
         failure: failure.map(|m| Failure {
-            message: m.into(),
-            errors: vec!["spoke v1, rule 0 (FieldRename) spec.x: no such path".into()],
+            message: format!("{m}: spoke v1, rule 0 (FieldRename) spec.x: no such path (enum value SECRET)"),
+            summary: m.into(),
+            errors: vec!["spoke v1, rule 0 (FieldRename) spec.x: no such path (enum value SECRET)".into()],
+            locations: vec!["spoke v1, rule 0 (FieldRename), spec.x".into()],
             at: SystemTime::now(),
             fingerprint: "f".into(),
         }),
@@ -118,6 +123,10 @@ fn entry(target: &str, served: bool, failure: Option<&str>) -> Entry {
 }
 
 async fn start(limits: Limits) -> Harness {
+    start_with(limits, false).await
+}
+
+async fn start_with(limits: Limits, debug_full_errors: bool) -> Harness {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = std::env::temp_dir().join(format!("dco-http-{}-{}", std::process::id(), rand_suffix()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -135,27 +144,38 @@ async fn start(limits: Limits) -> Harness {
     let app = Arc::new(App {
         registry,
         health: Arc::new(Health::new(metrics.clone())),
+        budget: Budget::new(256 << 20, metrics.inflight_bytes.clone()),
         metrics,
         limits,
         pool: Arc::new(Pool::new(1).unwrap()),
         instance: "pool-a".into(),
+        debug_full_errors,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
+    let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_port = admin_listener.local_addr().unwrap().port();
     let (stop, rx) = watch::channel(false);
     let mut rx2 = rx.clone();
+    let mut rx3 = rx.clone();
     let server = tokio::spawn(dco_webhook::serve::serve(
         listener,
         tls,
         router(app.clone()),
+        Transport::default(),
+        app.metrics.clone(),
         async move {
             let _ = rx2.wait_for(|s| *s).await;
         },
         Duration::from_secs(5),
     ));
+    tokio::spawn(dco_webhook::serve::serve_admin(admin_listener, admin_router(app.clone()), async move {
+        let _ = rx3.wait_for(|s| *s).await;
+    }));
     drop(rx);
     Harness {
         base: format!("https://localhost:{port}"),
+        admin: format!("http://127.0.0.1:{admin_port}"),
         client: client_trusting(&ca),
         app,
         certs,
@@ -193,6 +213,11 @@ impl Harness {
         let r = self.client.get(format!("{}{path}", self.base)).send().await.unwrap();
         (r.status().as_u16(), r.text().await.unwrap())
     }
+    /// The plain-HTTP admin listener.
+    async fn admin(&self, path: &str) -> (u16, String) {
+        let r = self.client.get(format!("{}{path}", self.admin)).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
 }
 
 impl Drop for Harness {
@@ -213,7 +238,7 @@ async fn converts_v1_and_v1beta1_reviews() {
         assert_eq!(v["response"]["uid"], "uid-123");
         assert_eq!(v["response"]["convertedObjects"][1]["apiVersion"], "example.org/v2");
     }
-    let (_, metrics) = h.get("/metrics").await;
+    let (_, metrics) = h.admin("/metrics").await;
     assert!(
         metrics.contains(r#"dco_webhook_requests_total{target="widgets.example.org",result="success"} 2"#),
         "{metrics}"
@@ -236,7 +261,7 @@ async fn unknown_target_fails_closed_with_503() {
         h.post("broken.example.org", review("apiextensions.k8s.io/v1", vec![]).to_string()).await;
     assert_eq!(status, 503);
     assert!(text.contains("does not compile"), "{text}");
-    let (_, metrics) = h.get("/metrics").await;
+    let (_, metrics) = h.admin("/metrics").await;
     // Made-up paths never become labels.
     assert!(!metrics.contains("nobody.example.org"), "{metrics}");
     assert!(
@@ -289,7 +314,7 @@ async fn an_object_that_fails_is_a_failure_result_naming_it() {
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["response"]["result"]["status"], "Failure");
     assert!(v["response"]["result"]["message"].as_str().unwrap().contains("bad-one"), "{text}");
-    let (_, metrics) = h.get("/metrics").await;
+    let (_, metrics) = h.admin("/metrics").await;
     assert!(metrics.contains(r#"result="conversion_failure"} 1"#), "{metrics}");
 }
 
@@ -336,7 +361,7 @@ async fn readiness_follows_sync_and_shutdown_and_health_is_always_ok() {
     assert!(text.contains("not yet synced"), "{text}");
     h.app.health.mark_synced();
     assert_eq!(h.get("/readyz").await.0, 200);
-    assert!(h.get("/metrics").await.1.contains("dco_webhook_ready 1"));
+    assert!(h.admin("/metrics").await.1.contains("dco_webhook_ready 1"));
     h.app.health.mark_shutting_down();
     let (status, text) = h.get("/readyz").await;
     assert_eq!(status, 503);
@@ -347,7 +372,7 @@ async fn readiness_follows_sync_and_shutdown_and_health_is_always_ok() {
 #[tokio::test]
 async fn debug_registry_shows_plans_and_failures() {
     let h = start(Limits::default()).await;
-    let (status, text) = h.get("/debug/registry").await;
+    let (status, text) = h.admin("/debug/registry").await;
     assert_eq!(status, 200);
     let v: Value = serde_json::from_str(&text).unwrap();
     let entries = v.as_array().unwrap();
@@ -355,11 +380,54 @@ async fn debug_registry_shows_plans_and_failures() {
     assert_eq!(entries[0]["target"], "broken.example.org");
     assert_eq!(entries[0]["servable"], false);
     assert!(entries[0]["lastError"]["message"].as_str().unwrap().contains("does not compile"));
-    assert_eq!(entries[0]["lastError"]["errors"].as_array().unwrap().len(), 1);
+    // Where the error is, not what it says (it can quote the schema).
+    assert_eq!(entries[0]["lastError"]["locations"], json!(["spoke v1, rule 0 (FieldRename), spec.x"]));
+    assert!(!text.contains("SECRET"), "{text}");
     assert_eq!(entries[1]["servable"], true);
     assert_eq!(entries[1]["hold"], "Assigned");
     assert_eq!(entries[1]["versions"], json!(["v1", "v2"]));
     assert_eq!(entries[1]["config"]["name"], "widgets");
+}
+
+#[tokio::test]
+async fn debug_registry_shows_the_full_errors_only_when_asked() {
+    let h = start_with(Limits::default(), true).await;
+    let (_, text) = h.admin("/debug/registry").await;
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert!(v[0]["lastError"]["message"].as_str().unwrap().contains("SECRET"), "{text}");
+    assert_eq!(v[0]["lastError"]["errors"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn operator_endpoints_are_only_on_the_admin_listener() {
+    let h = start(Limits::default()).await;
+    assert_eq!(h.get("/metrics").await.0, 404);
+    assert_eq!(h.get("/debug/registry").await.0, 404);
+    assert_eq!(h.admin("/metrics").await.0, 200);
+    // The probes answer on both.
+    assert_eq!(h.get("/healthz").await.0, 200);
+    assert_eq!(h.admin("/healthz").await.0, 200);
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_answered_408_within_the_request_timeout() {
+    let h = start(Limits { request_timeout: Duration::from_millis(300), ..Limits::default() }).await;
+    let body = review("apiextensions.k8s.io/v1", vec![widget("a", json!({}))]).to_string().into_bytes();
+    let chunks = futures::stream::unfold(body, |mut rest| async move {
+        if rest.is_empty() {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let tail = rest.split_off(1);
+        Some((Ok::<_, std::io::Error>(std::mem::replace(&mut rest, tail)), rest))
+    });
+    let t = std::time::Instant::now();
+    let (status, text) = h.post("widgets.example.org", reqwest::Body::wrap_stream(chunks)).await;
+    assert_eq!(status, 408, "{text}");
+    assert!(text.contains("--request-timeout"), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let (_, metrics) = h.admin("/metrics").await;
+    assert!(metrics.contains(r#"result="body_timeout"} 1"#), "{metrics}");
 }
 
 #[tokio::test]
