@@ -78,6 +78,8 @@ pub struct Metrics {
     /// Connections the server closed, by reason (`idle`, `stalled_write`, `handshake_timeout`,
     /// `handshake_failed`, `error`, `shutdown`).
     pub connections_closed: Family<ReasonLabel, Counter>,
+    /// Peak heap growth of each conversion, against `--conversion-memory-factor`'s budget.
+    pub conversion_memory: Histogram,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -120,6 +122,8 @@ impl Metrics {
         let connections = Gauge::default();
         let connection_limit_reached = Counter::default();
         let connections_closed = Family::<ReasonLabel, Counter>::default();
+        // 1 MiB .. 4 GiB by factors of 4.
+        let conversion_memory = Histogram::new((0..12).map(|i| f64::from(1u32 << 20) * 4f64.powi(i)));
         registry.register("requests", "ConversionReview requests by target and result", requests.clone());
         registry.register(
             "request_duration_seconds",
@@ -161,8 +165,14 @@ impl Metrics {
             "Connections closed by the server, by reason",
             connections_closed.clone(),
         );
+        registry.register(
+            "conversion_memory_bytes",
+            "Peak heap growth of each review's conversion (bounded by --conversion-memory-factor)",
+            conversion_memory.clone(),
+        );
         Metrics {
             registry,
+            conversion_memory,
             inflight_bytes,
             budget_waits,
             connections,

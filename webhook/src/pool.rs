@@ -84,6 +84,7 @@ impl Pool {
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 limits::with_budget(budget.clone(), f)
             }));
+            budget.finish();
             // Nobody waiting (timed out, client gone) is fine: the value is dropped here.
             let _ = tx.send(out);
             if input_bytes >= RELEASE_AFTER_BYTES {
@@ -110,6 +111,8 @@ pub struct RequestBudget {
     abandoned: AtomicBool,
     /// The conversion thread's allocation count when the conversion started.
     base: std::sync::atomic::AtomicIsize,
+    /// The most the conversion thread grew by, once the conversion ended.
+    peak: std::sync::atomic::AtomicUsize,
 }
 
 /// The least memory any conversion may use, however small its body: a 1.5 MiB object (etcd's
@@ -125,6 +128,7 @@ impl RequestBudget {
             factor,
             abandoned: AtomicBool::new(false),
             base: std::sync::atomic::AtomicIsize::new(0),
+            peak: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -136,6 +140,19 @@ impl RequestBudget {
     /// Called on the conversion thread as the conversion starts.
     fn start(&self) {
         self.base.store(alloc::thread_net_bytes(), Ordering::Relaxed);
+        alloc::reset_thread_peak();
+    }
+
+    /// Called on the conversion thread as the conversion ends.
+    fn finish(&self) {
+        let grown = alloc::thread_peak_bytes().wrapping_sub(self.base.load(Ordering::Relaxed));
+        self.peak.store(usize::try_from(grown).unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The most heap the conversion held at once (0 before it ended, or without the
+    /// counting allocator).
+    pub fn peak_bytes(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
     }
 
     /// Bytes the conversion thread has grown by since [`RequestBudget::start`].

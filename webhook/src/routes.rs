@@ -195,8 +195,12 @@ async fn convert_inner(
     }
     let _abandon = AbandonOnDrop(budget.clone());
     let input = body.clone();
-    let job = app.pool.run(budget, body.len(), move || plan.review(&input));
-    match tokio::time::timeout_at(deadline.into(), job).await {
+    let job = app.pool.run(budget.clone(), body.len(), move || plan.review(&input));
+    let done = tokio::time::timeout_at(deadline.into(), job).await;
+    if done.is_ok() {
+        app.metrics.conversion_memory.observe(budget.peak_bytes() as f64);
+    }
+    match done {
         Ok(Ok(Ok(reviewed))) => {
             let outcome = if reviewed.failure.is_some() {
                 tracing::debug!(target = target, uid = %reviewed.uid, failure = ?reviewed.failure, "conversion failed");

@@ -535,6 +535,16 @@ async fn deeply_nested_objects_are_answered_and_the_server_stays_up() {
         assert_eq!(status, 200, "{levels} levels: {}", &text[..text.len().min(300)]);
         assert!(text.contains(r#""status":"Success""#) && text.contains(r#""a":5"#), "{levels} levels");
     }
+    // Each conversion's peak memory is measured (CEL values of 10,000 levels are megabytes).
+    let (_, metrics) = h.admin("/metrics").await;
+    let count = metrics.lines().find(|l| l.starts_with("dco_webhook_conversion_memory_bytes_count"));
+    assert_eq!(count, Some("dco_webhook_conversion_memory_bytes_count 3"), "{metrics}");
+    let sum: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("dco_webhook_conversion_memory_bytes_sum "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(sum > 1e6, "{sum}");
     // Past the limit: refused, naming it; the next review is served as usual.
     let deep = "[".repeat(10_000) + &"]".repeat(10_000);
     let object = format!(r#"{{"apiVersion":"example.org/v1","kind":"Widget","spec":{{"free":{deep}}}}}"#);
