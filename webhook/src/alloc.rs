@@ -1,6 +1,7 @@
-//! The process allocator: the system allocator, counting per thread the bytes each thread
-//! has allocated and freed, so a conversion can be held to a memory budget
-//! (`pool::RequestBudget`), and handing freed memory back to the kernel after large reviews.
+//! The process allocator: the system allocator for small allocations and `large`'s mappings
+//! for large ones, counting per thread the bytes each thread has allocated and freed, so a
+//! conversion can be held to a memory budget (`pool::RequestBudget`), and handing freed memory
+//! back to the kernel once large reviews are over.
 //!
 //! The count is what this thread allocated minus what it freed, so memory freed on another
 //! thread (a response buffer sent by the async workers) only makes it drift down, never up:
@@ -8,6 +9,11 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::OnceLock;
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::time::Duration;
+
+use crate::large;
 
 /// `#[global_allocator]` of `dco-webhook` (see `main.rs`).
 pub struct Counting;
@@ -48,12 +54,19 @@ pub fn thread_net_bytes() -> isize {
     NET.with(Cell::get)
 }
 
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
-// counting touches only a thread-local `Cell` and never allocates.
+// SAFETY: small allocations forward to `System` with the caller's arguments unchanged,
+// large ones go to `large` (page-aligned anonymous mappings, so any alignment up to a page
+// holds); `dealloc` and `realloc` route by the same size test as `alloc`, so a pointer always
+// goes back to where it came from. The counting touches only thread-local `Cell`s and never
+// allocates.
 unsafe impl GlobalAlloc for Counting {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
+        let p = if large::serves(layout.size(), layout.align()) {
+            large::alloc(layout.size(), false)
+        } else {
+            unsafe { System.alloc(layout) }
+        };
         if !p.is_null() {
             count(layout.size() as isize);
         }
@@ -62,7 +75,11 @@ unsafe impl GlobalAlloc for Counting {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
+        let p = if large::serves(layout.size(), layout.align()) {
+            large::alloc(layout.size(), true)
+        } else {
+            unsafe { System.alloc_zeroed(layout) }
+        };
         if !p.is_null() {
             count(layout.size() as isize);
         }
@@ -71,27 +88,77 @@ unsafe impl GlobalAlloc for Counting {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
+        if large::serves(layout.size(), layout.align()) {
+            unsafe { large::free(ptr, layout.size()) };
+        } else {
+            unsafe { System.dealloc(ptr, layout) };
+        }
         count(-(layout.size() as isize));
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        let align = layout.align();
+        if !large::serves(layout.size(), align) && !large::serves(new_size, align) {
+            let p = unsafe { System.realloc(ptr, layout, new_size) };
+            if !p.is_null() {
+                count(new_size as isize - layout.size() as isize);
+            }
+            return p;
+        }
+        // Into, out of or within the large regions: move (a Vec doubling, mostly).
+        // SAFETY: the caller guarantees `new_size` with `align` is a valid layout.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, align) };
+        let p = unsafe { self.alloc(new_layout) };
         if !p.is_null() {
-            count(new_size as isize - layout.size() as isize);
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
         }
         p
     }
 }
 
-/// Hands free heap memory back to the kernel. glibc keeps freed memory in its arenas for
-/// reuse; after a review of many megabytes that is tens to hundreds of megabytes of resident
-/// memory no request is using.
-pub fn release_free_memory() {
+/// How long the process must be idle (no large buffer in use, no new large review) before
+/// free memory is handed back: under load, buffers are reused instead of faulted in again.
+const RELEASE_WHEN_IDLE_FOR: Duration = Duration::from_millis(300);
+
+/// Asks for free memory to be handed back to the kernel once the process is idle, on a thread
+/// of its own: called when a large review's memory has been freed (`budget::Reservation`'s
+/// drop, once its answer is written). Requests coalesce.
+pub fn release_free_memory_soon() {
+    static RELEASER: OnceLock<Option<SyncSender<()>>> = OnceLock::new();
+    let tx = RELEASER.get_or_init(|| {
+        let (tx, rx) = sync_channel::<()>(1);
+        let spawned = std::thread::Builder::new().name("release-memory".into()).spawn(move || {
+            while rx.recv().is_ok() {
+                loop {
+                    std::thread::sleep(RELEASE_WHEN_IDLE_FOR);
+                    let asked_again = rx.try_recv().is_ok();
+                    if !asked_again && large::idle() {
+                        break;
+                    }
+                }
+                let bytes = release_free_memory();
+                tracing::debug!(bytes, "idle: handed free memory back to the kernel");
+            }
+        });
+        spawned.ok().map(|_| tx)
+    });
+    if let Some(tx) = tx {
+        let _ = tx.try_send(());
+    }
+}
+
+/// Hands free memory back to the kernel: the cached large regions, and what glibc's arenas
+/// can give back. Returns the bytes of large regions unmapped.
+pub fn release_free_memory() -> usize {
+    let bytes = large::release_cache();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only reorganises the allocator's free lists; any pad is valid.
     unsafe {
         libc::malloc_trim(0);
     }
+    bytes
 }

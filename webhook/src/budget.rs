@@ -147,9 +147,16 @@ impl Reservation {
     }
 }
 
+/// A reservation at least this large hands the freed heap back to the kernel when it ends
+/// (its review's body, answer and working memory are gone by then).
+const RELEASE_AFTER_BYTES: usize = 4 << 20;
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.budget.gauge.dec_by(self.len() as i64);
+        if self.len() >= RELEASE_AFTER_BYTES {
+            crate::alloc::release_free_memory_soon();
+        }
     }
 }
 

@@ -18,11 +18,6 @@ use crate::alloc;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// A review body at least this large hands its freed memory back to the kernel after it has
-/// been converted (`alloc::release_free_memory`): a few milliseconds on the conversion
-/// thread, after the answer has been handed over.
-const RELEASE_AFTER_BYTES: usize = 4 << 20;
-
 /// Why a job did not produce its value.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
@@ -70,12 +65,10 @@ impl Pool {
     }
 
     /// Runs `f` on a conversion thread under `budget` and waits for its value. A panic in
-    /// `f` is caught (and is this request's 500), never the thread's end. `input_bytes`
-    /// decides whether freed memory is handed back afterwards.
+    /// `f` is caught (and is this request's 500), never the thread's end.
     pub async fn run<R: Send + 'static>(
         &self,
         budget: Arc<RequestBudget>,
-        input_bytes: usize,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -87,9 +80,6 @@ impl Pool {
             budget.finish();
             // Nobody waiting (timed out, client gone) is fine: the value is dropped here.
             let _ = tx.send(out);
-            if input_bytes >= RELEASE_AFTER_BYTES {
-                alloc::release_free_memory();
-            }
         });
         self.queue.lock().map_err(|_| PoolError::Gone)?.send(job).map_err(|_| PoolError::Gone)?;
         match rx.await {
@@ -212,7 +202,7 @@ mod tests {
     async fn jobs_run_on_threads_with_the_engine_stack() {
         let pool = Pool::new(2).unwrap();
         let name = pool
-            .run(budget(Duration::from_secs(5)), 0, || std::thread::current().name().map(str::to_string))
+            .run(budget(Duration::from_secs(5)), || std::thread::current().name().map(str::to_string))
             .await
             .unwrap();
         assert!(name.is_some_and(|n| n.starts_with("convert-")));
@@ -221,15 +211,15 @@ mod tests {
             let pad = std::hint::black_box([0u8; 1024]);
             if n == 0 { pad[0] as usize } else { recurse(n - 1) + std::hint::black_box(pad[1]) as usize }
         }
-        assert_eq!(pool.run(budget(Duration::from_secs(5)), 0, || recurse(8_000)).await.unwrap(), 0);
+        assert_eq!(pool.run(budget(Duration::from_secs(5)), || recurse(8_000)).await.unwrap(), 0);
     }
 
     #[tokio::test]
     async fn a_panic_is_this_jobs_error_and_the_thread_lives() {
         let pool = Pool::new(1).unwrap();
-        let err = pool.run(budget(Duration::from_secs(5)), 0, || panic!("boom")).await.unwrap_err();
+        let err = pool.run(budget(Duration::from_secs(5)), || panic!("boom")).await.unwrap_err();
         assert!(matches!(err, PoolError::Panicked));
-        assert_eq!(pool.run(budget(Duration::from_secs(5)), 0, || 7).await.unwrap(), 7);
+        assert_eq!(pool.run(budget(Duration::from_secs(5)), || 7).await.unwrap(), 7);
     }
 
     #[tokio::test]
@@ -237,7 +227,7 @@ mod tests {
         let pool = Pool::new(1).unwrap();
         let b = budget(Duration::from_millis(50));
         let stopped = pool
-            .run(b.clone(), 0, || {
+            .run(b.clone(), || {
                 let before = engine_verdict();
                 std::thread::sleep(Duration::from_millis(80));
                 (before, engine_verdict())
@@ -248,7 +238,7 @@ mod tests {
         assert!(stopped.1.unwrap_err().contains("per-request deadline passed"));
         let b = budget(Duration::from_secs(5));
         b.abandon();
-        let abandoned = pool.run(b, 0, engine_verdict).await.unwrap();
+        let abandoned = pool.run(b, engine_verdict).await.unwrap();
         assert!(abandoned.unwrap_err().contains("abandoned"));
     }
 

@@ -195,7 +195,7 @@ async fn convert_inner(
     }
     let _abandon = AbandonOnDrop(budget.clone());
     let input = body.clone();
-    let job = app.pool.run(budget.clone(), body.len(), move || plan.review(&input));
+    let job = app.pool.run(budget.clone(), move || plan.review(&input));
     let done = tokio::time::timeout_at(deadline.into(), job).await;
     if done.is_ok() {
         app.metrics.conversion_memory.observe(budget.peak_bytes() as f64);

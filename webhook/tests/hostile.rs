@@ -3,7 +3,8 @@
 //! floods, unfinished bodies over HTTP/1.1 and HTTP/2, many HTTP/2 streams, and a client
 //! that never reads its answer. Each test asserts that the server's peak resident memory
 //! (`VmHWM`) stays under its baseline plus `--max-inflight-bytes`, that the connections are
-//! closed by the timeouts, and that valid reviews keep being answered meanwhile.
+//! closed by the timeouts, and that valid reviews keep being answered meanwhile. And resident
+//! memory comes back down once large reviews are over.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -611,4 +612,27 @@ async fn an_http1_client_that_never_reads_is_dropped_at_the_write_timeout() {
     assert_eq!(server.review(20, false).await.0, 200);
     drop(tls);
     server.assert_memory_bounded("HTTP/1.1 stalled reader");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resident_memory_comes_back_down_after_large_reviews() {
+    let server = Server::start("release").await;
+    let rss = || proc_status_kib(server.child.id(), "VmRSS:") / 1024;
+    // ~7 MB reviews, one after another: each takes a body, an answer and the conversion's
+    // working memory, all freed when it is answered.
+    for _ in 0..4 {
+        assert_eq!(server.review(700, true).await.0, 200);
+    }
+    let peak = server.hwm_kib() / 1024;
+    // Once no large review is in flight for a moment, the cached large buffers are unmapped
+    // and glibc's arenas trimmed (`alloc::release_free_memory_soon`).
+    let t = Instant::now();
+    let mut now = rss();
+    while now > server.baseline_kib / 1024 + 8 && t.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        now = rss();
+    }
+    eprintln!("large reviews: baseline {} MiB, peak {peak} MiB, after {now} MiB", server.baseline_kib / 1024);
+    assert!(peak > server.baseline_kib / 1024 + 8, "the reviews did not raise resident memory: {peak} MiB");
+    assert!(now <= server.baseline_kib / 1024 + 8, "resident memory stayed at {now} MiB after the reviews");
 }
