@@ -293,6 +293,13 @@ pub(crate) struct Scanner<'a> {
     in_string: u64,
     escape: u64,
     scalar: u64,
+    /// Where the `u` of the low half of the last surrogate pair is (see `unicode_escape`).
+    low_surrogate: usize,
+    /// One past the last backslash classified so far: a key starting at or after it has none.
+    backslash_end: usize,
+    /// Some object's keys could not be shown unique in passing (they were not in ascending
+    /// byte order, or one had an escape): [`first_duplicate`] decides.
+    keys_unsure: bool,
     /// The next token (`text.len()` at the end).
     cur: usize,
     /// The end of the last value consumed.
@@ -303,6 +310,20 @@ pub(crate) struct Scanner<'a> {
 /// The state of one object walk (see [`Scanner::object`]).
 pub(crate) struct Fields {
     first: bool,
+    keys: KeyOrder,
+}
+
+/// The previous key of an object, to show its keys unique in passing: the apiserver (Go's
+/// encoder) writes them in ascending byte order, so each key need only be greater than the one
+/// before. Anything else (unsorted, escaped or equal keys) marks the scan `keys_unsure`.
+#[derive(Clone, Copy, Default)]
+struct KeyOrder {
+    /// The key's first 8 bytes, big-endian, zero past its end (no JSON string holds a raw
+    /// NUL), so comparing words compares those prefixes.
+    word: u64,
+    /// The key's text, between the quotes (`end == 0`: no key yet).
+    start: usize,
+    end: usize,
 }
 
 /// The state of one array walk (see [`Scanner::array`]).
@@ -330,6 +351,9 @@ impl<'a> Scanner<'a> {
             in_string: 0,
             escape: 0,
             scalar: 0,
+            low_surrogate: 0,
+            backslash_end: 0,
+            keys_unsure: false,
             cur: 0,
             pos: 0,
             depth: 0,
@@ -341,6 +365,11 @@ impl<'a> Scanner<'a> {
     /// The end of the last value consumed.
     pub fn pos(&self) -> usize {
         self.pos
+    }
+
+    /// Where the next value starts.
+    pub fn at(&self) -> usize {
+        self.cur
     }
 
     /// The text between two positions this scanner reported.
@@ -420,6 +449,9 @@ impl<'a> Scanner<'a> {
             self.check_utf8(at + high.trailing_zeros() as usize, at + 64)?;
         }
         self.utf8_to = self.utf8_to.max((at + 64).min(b.len()));
+        if c.backslash != 0 {
+            self.backslash_end = at + 64 - c.backslash.leading_zeros() as usize;
+        }
         let esc =
             if c.backslash == 0 && self.escape == 0 { 0 } else { escaped(c.backslash, &mut self.escape) };
         let quote = c.quote & !esc;
@@ -436,8 +468,7 @@ impl<'a> Scanner<'a> {
             escapes &= escapes - 1;
             match b.get(i).copied().unwrap_or(0) {
                 b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
-                b'u' if b.get(i + 1..i + 5).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) => {}
-                b'u' => return fail(i - 1, "invalid \\u escape in a string"),
+                b'u' => self.unicode_escape(i)?,
                 _ => return fail(i - 1, "invalid escape in a string"),
             }
         }
@@ -448,6 +479,97 @@ impl<'a> Scanner<'a> {
         self.block = at;
         self.next_block = at + 64;
         Ok(true)
+    }
+
+    /// Whether an object's keys are still provably unique after the key whose opening quote is
+    /// at `q` and closing quote at `end`: it must be greater, byte for byte, than the previous
+    /// key, and free of escapes. This runs for every key of every object, so the usual case is
+    /// one compare of two 8-byte words.
+    #[inline(always)]
+    fn key_in_order(&mut self, k: &mut KeyOrder, q: usize, end: usize) {
+        let b = self.text;
+        let start = q + 1;
+        let len = end - start;
+        let word = match b.get(start..start + 8) {
+            Some(w) => u64::from_be_bytes(w.try_into().expect("8 bytes")),
+            None => {
+                let mut w = [0u8; 8];
+                w[..len.min(8)].copy_from_slice(&b[start..start + len.min(8)]);
+                u64::from_be_bytes(w)
+            }
+        };
+        let word = if len >= 8 { word } else { word & !(u64::MAX >> (len * 8)) };
+        if !(word > k.word && self.backslash_end <= q) {
+            self.key_order_slow(k, start, end, word);
+        }
+        *k = KeyOrder { word, start, end };
+    }
+
+    /// [`Scanner::key_in_order`] when the words do not settle it.
+    #[cold]
+    #[inline(never)]
+    fn key_order_slow(&mut self, k: &KeyOrder, start: usize, end: usize, word: u64) {
+        let key = &self.text[start..end];
+        let ascending = if key.contains(&b'\\') {
+            false
+        } else if word != k.word {
+            word > k.word
+        } else {
+            // The same first 8 bytes (or the first key of the object, which may be "").
+            k.end == 0 || key > &self.text[k.start..k.end]
+        };
+        if !ascending {
+            self.keys_unsure = true;
+        }
+    }
+
+    /// Whether some object's keys since the last call could not be shown unique in passing;
+    /// [`first_duplicate`] over the value's text then decides. Clears the mark.
+    pub fn take_keys_unsure(&mut self) -> bool {
+        std::mem::take(&mut self.keys_unsure)
+    }
+
+    /// Marks the scan as [`Scanner::take_keys_unsure`] reports it (to restore an outer mark).
+    pub fn set_keys_unsure(&mut self, unsure: bool) {
+        self.keys_unsure |= unsure;
+    }
+
+    /// Checks the `\uXXXX` escape whose `u` is at `i`. A surrogate must be half of a pair (a
+    /// high one followed at once by an escaped low one): a lone half is no Unicode character,
+    /// so no path could write it back as text (RFC 8259 §8.2; serde_json refuses it too).
+    #[inline]
+    fn unicode_escape(&mut self, i: usize) -> Result<(), ScanError> {
+        let b = self.bytes();
+        let hex = |at: usize| -> Option<u32> {
+            let h = b.get(at..at + 4)?;
+            let s = std::str::from_utf8(h).ok()?;
+            if !h.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            u32::from_str_radix(s, 16).ok()
+        };
+        let Some(code) = hex(i + 1) else { return fail(i - 1, "invalid \\u escape in a string") };
+        match code {
+            0xD800..=0xDBFF => {
+                let low = (b.get(i + 5..i + 7) == Some(b"\\u")).then(|| hex(i + 7)).flatten();
+                if !matches!(low, Some(0xDC00..=0xDFFF)) {
+                    return fail(
+                        i - 1,
+                        "lone surrogate \\u escape in a string (a high surrogate not followed by a low one)",
+                    );
+                }
+                // The low half's `u` is checked next, in this block or the next one.
+                self.low_surrogate = i + 6;
+            }
+            0xDC00..=0xDFFF if self.low_surrogate != i => {
+                return fail(
+                    i - 1,
+                    "lone surrogate \\u escape in a string (a low surrogate without a high one before it)",
+                );
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Checks the UTF-8 of a block from `from` (a character boundary: the first byte ≥ 0x80
@@ -510,7 +632,7 @@ impl<'a> Scanner<'a> {
             return Ok(None);
         }
         self.enter()?;
-        Ok(Some(Fields { first: true }))
+        Ok(Some(Fields { first: true, keys: KeyOrder::default() }))
     }
 
     /// Consumes the closing bracket at `cur`.
@@ -545,6 +667,11 @@ impl<'a> Scanner<'a> {
         }
         let at = self.cur;
         let key = self.string()?;
+        match key {
+            Cow::Borrowed(_) => self.key_in_order(&mut f.keys, at, self.pos - 1),
+            // Escaped: only the decoded text says whether it repeats another key.
+            Cow::Owned(_) => self.keys_unsure = true,
+        }
         if self.peek() != Some(b':') {
             return self.err("expected ':' after an object key");
         }
@@ -712,6 +839,10 @@ impl<'a> Scanner<'a> {
         };
         // The innermost container's kind, kept beside the stack so a token costs no lookup.
         let mut in_obj = self.peek() == Some(b'{');
+        // The innermost object's key order; an object's is saved when a container opens in
+        // it and restored when that closes (objects in arrays need no saving).
+        let mut keys = KeyOrder::default();
+        let mut saved = SavedKeys::default();
         open(self, &mut stack, in_obj)?;
         let mut after_open = true;
         loop {
@@ -724,6 +855,9 @@ impl<'a> Scanner<'a> {
                     return Ok(());
                 }
                 in_obj = stack.top();
+                if in_obj {
+                    keys = saved.pop();
+                }
                 after_open = false;
                 continue;
             }
@@ -742,18 +876,33 @@ impl<'a> Scanner<'a> {
                 if self.peek() != Some(b'"') {
                     return self.err("expected a string key in an object");
                 }
+                let q = self.cur;
                 self.advance()?;
                 if self.peek() != Some(b':') {
                     return self.err("expected ':' after an object key");
                 }
+                // Only whitespace lies between the closing quote and the colon.
+                let b = self.text;
+                let mut end = self.cur - 1;
+                while end > q && b[end] != b'"' {
+                    end -= 1;
+                }
+                self.key_in_order(&mut keys, q, end);
                 self.advance()?;
             }
             match self.peek() {
                 Some(b'{') => {
+                    if in_obj {
+                        saved.push(keys);
+                    }
+                    keys = KeyOrder::default();
                     open(self, &mut stack, true)?;
                     (in_obj, after_open) = (true, true);
                 }
                 Some(b'[') => {
+                    if in_obj {
+                        saved.push(keys);
+                    }
                     open(self, &mut stack, false)?;
                     (in_obj, after_open) = (false, true);
                 }
@@ -762,6 +911,135 @@ impl<'a> Scanner<'a> {
                 Some(_) => self.scalar()?,
                 None => return self.err("unexpected end of input"),
             }
+        }
+    }
+}
+
+/// A key an object has twice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Duplicate {
+    /// The key, decoded.
+    pub key: String,
+    /// Where in the value the object holding it is: `spec.items[2]`, or "" for the value itself.
+    pub path: String,
+}
+
+/// The first key that repeats within one object of `text` (a JSON value the scanner has
+/// accepted), comparing decoded keys (`"a"` and `"\u0061"` are the same key). Members whose
+/// path `skip` names are not looked into. This is the slow check behind
+/// [`Scanner::take_keys_unsure`]: one pass, a set of keys per open object, no recursion.
+pub(crate) fn first_duplicate(text: &str, skip: impl Fn(&[Seg]) -> bool) -> Option<Duplicate> {
+    enum Open {
+        Object(Fields, std::collections::HashSet<String>),
+        Array(Items, usize),
+    }
+    let mut s = Scanner::new(text.as_bytes()).ok()?;
+    // `path[i]` leads from the container `stack[i]` into `stack[i + 1]` (and to the member
+    // being looked at).
+    let mut path: Vec<Seg> = Vec::new();
+    let mut stack: Vec<Open> = Vec::new();
+    let enter = |s: &mut Scanner<'_>, stack: &mut Vec<Open>| -> Option<bool> {
+        if let Some(f) = s.object().ok()? {
+            stack.push(Open::Object(f, Default::default()));
+        } else if let Some(it) = s.array().ok()? {
+            stack.push(Open::Array(it, 0));
+        } else {
+            s.value().ok()?;
+            return Some(false);
+        }
+        Some(true)
+    };
+    if !enter(&mut s, &mut stack)? {
+        return None;
+    }
+    while let Some(top) = stack.last_mut() {
+        let more = match top {
+            Open::Object(f, seen) => match s.next_key(f).ok()? {
+                Some(k) => {
+                    if !seen.insert(k.to_string()) {
+                        return Some(Duplicate { key: k.into_owned(), path: dotted(&path) });
+                    }
+                    path.push(Seg::Key(k.into_owned()));
+                    true
+                }
+                None => false,
+            },
+            Open::Array(it, i) => {
+                if s.next_item(it).ok()? {
+                    path.push(Seg::Index(*i));
+                    *i += 1;
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if !more {
+            stack.pop();
+            path.pop();
+            continue;
+        }
+        if skip(&path) {
+            s.value().ok()?;
+            path.pop();
+        } else if !enter(&mut s, &mut stack)? {
+            path.pop();
+        }
+    }
+    None
+}
+
+/// One step into a JSON value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// `spec.items[2]["a.b"]`: keys joined by dots (quoted when they hold one), indices in brackets.
+fn dotted(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            Seg::Key(k) if k.is_empty() || k.contains(['.', '[', ']', '"']) => {
+                out.push_str(&format!("[{k:?}]"))
+            }
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+        }
+    }
+    out
+}
+
+/// The key orders of the objects a skip is inside, a few in place and the rest on the heap.
+#[derive(Default)]
+struct SavedKeys {
+    len: usize,
+    inline: [KeyOrder; 4],
+    spill: Vec<KeyOrder>,
+}
+
+impl SavedKeys {
+    #[inline]
+    fn push(&mut self, k: KeyOrder) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => *slot = k,
+            None => self.spill.push(k),
+        }
+        self.len += 1;
+    }
+
+    #[inline]
+    fn pop(&mut self) -> KeyOrder {
+        self.len -= 1;
+        match self.inline.get(self.len) {
+            Some(k) => *k,
+            None => self.spill.pop().unwrap_or_default(),
         }
     }
 }

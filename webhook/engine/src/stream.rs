@@ -411,16 +411,14 @@ mod tests {
     }
 
     #[test]
-    fn a_repeated_api_version_does_not_survive() {
+    fn a_repeated_api_version_fails_the_object() {
         let p = plan();
         let raw =
             r#"{"apiVersion":"example.org/v2","apiVersion":"example.org/v2","kind":"DB","spec":{"a":1}}"#;
         let mut out = Vec::new();
-        p.convert_raw(raw, SPOKE_AV, &mut out).unwrap();
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            r#"{"apiVersion":"example.org/v1","kind":"DB","spec":{"b":1}}"#
-        );
+        let err = p.convert_raw(raw, SPOKE_AV, &mut out).unwrap_err();
+        assert!(err.to_string().contains("has the key \"apiVersion\" twice"), "{err}");
+        assert!(out.is_empty());
     }
 
     #[test]
