@@ -295,8 +295,10 @@ pub(crate) struct Scanner<'a> {
     scalar: u64,
     /// Where the `u` of the low half of the last surrogate pair is (see `unicode_escape`).
     low_surrogate: usize,
-    /// One past the last backslash classified so far: a key starting at or after it has none.
-    backslash_end: usize,
+    /// One past the last backslash, or whitespace outside a string, classified so far: a key
+    /// starting at or after it has no escape, and its closing quote is right before its colon
+    /// (the apiserver's compact JSON has neither, so nearly every key is past it).
+    irregular_end: usize,
     /// Some object's keys could not be shown unique in passing (they were not in ascending
     /// byte order, or one had an escape): [`first_duplicate`] decides.
     keys_unsure: bool,
@@ -321,9 +323,8 @@ struct KeyOrder {
     /// The key's first 8 bytes, big-endian, zero past its end (no JSON string holds a raw
     /// NUL), so comparing words compares those prefixes.
     word: u64,
-    /// The key's text, between the quotes (`end == 0`: no key yet).
+    /// Where the key's text starts, after its opening quote (0: no key yet).
     start: usize,
-    end: usize,
 }
 
 /// The state of one array walk (see [`Scanner::array`]).
@@ -352,7 +353,7 @@ impl<'a> Scanner<'a> {
             escape: 0,
             scalar: 0,
             low_surrogate: 0,
-            backslash_end: 0,
+            irregular_end: 0,
             keys_unsure: false,
             cur: 0,
             pos: 0,
@@ -449,28 +450,23 @@ impl<'a> Scanner<'a> {
             self.check_utf8(at + high.trailing_zeros() as usize, at + 64)?;
         }
         self.utf8_to = self.utf8_to.max((at + 64).min(b.len()));
-        if c.backslash != 0 {
-            self.backslash_end = at + 64 - c.backslash.leading_zeros() as usize;
-        }
         let esc =
             if c.backslash == 0 && self.escape == 0 { 0 } else { escaped(c.backslash, &mut self.escape) };
         let quote = c.quote & !esc;
         let in_string = prefix_xor(quote) ^ self.in_string;
         self.in_string = ((in_string as i64) >> 63) as u64;
+        let irregular = c.backslash | (c.space & !in_string);
+        if irregular != 0 {
+            self.irregular_end = at + 64 - irregular.leading_zeros() as usize;
+        }
         // Control characters inside a string; outside one they fail as scalars.
         let bad = c.control & in_string;
         if bad != 0 {
             return fail(at + bad.trailing_zeros() as usize, "control character in a string");
         }
-        let mut escapes = esc & in_string;
-        while escapes != 0 {
-            let i = at + escapes.trailing_zeros() as usize;
-            escapes &= escapes - 1;
-            match b.get(i).copied().unwrap_or(0) {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
-                b'u' => self.unicode_escape(i)?,
-                _ => return fail(i - 1, "invalid escape in a string"),
-            }
+        let escapes = esc & in_string;
+        if escapes != 0 {
+            self.check_escapes(at, escapes)?;
         }
         let scalar = !(c.space | c.op | quote | in_string);
         let scalar_starts = scalar & !((scalar << 1) | self.scalar);
@@ -482,11 +478,25 @@ impl<'a> Scanner<'a> {
     }
 
     /// Whether an object's keys are still provably unique after the key whose opening quote is
-    /// at `q` and closing quote at `end`: it must be greater, byte for byte, than the previous
-    /// key, and free of escapes. This runs for every key of every object, so the usual case is
-    /// one compare of two 8-byte words.
+    /// at `q`: it must be greater, byte for byte, than the previous key, and free of escapes.
+    /// `end` is its closing quote when `exact` (the caller found it), else where it is when the
+    /// key is regular (see `irregular_end`). This runs for every key of every object, so the
+    /// usual case is one compare of two 8-byte words.
     #[inline(always)]
-    fn key_in_order(&mut self, k: &mut KeyOrder, q: usize, end: usize) {
+    fn key_in_order(&mut self, k: &mut KeyOrder, q: usize, end: usize, exact: bool) {
+        /// The first `n` bytes of a big-endian word.
+        const KEEP: [u64; 9] = {
+            let mut m = [u64::MAX; 9];
+            let mut n = 0;
+            while n < 8 {
+                m[n] = !(u64::MAX >> (n * 8));
+                n += 1;
+            }
+            m
+        };
+        if !exact && self.irregular_end > q {
+            return self.key_irregular(k, q);
+        }
         let b = self.text;
         let start = q + 1;
         let len = end - start;
@@ -494,29 +504,49 @@ impl<'a> Scanner<'a> {
             Some(w) => u64::from_be_bytes(w.try_into().expect("8 bytes")),
             None => {
                 let mut w = [0u8; 8];
-                w[..len.min(8)].copy_from_slice(&b[start..start + len.min(8)]);
+                w[..b.len() - start].copy_from_slice(&b[start..]);
                 u64::from_be_bytes(w)
             }
         };
-        let word = if len >= 8 { word } else { word & !(u64::MAX >> (len * 8)) };
-        if !(word > k.word && self.backslash_end <= q) {
-            self.key_order_slow(k, start, end, word);
+        let word = word & KEEP[len.min(8)];
+        if word <= k.word {
+            self.key_order_slow(k, start, len, word);
         }
-        *k = KeyOrder { word, start, end };
+        *k = KeyOrder { word, start };
+    }
+
+    /// [`Scanner::key_in_order`] for a key with an escape or whitespace near it.
+    #[cold]
+    #[inline(never)]
+    fn key_irregular(&mut self, k: &mut KeyOrder, q: usize) {
+        // The closing quote: the first unescaped one after `q`.
+        let b = self.text;
+        let mut end = q + 1;
+        while end < b.len() && b[end] != b'"' {
+            end += if b[end] == b'\\' { 2 } else { 1 };
+        }
+        if b[q + 1..end].contains(&b'\\') {
+            // Only the decoded text says whether it repeats another key.
+            self.keys_unsure = true;
+        }
+        self.key_in_order(k, q, end, true);
     }
 
     /// [`Scanner::key_in_order`] when the words do not settle it.
     #[cold]
     #[inline(never)]
-    fn key_order_slow(&mut self, k: &KeyOrder, start: usize, end: usize, word: u64) {
-        let key = &self.text[start..end];
-        let ascending = if key.contains(&b'\\') {
+    fn key_order_slow(&mut self, k: &KeyOrder, start: usize, len: usize, word: u64) {
+        let ascending = if word != k.word {
             false
-        } else if word != k.word {
-            word > k.word
+        } else if k.start == 0 {
+            // The first key of the object (which may be "").
+            true
         } else {
-            // The same first 8 bytes (or the first key of the object, which may be "").
-            k.end == 0 || key > &self.text[k.start..k.end]
+            // The same first 8 bytes. The previous key has no escape (or the mark is set
+            // already), so its closing quote is the first one after it.
+            let prev = &self.text[k.start..];
+            let prev = &prev[..prev.iter().position(|&c| c == b'"').unwrap_or(prev.len())];
+            &self.text[start..start + len] > prev
         };
         if !ascending {
             self.keys_unsure = true;
@@ -532,6 +562,23 @@ impl<'a> Scanner<'a> {
     /// Marks the scan as [`Scanner::take_keys_unsure`] reports it (to restore an outer mark).
     pub fn set_keys_unsure(&mut self, unsure: bool) {
         self.keys_unsure |= unsure;
+    }
+
+    /// Checks the escapes of the block at `at` (`escapes`: the escaped bytes). Out of line, so
+    /// the block step keeps its registers.
+    #[inline(never)]
+    fn check_escapes(&mut self, at: usize, mut escapes: u64) -> Result<(), ScanError> {
+        let b = self.bytes();
+        while escapes != 0 {
+            let i = at + escapes.trailing_zeros() as usize;
+            escapes &= escapes - 1;
+            match b.get(i).copied().unwrap_or(0) {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                b'u' => self.unicode_escape(i)?,
+                _ => return fail(i - 1, "invalid escape in a string"),
+            }
+        }
+        Ok(())
     }
 
     /// Checks the `\uXXXX` escape whose `u` is at `i`. A surrogate must be half of a pair (a
@@ -668,7 +715,7 @@ impl<'a> Scanner<'a> {
         let at = self.cur;
         let key = self.string()?;
         match key {
-            Cow::Borrowed(_) => self.key_in_order(&mut f.keys, at, self.pos - 1),
+            Cow::Borrowed(_) => self.key_in_order(&mut f.keys, at, self.pos - 1, true),
             // Escaped: only the decoded text says whether it repeats another key.
             Cow::Owned(_) => self.keys_unsure = true,
         }
@@ -839,10 +886,9 @@ impl<'a> Scanner<'a> {
         };
         // The innermost container's kind, kept beside the stack so a token costs no lookup.
         let mut in_obj = self.peek() == Some(b'{');
-        // The innermost object's key order; an object's is saved when a container opens in
-        // it and restored when that closes (objects in arrays need no saving).
-        let mut keys = KeyOrder::default();
-        let mut saved = SavedKeys::default();
+        // The key order of each open object, by depth; objects deeper than these levels (in
+        // this one value) are left to `first_duplicate`.
+        let mut keys = [KeyOrder::default(); SKIP_KEY_LEVELS];
         open(self, &mut stack, in_obj)?;
         let mut after_open = true;
         loop {
@@ -855,9 +901,6 @@ impl<'a> Scanner<'a> {
                     return Ok(());
                 }
                 in_obj = stack.top();
-                if in_obj {
-                    keys = saved.pop();
-                }
                 after_open = false;
                 continue;
             }
@@ -881,28 +924,22 @@ impl<'a> Scanner<'a> {
                 if self.peek() != Some(b':') {
                     return self.err("expected ':' after an object key");
                 }
-                // Only whitespace lies between the closing quote and the colon.
-                let b = self.text;
-                let mut end = self.cur - 1;
-                while end > q && b[end] != b'"' {
-                    end -= 1;
+                // The closing quote is right before the colon, unless the key is irregular.
+                match keys.get_mut(stack.len - 1) {
+                    Some(k) => self.key_in_order(k, q, self.cur - 1, false),
+                    None => self.keys_unsure = true,
                 }
-                self.key_in_order(&mut keys, q, end);
                 self.advance()?;
             }
             match self.peek() {
                 Some(b'{') => {
-                    if in_obj {
-                        saved.push(keys);
+                    if let Some(k) = keys.get_mut(stack.len) {
+                        *k = KeyOrder::default();
                     }
-                    keys = KeyOrder::default();
                     open(self, &mut stack, true)?;
                     (in_obj, after_open) = (true, true);
                 }
                 Some(b'[') => {
-                    if in_obj {
-                        saved.push(keys);
-                    }
                     open(self, &mut stack, false)?;
                     (in_obj, after_open) = (false, true);
                 }
@@ -1016,33 +1053,8 @@ fn dotted(path: &[Seg]) -> String {
     out
 }
 
-/// The key orders of the objects a skip is inside, a few in place and the rest on the heap.
-#[derive(Default)]
-struct SavedKeys {
-    len: usize,
-    inline: [KeyOrder; 4],
-    spill: Vec<KeyOrder>,
-}
-
-impl SavedKeys {
-    #[inline]
-    fn push(&mut self, k: KeyOrder) {
-        match self.inline.get_mut(self.len) {
-            Some(slot) => *slot = k,
-            None => self.spill.push(k),
-        }
-        self.len += 1;
-    }
-
-    #[inline]
-    fn pop(&mut self) -> KeyOrder {
-        self.len -= 1;
-        match self.inline.get(self.len) {
-            Some(k) => *k,
-            None => self.spill.pop().unwrap_or_default(),
-        }
-    }
-}
+/// How many levels of one skipped value have their keys checked in passing.
+const SKIP_KEY_LEVELS: usize = 24;
 
 /// The kinds of open containers during a skip.
 #[derive(Default)]
@@ -1396,5 +1408,196 @@ mod tests {
                     .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
             ]
         })
+    }
+}
+
+/// Repeated keys and surrogates: what the scanner decides on its own.
+#[cfg(test)]
+mod one_answer_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Whether `text` scans, and whether it then has a repeated key (by the slow check, run
+    /// only when the scan could not show the keys unique).
+    fn scan(text: &str) -> Result<Option<Duplicate>, ScanError> {
+        let mut s = Scanner::new(text.as_bytes())?;
+        s.value()?;
+        s.end()?;
+        Ok(if s.take_keys_unsure() { first_duplicate(text, |_| false) } else { None })
+    }
+
+    fn dup(key: &str, path: &str) -> Result<Option<Duplicate>, ScanError> {
+        Ok(Some(Duplicate { key: key.into(), path: path.into() }))
+    }
+
+    #[test]
+    fn repeated_keys_are_found_however_spelled() {
+        for (text, want) in [
+            (r#"{"a":1,"a":2}"#, dup("a", "")),
+            (r#"{"a":1,"b":2,"a":3}"#, dup("a", "")),
+            (r#"{"b":1,"a":2,"b":3}"#, dup("b", "")),
+            (r#"{"":1,"":2}"#, dup("", "")),
+            (r#"{"a" : 1 , "a" :2}"#, dup("a", "")),
+            (r#"{"a":1,"\u0061":2}"#, dup("a", "")),
+            (r#"{"\u0061":1,"a":2}"#, dup("a", "")),
+            (r#"{"\u0061":1,"]":2,"a":3}"#, dup("a", "")),
+            (r#"{"a\"b":1,"a\u0022b":2}"#, dup("a\"b", "")),
+            (r#"{"abcdefgh":1,"abcdefgh":2}"#, dup("abcdefgh", "")),
+            (r#"{"abcdefghij":1,"abcdefghij":2}"#, dup("abcdefghij", "")),
+            (r#"[{"x":[{"k":1,"k":1}]}]"#, dup("k", "[0].x[0]")),
+            (r#"{"a.b":{"c":1,"c":2}}"#, dup("c", r#"["a.b"]"#)),
+            // Distinct keys, in order or not.
+            (r#"{"a":1,"b":2}"#, Ok(None)),
+            (r#"{"b":1,"a":2}"#, Ok(None)),
+            (r#"{"a":{"a":{"a":1}},"b":{"a":1}}"#, Ok(None)),
+            (r#"{"abcdefgh1":1,"abcdefgh2":2,"abcdefgh":3}"#, Ok(None)),
+            (r#"{"a":1,"a ":2,"a!":3}"#, Ok(None)),
+            (r#"{"\u0061":1,"b":2}"#, Ok(None)),
+            (r#"[{"k":1},{"k":1}]"#, Ok(None)),
+        ] {
+            assert_eq!(scan(text), want, "{text}");
+        }
+        // Deeper than the levels checked in passing.
+        let deep = format!("{}{{\"k\":1,\"k\":2}}{}", "{\"a\":".repeat(40), "}".repeat(40));
+        assert_eq!(scan(&deep).unwrap().unwrap().key, "k");
+        // The last key ends within 8 bytes of the end of the text.
+        assert_eq!(scan(r#"{"b":1,"a":2}"#), Ok(None));
+    }
+
+    #[test]
+    fn sorted_compact_keys_need_no_second_look() {
+        let text = r#"{"apiVersion":"v","kind":"K","metadata":{"labels":{"a":"1","b":"2"},"name":"n","namespace":"ns"},"spec":{"hubField0":1,"hubField1":2,"hubField10":3,"items":[{"name":"a","value":"b"},{"name":"c","value":"d"}]}}"#;
+        let mut s = Scanner::new(text.as_bytes()).unwrap();
+        s.value().unwrap();
+        assert!(!s.take_keys_unsure());
+    }
+
+    #[test]
+    fn surrogates_must_pair() {
+        for ok in [
+            r#""\ud83d\ude00""#,
+            r#""\uD83D\uDE00x""#,
+            r#""\udbff\udfff""#,
+            r#""\\ud800""#,
+            r#""\ud7ff\ue000""#,
+        ] {
+            assert!(scan(ok).is_ok(), "{ok}");
+            assert!(serde_json::from_str::<serde_json::Value>(ok).is_ok(), "{ok}");
+        }
+        for (lone, at) in [
+            (r#""\ud800""#, 1),
+            (r#""\udc00""#, 1),
+            (r#""x\ud800y""#, 2),
+            (r#""\ud800\u0041""#, 1),
+            (r#""\ud800\\udc00""#, 1),
+            (r#""\udc00\ud800""#, 1),
+            (r#""\ud83d\ude00\ude00""#, 13),
+            (r#""\ud800"#, 1),
+        ] {
+            let err = scan(lone).unwrap_err();
+            assert!(err.what.starts_with("lone surrogate"), "{lone}: {err}");
+            assert_eq!(err.at, at, "{lone}");
+            assert!(serde_json::from_str::<serde_json::Value>(lone).is_err(), "{lone}");
+        }
+        // Across a block boundary: the pair's halves in two blocks.
+        for pad in 50..70 {
+            let text = format!("{}\"\\ud83d\\ude00\"", " ".repeat(pad));
+            assert!(scan(&text).is_ok(), "pad {pad}");
+            let text = format!("{}\"\\ud83d \\ude00\"", " ".repeat(pad));
+            assert!(scan(&text).is_err(), "pad {pad}");
+        }
+    }
+
+    fn arb_key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "a",
+            "b",
+            "ab",
+            "a b",
+            "a!",
+            "",
+            "abcdefgh",
+            "abcdefgh1",
+            "abcdefgh2",
+            r"\u0061",
+            r"\u0062",
+            "é",
+            r"\u00e9",
+            r"\ud83d\ude00",
+            "😀",
+            r#"\\"#,
+            r#"\""#,
+        ])
+        .prop_map(str::to_string)
+    }
+
+    fn arb_doc() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![Just("1".to_string()), Just("\"v\"".to_string()), Just("[]".to_string())];
+        leaf.prop_recursive(4, 40, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec((arb_key(), inner.clone(), any::<bool>()), 0..5).prop_map(|m| {
+                    let members: Vec<String> = m
+                        .into_iter()
+                        .map(|(k, v, ws)| if ws { format!("\"{k}\" : {v}") } else { format!("\"{k}\":{v}") })
+                        .collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+                prop::collection::vec(inner, 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+            ]
+        })
+    }
+
+    /// serde_json's reading, keeping every member: the first repeated key, depth first.
+    fn reference_duplicate(v: &str) -> Option<String> {
+        struct Dup(Option<String>);
+        impl<'de> serde::de::Visitor<'de> for &mut Dup {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("json")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    m.next_value_seed(&mut *self)?;
+                    if !seen.insert(k.clone()) && self.0.is_none() {
+                        self.0 = Some(k);
+                    }
+                }
+                Ok(())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+                while a.next_element_seed(&mut *self)?.is_some() {}
+                Ok(())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<(), E> {
+                Ok(())
+            }
+        }
+        impl<'de> serde::de::DeserializeSeed<'de> for &mut Dup {
+            type Value = ();
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+        let mut dup = Dup(None);
+        serde::de::DeserializeSeed::deserialize(&mut dup, &mut serde_json::Deserializer::from_str(v))
+            .unwrap();
+        dup.0
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+        /// A document has a repeated key exactly when serde_json, reading every member, sees
+        /// one; placed anywhere across block boundaries.
+        #[test]
+        fn finds_exactly_the_repeated_keys(pad in 0usize..70, doc in arb_doc()) {
+            let text = " ".repeat(pad) + &doc;
+            let ours = scan(&text).unwrap().is_some();
+            prop_assert_eq!(ours, reference_duplicate(&doc).is_some(), "{}", doc);
+        }
     }
 }
