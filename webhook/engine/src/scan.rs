@@ -13,7 +13,7 @@
 //! is left is a mask of *tokens*: operators outside strings, opening quotes and the first
 //! byte of every number or literal. The grammar then walks tokens, not bytes: skipping a
 //! string is one step, and only numbers and literals are read byte by byte. Nothing is
-//! allocated except for keys with escapes and nesting deeper than 128 levels.
+//! allocated except for keys with escapes and nesting deeper than 64 levels.
 //!
 //! UTF-8 is checked in the same pass: a block with no byte ≥ 0x80 (nearly all of a
 //! Kubernetes object) costs nothing more, and only the characters of blocks that have such
@@ -320,11 +320,11 @@ pub(crate) struct Fields {
 /// before. Anything else (unsorted, escaped or equal keys) marks the scan `keys_unsure`.
 #[derive(Clone, Copy, Default)]
 struct KeyOrder {
-    /// The key's first 8 bytes, big-endian, zero past its end (no JSON string holds a raw
-    /// NUL), so comparing words compares those prefixes.
-    word: u64,
-    /// Where the key's text starts, after its opening quote (0: no key yet).
+    /// The byte after the key's opening quote (0: no key yet).
+    first: u8,
+    /// Where the key's text starts, after its opening quote, and its length.
     start: usize,
+    len: usize,
 }
 
 /// The state of one array walk (see [`Scanner::array`]).
@@ -478,41 +478,25 @@ impl<'a> Scanner<'a> {
     }
 
     /// Whether an object's keys are still provably unique after the key whose opening quote is
-    /// at `q`: it must be greater, byte for byte, than the previous key, and free of escapes.
-    /// `end` is its closing quote when `exact` (the caller found it), else where it is when the
-    /// key is regular (see `irregular_end`). This runs for every key of every object, so the
-    /// usual case is one compare of two 8-byte words.
+    /// at `q`: it must be greater than the previous key, and free of escapes. `end` is its
+    /// closing quote when `exact` (the caller found it), else where it is when the key is
+    /// regular (see `irregular_end`). This runs for every key of every object, so the usual
+    /// case is one compare of first bytes.
+    ///
+    /// The order is by first byte (the closing quote standing in for the first byte of ""),
+    /// then by all bytes: not quite byte order, but any strict order shows keys distinct, and
+    /// it agrees with byte order on the keys the apiserver sends.
     #[inline(always)]
     fn key_in_order(&mut self, k: &mut KeyOrder, q: usize, end: usize, exact: bool) {
-        /// The first `n` bytes of a big-endian word.
-        const KEEP: [u64; 9] = {
-            let mut m = [u64::MAX; 9];
-            let mut n = 0;
-            while n < 8 {
-                m[n] = !(u64::MAX >> (n * 8));
-                n += 1;
-            }
-            m
-        };
         if !exact && self.irregular_end > q {
             return self.key_irregular(k, q);
         }
-        let b = self.text;
         let start = q + 1;
-        let len = end - start;
-        let word = match b.get(start..start + 8) {
-            Some(w) => u64::from_be_bytes(w.try_into().expect("8 bytes")),
-            None => {
-                let mut w = [0u8; 8];
-                w[..b.len() - start].copy_from_slice(&b[start..]);
-                u64::from_be_bytes(w)
-            }
-        };
-        let word = word & KEEP[len.min(8)];
-        if word <= k.word {
-            self.key_order_slow(k, start, len, word);
+        let first = self.text[start];
+        if first <= k.first {
+            self.key_order_tie(k, start, end - start);
         }
-        *k = KeyOrder { word, start };
+        *k = KeyOrder { first, start, len: end - start };
     }
 
     /// [`Scanner::key_in_order`] for a key with an escape or whitespace near it.
@@ -532,22 +516,36 @@ impl<'a> Scanner<'a> {
         self.key_in_order(k, q, end, true);
     }
 
-    /// [`Scanner::key_in_order`] when the words do not settle it.
-    #[cold]
+    /// [`Scanner::key_in_order`] when the first bytes do not settle it: the first 8 bytes as
+    /// big-endian words, then all of them.
     #[inline(never)]
-    fn key_order_slow(&mut self, k: &KeyOrder, start: usize, len: usize, word: u64) {
-        let ascending = if word != k.word {
-            false
-        } else if k.start == 0 {
-            // The first key of the object (which may be "").
-            true
-        } else {
-            // The same first 8 bytes. The previous key has no escape (or the mark is set
-            // already), so its closing quote is the first one after it.
-            let prev = &self.text[k.start..];
-            let prev = &prev[..prev.iter().position(|&c| c == b'"').unwrap_or(prev.len())];
-            &self.text[start..start + len] > prev
+    fn key_order_tie(&mut self, k: &KeyOrder, start: usize, len: usize) {
+        /// The first `n` bytes of a big-endian word.
+        const KEEP: [u64; 9] = {
+            let mut m = [u64::MAX; 9];
+            let mut n = 0;
+            while n < 8 {
+                m[n] = !(u64::MAX >> (n * 8));
+                n += 1;
+            }
+            m
         };
+        let b = self.text;
+        let word = |start: usize, len: usize| {
+            let w = match b.get(start..start + 8) {
+                Some(w) => w.try_into().expect("8 bytes"),
+                None => {
+                    let mut w = [0u8; 8];
+                    w[..b.len() - start].copy_from_slice(&b[start..]);
+                    w
+                }
+            };
+            u64::from_be_bytes(w) & KEEP[len.min(8)]
+        };
+        let (cur, prev) = (word(start, len), word(k.start, k.len));
+        let ascending = k.first < b[start]
+            || cur > prev
+            || (cur == prev && b[start..start + len] > b[k.start..k.start + k.len]);
         if !ascending {
             self.keys_unsure = true;
         }
@@ -873,7 +871,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Skips the object or array at `cur` token by token. The kinds of the open containers
-    /// (object = 1) live in a 128-bit stack, spilling to the heap only beyond that.
+    /// (object = 1) live in a 64-bit word, spilling to the heap only beyond that.
     fn skip_container(&mut self) -> Result<(), ScanError> {
         let mut stack = KindStack::default();
         let open = |s: &mut Self, stack: &mut KindStack, obj: bool| -> Result<(), ScanError> {
@@ -1054,21 +1052,22 @@ fn dotted(path: &[Seg]) -> String {
 }
 
 /// How many levels of one skipped value have their keys checked in passing.
-const SKIP_KEY_LEVELS: usize = 24;
+const SKIP_KEY_LEVELS: usize = 16;
 
 /// The kinds of open containers during a skip.
 #[derive(Default)]
 struct KindStack {
     len: usize,
-    bits: u128,
+    /// One bit per level (object = 1) for the first 64 levels: a word, not a pair of them.
+    bits: u64,
     spill: Vec<bool>,
 }
 
 impl KindStack {
     #[inline]
     fn push(&mut self, obj: bool) {
-        if self.len < 128 {
-            self.bits = (self.bits & !(1 << self.len)) | ((obj as u128) << self.len);
+        if self.len < 64 {
+            self.bits = (self.bits & !(1 << self.len)) | ((obj as u64) << self.len);
         } else {
             self.spill.push(obj);
         }
@@ -1078,7 +1077,7 @@ impl KindStack {
     #[inline]
     fn pop(&mut self) {
         self.len -= 1;
-        if self.len >= 128 {
+        if self.len >= 64 {
             self.spill.pop();
         }
     }
@@ -1087,7 +1086,7 @@ impl KindStack {
     fn top(&self) -> bool {
         match self.len {
             0 => false,
-            n if n <= 128 => self.bits >> (n - 1) & 1 == 1,
+            n if n <= 64 => self.bits >> (n - 1) & 1 == 1,
             _ => self.spill.last().copied().unwrap_or(false),
         }
     }
