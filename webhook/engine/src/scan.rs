@@ -322,9 +322,9 @@ pub(crate) struct Fields {
 struct KeyOrder {
     /// The byte after the key's opening quote (0: no key yet).
     first: u8,
-    /// Where the key's text starts, after its opening quote, and its length.
+    /// Where the key's text starts, after its opening quote, and its closing quote.
     start: usize,
-    len: usize,
+    end: usize,
 }
 
 /// The state of one array walk (see [`Scanner::array`]).
@@ -492,11 +492,13 @@ impl<'a> Scanner<'a> {
             return self.key_irregular(k, q);
         }
         let start = q + 1;
-        let first = self.text[start];
+        debug_assert!(start <= end && end < self.text.len());
+        // SAFETY: `start <= end`, the key's closing quote, which is inside the text.
+        let first = unsafe { *self.text.get_unchecked(start) };
         if first <= k.first {
-            self.key_order_tie(k, start, end - start);
+            self.key_order_tie(k, start, end);
         }
-        *k = KeyOrder { first, start, len: end - start };
+        *k = KeyOrder { first, start, end };
     }
 
     /// [`Scanner::key_in_order`] for a key with an escape or whitespace near it.
@@ -518,8 +520,8 @@ impl<'a> Scanner<'a> {
 
     /// [`Scanner::key_in_order`] when the first bytes do not settle it: the first 8 bytes as
     /// big-endian words, then all of them.
-    #[inline(never)]
-    fn key_order_tie(&mut self, k: &KeyOrder, start: usize, len: usize) {
+    #[inline(always)]
+    fn key_order_tie(&mut self, k: &KeyOrder, start: usize, end: usize) {
         /// The first `n` bytes of a big-endian word.
         const KEEP: [u64; 9] = {
             let mut m = [u64::MAX; 9];
@@ -542,13 +544,18 @@ impl<'a> Scanner<'a> {
             };
             u64::from_be_bytes(w) & KEEP[len.min(8)]
         };
-        let (cur, prev) = (word(start, len), word(k.start, k.len));
-        let ascending = k.first < b[start]
-            || cur > prev
-            || (cur == prev && b[start..start + len] > b[k.start..k.start + k.len]);
+        let (cur, prev) = (word(start, end - start), word(k.start, k.end - k.start));
+        let ascending =
+            k.first < b[start] || cur > prev || (cur == prev && self.longer_key_greater(k, start, end));
         if !ascending {
             self.keys_unsure = true;
         }
+    }
+
+    /// The last resort of [`Scanner::key_order_tie`]: keys that share their first 8 bytes.
+    #[inline(never)]
+    fn longer_key_greater(&self, k: &KeyOrder, start: usize, end: usize) -> bool {
+        self.text[start..end] > self.text[k.start..k.end]
     }
 
     /// Whether some object's keys since the last call could not be shown unique in passing;
@@ -923,17 +930,17 @@ impl<'a> Scanner<'a> {
                     return self.err("expected ':' after an object key");
                 }
                 // The closing quote is right before the colon, unless the key is irregular.
-                match keys.get_mut(stack.len - 1) {
-                    Some(k) => self.key_in_order(k, q, self.cur - 1, false),
-                    None => self.keys_unsure = true,
-                }
+                // Deeper objects share slots, and are marked unsure when they open.
+                let k = &mut keys[(stack.len - 1) % SKIP_KEY_LEVELS];
+                self.key_in_order(k, q, self.cur - 1, false);
                 self.advance()?;
             }
             match self.peek() {
                 Some(b'{') => {
-                    if let Some(k) = keys.get_mut(stack.len) {
-                        *k = KeyOrder::default();
+                    if stack.len >= SKIP_KEY_LEVELS {
+                        self.keys_unsure = true;
                     }
+                    keys[stack.len % SKIP_KEY_LEVELS] = KeyOrder::default();
                     open(self, &mut stack, true)?;
                     (in_obj, after_open) = (true, true);
                 }
