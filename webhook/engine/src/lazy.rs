@@ -568,3 +568,46 @@ mod one_answer {
         }
     }
 }
+
+#[cfg(test)]
+mod deep_tests {
+    use super::Via;
+    use crate::strategies::testkit::*;
+
+    /// Nesting up to the scanner's limit gets one answer on every path. The stack is large:
+    /// the full path (sonic-rs parse, convert, serialise) recurses per level, ~400 bytes a
+    /// level here, so on the 2 MiB of a webhook blocking-pool thread it overflows between
+    /// 4 000 and 6 000 levels (not yet bounded: see the nesting limits).
+    #[test]
+    fn deep_nesting_gets_one_answer() {
+        std::thread::Builder::new()
+            .stack_size(64 << 20)
+            .spawn(|| {
+                let p = plan_for(
+                    &obj_schema(serde_json::json!({"a": {"type": "integer"}, "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}})),
+                    &obj_schema(serde_json::json!({"b": {"type": "integer"}, "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}})),
+                    serde_json::json!([{"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.a", "spokePath": "spec.b"}}]),
+                );
+                for n in [100, 1000, 9990] {
+                    for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
+                        let raw = format!(
+                            r#"{{"apiVersion":"{HUB_AV}","kind":"DB","spec":{{"a":1,"free":{{"x":{}1{}}}}}}}"#,
+                            open.repeat(n),
+                            close.repeat(n)
+                        );
+                        let answers: Vec<_> = [Via::Fastest, Via::Projection, Via::Full]
+                            .into_iter()
+                            .map(|via| {
+                                let mut out = Vec::new();
+                                p.convert_raw_via(raw.as_bytes(), SPOKE_AV, via, &mut out).map(|()| out.len()).map_err(|e| e.to_string())
+                            })
+                            .collect();
+                        assert!(answers.windows(2).all(|w| w[0] == w[1]), "{n}: {answers:?}");
+                    }
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+}
