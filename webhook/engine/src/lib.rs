@@ -32,6 +32,8 @@ pub use compile::{Compiled, Report, compile};
 pub use convert::{ConvertError, ConvertErrorDetail, Direction};
 pub use dco_api::rules::Strategy;
 pub use diagnostic::{Diagnostic, Severity};
+#[doc(hidden)]
+pub use lazy::Via;
 pub use plan::Plan;
 pub use review::{ReviewError, ReviewOutcome, convert_review, envelope};
 pub use target::{Target, TargetError, VersionSchema};

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use crate::plan::Plan;
-use crate::scan::{ScanError, Scanner};
+use crate::scan::{ScanError, Scanner, Seg};
 
 const REVIEW_KIND: &str = "ConversionReview";
 const REVIEW_V1: &str = "apiextensions.k8s.io/v1";
@@ -202,6 +202,17 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
         }
     }
     s.end().map_err(malformed)?;
+    // The review's own members (everything but the objects, whose repeated keys fail them one
+    // by one) may not repeat a key either: which uid or list would be meant is not defined.
+    if s.take_keys_unsure()
+        && let Some(d) = crate::scan::first_duplicate(
+            s.slice(0, s.pos()),
+            |p| matches!(p, [Seg::Key(r), Seg::Key(o)] if r == "request" && o == "objects"),
+        )
+    {
+        let at = if d.path.is_empty() { "the review".to_string() } else { d.path };
+        return Err(ReviewError::Malformed(format!("{at} has the key {:?} twice", d.key)));
+    }
 
     let api_version = review_version(&api_version)?;
     match kind.as_deref() {
@@ -409,7 +420,8 @@ mod tests {
             assert_eq!(v["response"]["uid"], want);
             assert_eq!(v["response"]["convertedObjects"], converted);
         }
-        // A repeated `objects` key: the last list is the one converted, whatever the order.
+        // A repeated `objects` key: which list is meant is not defined, so the review is
+        // malformed, whatever the order.
         let first =
             serde_json::to_string(&json!([hub_obj(json!({"a": 7})), hub_obj(json!({"a": 8}))])).unwrap();
         for body in [
@@ -423,10 +435,11 @@ mod tests {
                 r#"{{"apiVersion":"{REVIEW_V1}","kind":"ConversionReview","request":{{"objects":{first},"desiredAPIVersion":"{SPOKE_AV}","objects":{objects},"uid":"u"}}}}"#
             ),
         ] {
-            let out = convert_review(&plan(), body.as_bytes()).unwrap();
-            let v: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
-            assert_eq!(v["response"]["convertedObjects"], converted, "{body}");
-            assert_eq!(out.objects, 1);
+            assert_eq!(
+                convert_review(&plan(), body.as_bytes()),
+                Err(ReviewError::Malformed("request has the key \"objects\" twice".into())),
+                "{body}"
+            );
         }
         // No objects at all: an empty list.
         let none = format!(
@@ -435,6 +448,39 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_slice(&convert_review(&plan(), none.as_bytes()).unwrap().body).unwrap();
         assert_eq!(v["response"]["convertedObjects"], json!([]));
+    }
+
+    #[test]
+    fn a_repeated_key_fails_its_object_and_in_the_envelope_the_review() {
+        let ok = serde_json::to_string(&hub_obj(json!({"a": 1}))).unwrap();
+        let twice = ok.replace(r#""spec":{"a":1}"#, r#""spec":{"a":1},"status":{"n":{"\u0078":1,"x":2}}"#);
+        let unsorted = ok.replace(r#""spec":{"a":1}"#, r#""spec":{"a":1},"status":{"y":1,"x":2}"#);
+        let body = |objects: &str, extra: &str| {
+            format!(
+                r#"{{"apiVersion":"{REVIEW_V1}","kind":"ConversionReview","request":{{"uid":"u","desiredAPIVersion":"{SPOKE_AV}","objects":[{objects}]{extra}}}}}"#
+            )
+        };
+        let out = convert_review(&plan(), body(&format!("{ok},{twice},{ok}"), "").as_bytes()).unwrap();
+        assert_eq!(
+            out.failure.as_deref(),
+            Some(
+                "object 1 of 3: DB default/db1: status.n has the key \"x\" twice; JSON leaves the meaning \
+                 of a repeated key open, so the object is not converted: remove one of them"
+            )
+        );
+        // Keys out of order but distinct convert as usual.
+        let out = convert_review(&plan(), body(&format!("{unsorted},{ok}"), "").as_bytes()).unwrap();
+        assert_eq!(out.failure, None);
+        // In the review's own members, also deep in a member the review does not read.
+        for (extra, want) in [
+            (r#","uid":"v""#, "request has the key \"uid\" twice"),
+            (r#","x":{"y":[{"z":1,"z":2}]}"#, "request.x.y[0] has the key \"z\" twice"),
+        ] {
+            assert_eq!(
+                convert_review(&plan(), body(&format!("{ok},{twice}"), extra).as_bytes()),
+                Err(ReviewError::Malformed(want.into()))
+            );
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! is left is a mask of *tokens*: operators outside strings, opening quotes and the first
 //! byte of every number or literal. The grammar then walks tokens, not bytes: skipping a
 //! string is one step, and only numbers and literals are read byte by byte. Nothing is
-//! allocated except for keys with escapes and nesting deeper than 128 levels.
+//! allocated except for keys with escapes and nesting deeper than 64 levels.
 //!
 //! UTF-8 is checked in the same pass: a block with no byte ≥ 0x80 (nearly all of a
 //! Kubernetes object) costs nothing more, and only the characters of blocks that have such
@@ -296,6 +296,15 @@ pub(crate) struct Scanner<'a> {
     in_string: u64,
     escape: u64,
     scalar: u64,
+    /// Where the `u` of the low half of the last surrogate pair is (see `unicode_escape`).
+    low_surrogate: usize,
+    /// One past the last backslash, or whitespace outside a string, classified so far: a key
+    /// starting at or after it has no escape, and its closing quote is right before its colon
+    /// (the apiserver's compact JSON has neither, so nearly every key is past it).
+    irregular_end: usize,
+    /// Some object's keys could not be shown unique in passing (they were not in ascending
+    /// byte order, or one had an escape): [`first_duplicate`] decides.
+    keys_unsure: bool,
     /// The next token (`text.len()` at the end).
     cur: usize,
     /// The end of the last value consumed.
@@ -306,6 +315,19 @@ pub(crate) struct Scanner<'a> {
 /// The state of one object walk (see [`Scanner::object`]).
 pub(crate) struct Fields {
     first: bool,
+    keys: KeyOrder,
+}
+
+/// The previous key of an object, to show its keys unique in passing: the apiserver (Go's
+/// encoder) writes them in ascending byte order, so each key need only be greater than the one
+/// before. Anything else (unsorted, escaped or equal keys) marks the scan `keys_unsure`.
+#[derive(Clone, Copy, Default)]
+struct KeyOrder {
+    /// The byte after the key's opening quote (0: no key yet).
+    first: u8,
+    /// Where the key's text starts, after its opening quote, and its closing quote.
+    start: usize,
+    end: usize,
 }
 
 /// The state of one array walk (see [`Scanner::array`]).
@@ -333,6 +355,9 @@ impl<'a> Scanner<'a> {
             in_string: 0,
             escape: 0,
             scalar: 0,
+            low_surrogate: 0,
+            irregular_end: 0,
+            keys_unsure: false,
             cur: 0,
             pos: 0,
             depth: 0,
@@ -344,6 +369,11 @@ impl<'a> Scanner<'a> {
     /// The end of the last value consumed.
     pub fn pos(&self) -> usize {
         self.pos
+    }
+
+    /// Where the next value starts.
+    pub fn at(&self) -> usize {
+        self.cur
     }
 
     /// The text between two positions this scanner reported.
@@ -428,21 +458,18 @@ impl<'a> Scanner<'a> {
         let quote = c.quote & !esc;
         let in_string = prefix_xor(quote) ^ self.in_string;
         self.in_string = ((in_string as i64) >> 63) as u64;
+        let irregular = c.backslash | (c.space & !in_string);
+        if irregular != 0 {
+            self.irregular_end = at + 64 - irregular.leading_zeros() as usize;
+        }
         // Control characters inside a string; outside one they fail as scalars.
         let bad = c.control & in_string;
         if bad != 0 {
             return fail(at + bad.trailing_zeros() as usize, "control character in a string");
         }
-        let mut escapes = esc & in_string;
-        while escapes != 0 {
-            let i = at + escapes.trailing_zeros() as usize;
-            escapes &= escapes - 1;
-            match b.get(i).copied().unwrap_or(0) {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
-                b'u' if b.get(i + 1..i + 5).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) => {}
-                b'u' => return fail(i - 1, "invalid \\u escape in a string"),
-                _ => return fail(i - 1, "invalid escape in a string"),
-            }
+        let escapes = esc & in_string;
+        if escapes != 0 {
+            self.check_escapes(at, escapes)?;
         }
         let scalar = !(c.space | c.op | quote | in_string);
         let scalar_starts = scalar & !((scalar << 1) | self.scalar);
@@ -451,6 +478,153 @@ impl<'a> Scanner<'a> {
         self.block = at;
         self.next_block = at + 64;
         Ok(true)
+    }
+
+    /// Whether an object's keys are still provably unique after the key whose opening quote is
+    /// at `q`: it must be greater than the previous key, and free of escapes. `end` is its
+    /// closing quote when `exact` (the caller found it), else where it is when the key is
+    /// regular (see `irregular_end`). This runs for every key of every object, so the usual
+    /// case is one compare of first bytes.
+    ///
+    /// The order is by first byte (the closing quote standing in for the first byte of ""),
+    /// then by all bytes: not quite byte order, but any strict order shows keys distinct, and
+    /// it agrees with byte order on the keys the apiserver sends.
+    #[inline(always)]
+    fn key_in_order(&mut self, k: &mut KeyOrder, q: usize, end: usize, exact: bool) {
+        if !exact && self.irregular_end > q {
+            return self.key_irregular(k, q);
+        }
+        let start = q + 1;
+        debug_assert!(start <= end && end < self.text.len());
+        // SAFETY: `start <= end`, the key's closing quote, which is inside the text.
+        let first = unsafe { *self.text.get_unchecked(start) };
+        if first <= k.first {
+            self.key_order_tie(k, start, end);
+        }
+        *k = KeyOrder { first, start, end };
+    }
+
+    /// [`Scanner::key_in_order`] for a key with an escape or whitespace near it.
+    #[cold]
+    #[inline(never)]
+    fn key_irregular(&mut self, k: &mut KeyOrder, q: usize) {
+        // The closing quote: the first unescaped one after `q`.
+        let b = self.text;
+        let mut end = q + 1;
+        while end < b.len() && b[end] != b'"' {
+            end += if b[end] == b'\\' { 2 } else { 1 };
+        }
+        if b[q + 1..end].contains(&b'\\') {
+            // Only the decoded text says whether it repeats another key.
+            self.keys_unsure = true;
+        }
+        self.key_in_order(k, q, end, true);
+    }
+
+    /// [`Scanner::key_in_order`] when the first bytes do not settle it: the first 8 bytes as
+    /// big-endian words, then all of them.
+    #[inline(always)]
+    fn key_order_tie(&mut self, k: &KeyOrder, start: usize, end: usize) {
+        /// The first `n` bytes of a big-endian word.
+        const KEEP: [u64; 9] = {
+            let mut m = [u64::MAX; 9];
+            let mut n = 0;
+            while n < 8 {
+                m[n] = !(u64::MAX >> (n * 8));
+                n += 1;
+            }
+            m
+        };
+        let b = self.text;
+        let word = |start: usize, len: usize| {
+            let w = match b.get(start..start + 8) {
+                Some(w) => w.try_into().expect("8 bytes"),
+                None => {
+                    let mut w = [0u8; 8];
+                    w[..b.len() - start].copy_from_slice(&b[start..]);
+                    w
+                }
+            };
+            u64::from_be_bytes(w) & KEEP[len.min(8)]
+        };
+        let (cur, prev) = (word(start, end - start), word(k.start, k.end - k.start));
+        let ascending =
+            k.first < b[start] || cur > prev || (cur == prev && self.longer_key_greater(k, start, end));
+        if !ascending {
+            self.keys_unsure = true;
+        }
+    }
+
+    /// The last resort of [`Scanner::key_order_tie`]: keys that share their first 8 bytes.
+    #[inline(never)]
+    fn longer_key_greater(&self, k: &KeyOrder, start: usize, end: usize) -> bool {
+        self.text[start..end] > self.text[k.start..k.end]
+    }
+
+    /// Whether some object's keys since the last call could not be shown unique in passing;
+    /// [`first_duplicate`] over the value's text then decides. Clears the mark.
+    pub fn take_keys_unsure(&mut self) -> bool {
+        std::mem::take(&mut self.keys_unsure)
+    }
+
+    /// Marks the scan as [`Scanner::take_keys_unsure`] reports it (to restore an outer mark).
+    pub fn set_keys_unsure(&mut self, unsure: bool) {
+        self.keys_unsure |= unsure;
+    }
+
+    /// Checks the escapes of the block at `at` (`escapes`: the escaped bytes). Out of line, so
+    /// the block step keeps its registers.
+    #[inline(never)]
+    fn check_escapes(&mut self, at: usize, mut escapes: u64) -> Result<(), ScanError> {
+        let b = self.bytes();
+        while escapes != 0 {
+            let i = at + escapes.trailing_zeros() as usize;
+            escapes &= escapes - 1;
+            match b.get(i).copied().unwrap_or(0) {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                b'u' => self.unicode_escape(i)?,
+                _ => return fail(i - 1, "invalid escape in a string"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the `\uXXXX` escape whose `u` is at `i`. A surrogate must be half of a pair (a
+    /// high one followed at once by an escaped low one): a lone half is no Unicode character,
+    /// so no path could write it back as text (RFC 8259 §8.2; serde_json refuses it too).
+    #[inline]
+    fn unicode_escape(&mut self, i: usize) -> Result<(), ScanError> {
+        let b = self.bytes();
+        let hex = |at: usize| -> Option<u32> {
+            let h = b.get(at..at + 4)?;
+            let s = std::str::from_utf8(h).ok()?;
+            if !h.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            u32::from_str_radix(s, 16).ok()
+        };
+        let Some(code) = hex(i + 1) else { return fail(i - 1, "invalid \\u escape in a string") };
+        match code {
+            0xD800..=0xDBFF => {
+                let low = (b.get(i + 5..i + 7) == Some(b"\\u")).then(|| hex(i + 7)).flatten();
+                if !matches!(low, Some(0xDC00..=0xDFFF)) {
+                    return fail(
+                        i - 1,
+                        "lone surrogate \\u escape in a string (a high surrogate not followed by a low one)",
+                    );
+                }
+                // The low half's `u` is checked next, in this block or the next one.
+                self.low_surrogate = i + 6;
+            }
+            0xDC00..=0xDFFF if self.low_surrogate != i => {
+                return fail(
+                    i - 1,
+                    "lone surrogate \\u escape in a string (a low surrogate without a high one before it)",
+                );
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Checks the UTF-8 of a block from `from` (a character boundary: the first byte ≥ 0x80
@@ -513,7 +687,7 @@ impl<'a> Scanner<'a> {
             return Ok(None);
         }
         self.enter()?;
-        Ok(Some(Fields { first: true }))
+        Ok(Some(Fields { first: true, keys: KeyOrder::default() }))
     }
 
     /// Consumes the closing bracket at `cur`.
@@ -548,6 +722,11 @@ impl<'a> Scanner<'a> {
         }
         let at = self.cur;
         let key = self.string()?;
+        match key {
+            Cow::Borrowed(_) => self.key_in_order(&mut f.keys, at, self.pos - 1, true),
+            // Escaped: only the decoded text says whether it repeats another key.
+            Cow::Owned(_) => self.keys_unsure = true,
+        }
         if self.peek() != Some(b':') {
             return self.err("expected ':' after an object key");
         }
@@ -702,7 +881,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Skips the object or array at `cur` token by token. The kinds of the open containers
-    /// (object = 1) live in a 128-bit stack, spilling to the heap only beyond that.
+    /// (object = 1) live in a 64-bit word, spilling to the heap only beyond that.
     fn skip_container(&mut self) -> Result<(), ScanError> {
         let mut stack = KindStack::default();
         let open = |s: &mut Self, stack: &mut KindStack, obj: bool| -> Result<(), ScanError> {
@@ -715,6 +894,9 @@ impl<'a> Scanner<'a> {
         };
         // The innermost container's kind, kept beside the stack so a token costs no lookup.
         let mut in_obj = self.peek() == Some(b'{');
+        // The key order of each open object, by depth; objects deeper than these levels (in
+        // this one value) are left to `first_duplicate`.
+        let mut keys = [KeyOrder::default(); SKIP_KEY_LEVELS];
         open(self, &mut stack, in_obj)?;
         let mut after_open = true;
         loop {
@@ -745,14 +927,23 @@ impl<'a> Scanner<'a> {
                 if self.peek() != Some(b'"') {
                     return self.err("expected a string key in an object");
                 }
+                let q = self.cur;
                 self.advance()?;
                 if self.peek() != Some(b':') {
                     return self.err("expected ':' after an object key");
                 }
+                // The closing quote is right before the colon, unless the key is irregular.
+                // Deeper objects share slots, and are marked unsure when they open.
+                let k = &mut keys[(stack.len - 1) % SKIP_KEY_LEVELS];
+                self.key_in_order(k, q, self.cur - 1, false);
                 self.advance()?;
             }
             match self.peek() {
                 Some(b'{') => {
+                    if stack.len >= SKIP_KEY_LEVELS {
+                        self.keys_unsure = true;
+                    }
+                    keys[stack.len % SKIP_KEY_LEVELS] = KeyOrder::default();
                     open(self, &mut stack, true)?;
                     (in_obj, after_open) = (true, true);
                 }
@@ -769,19 +960,124 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// A key an object has twice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Duplicate {
+    /// The key, decoded.
+    pub key: String,
+    /// Where in the value the object holding it is: `spec.items[2]`, or "" for the value itself.
+    pub path: String,
+}
+
+/// The first key that repeats within one object of `text` (a JSON value the scanner has
+/// accepted), comparing decoded keys (`"a"` and `"\u0061"` are the same key). Members whose
+/// path `skip` names are not looked into. This is the slow check behind
+/// [`Scanner::take_keys_unsure`]: one pass, a set of keys per open object, no recursion.
+pub(crate) fn first_duplicate(text: &str, skip: impl Fn(&[Seg]) -> bool) -> Option<Duplicate> {
+    enum Open {
+        Object(Fields, std::collections::HashSet<String>),
+        Array(Items, usize),
+    }
+    let mut s = Scanner::new(text.as_bytes()).ok()?;
+    // `path[i]` leads from the container `stack[i]` into `stack[i + 1]` (and to the member
+    // being looked at).
+    let mut path: Vec<Seg> = Vec::new();
+    let mut stack: Vec<Open> = Vec::new();
+    let enter = |s: &mut Scanner<'_>, stack: &mut Vec<Open>| -> Option<bool> {
+        if let Some(f) = s.object().ok()? {
+            stack.push(Open::Object(f, Default::default()));
+        } else if let Some(it) = s.array().ok()? {
+            stack.push(Open::Array(it, 0));
+        } else {
+            s.value().ok()?;
+            return Some(false);
+        }
+        Some(true)
+    };
+    if !enter(&mut s, &mut stack)? {
+        return None;
+    }
+    while let Some(top) = stack.last_mut() {
+        let more = match top {
+            Open::Object(f, seen) => match s.next_key(f).ok()? {
+                Some(k) => {
+                    if !seen.insert(k.to_string()) {
+                        return Some(Duplicate { key: k.into_owned(), path: dotted(&path) });
+                    }
+                    path.push(Seg::Key(k.into_owned()));
+                    true
+                }
+                None => false,
+            },
+            Open::Array(it, i) => {
+                if s.next_item(it).ok()? {
+                    path.push(Seg::Index(*i));
+                    *i += 1;
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if !more {
+            stack.pop();
+            path.pop();
+            continue;
+        }
+        if skip(&path) {
+            s.value().ok()?;
+            path.pop();
+        } else if !enter(&mut s, &mut stack)? {
+            path.pop();
+        }
+    }
+    None
+}
+
+/// One step into a JSON value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// `spec.items[2]["a.b"]`: keys joined by dots (quoted when they hold one), indices in brackets.
+fn dotted(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            Seg::Key(k) if k.is_empty() || k.contains(['.', '[', ']', '"']) => {
+                out.push_str(&format!("[{k:?}]"))
+            }
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+        }
+    }
+    out
+}
+
+/// How many levels of one skipped value have their keys checked in passing.
+const SKIP_KEY_LEVELS: usize = 16;
+
 /// The kinds of open containers during a skip.
 #[derive(Default)]
 struct KindStack {
     len: usize,
-    bits: u128,
+    /// One bit per level (object = 1) for the first 64 levels: a word, not a pair of them.
+    bits: u64,
     spill: Vec<bool>,
 }
 
 impl KindStack {
     #[inline]
     fn push(&mut self, obj: bool) {
-        if self.len < 128 {
-            self.bits = (self.bits & !(1 << self.len)) | ((obj as u128) << self.len);
+        if self.len < 64 {
+            self.bits = (self.bits & !(1 << self.len)) | ((obj as u64) << self.len);
         } else {
             self.spill.push(obj);
         }
@@ -791,7 +1087,7 @@ impl KindStack {
     #[inline]
     fn pop(&mut self) {
         self.len -= 1;
-        if self.len >= 128 {
+        if self.len >= 64 {
             self.spill.pop();
         }
     }
@@ -800,7 +1096,7 @@ impl KindStack {
     fn top(&self) -> bool {
         match self.len {
             0 => false,
-            n if n <= 128 => self.bits >> (n - 1) & 1 == 1,
+            n if n <= 64 => self.bits >> (n - 1) & 1 == 1,
             _ => self.spill.last().copied().unwrap_or(false),
         }
     }
@@ -1121,5 +1417,196 @@ mod tests {
                     .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
             ]
         })
+    }
+}
+
+/// Repeated keys and surrogates: what the scanner decides on its own.
+#[cfg(test)]
+mod one_answer_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Whether `text` scans, and whether it then has a repeated key (by the slow check, run
+    /// only when the scan could not show the keys unique).
+    fn scan(text: &str) -> Result<Option<Duplicate>, ScanError> {
+        let mut s = Scanner::new(text.as_bytes())?;
+        s.value()?;
+        s.end()?;
+        Ok(if s.take_keys_unsure() { first_duplicate(text, |_| false) } else { None })
+    }
+
+    fn dup(key: &str, path: &str) -> Result<Option<Duplicate>, ScanError> {
+        Ok(Some(Duplicate { key: key.into(), path: path.into() }))
+    }
+
+    #[test]
+    fn repeated_keys_are_found_however_spelled() {
+        for (text, want) in [
+            (r#"{"a":1,"a":2}"#, dup("a", "")),
+            (r#"{"a":1,"b":2,"a":3}"#, dup("a", "")),
+            (r#"{"b":1,"a":2,"b":3}"#, dup("b", "")),
+            (r#"{"":1,"":2}"#, dup("", "")),
+            (r#"{"a" : 1 , "a" :2}"#, dup("a", "")),
+            (r#"{"a":1,"\u0061":2}"#, dup("a", "")),
+            (r#"{"\u0061":1,"a":2}"#, dup("a", "")),
+            (r#"{"\u0061":1,"]":2,"a":3}"#, dup("a", "")),
+            (r#"{"a\"b":1,"a\u0022b":2}"#, dup("a\"b", "")),
+            (r#"{"abcdefgh":1,"abcdefgh":2}"#, dup("abcdefgh", "")),
+            (r#"{"abcdefghij":1,"abcdefghij":2}"#, dup("abcdefghij", "")),
+            (r#"[{"x":[{"k":1,"k":1}]}]"#, dup("k", "[0].x[0]")),
+            (r#"{"a.b":{"c":1,"c":2}}"#, dup("c", r#"["a.b"]"#)),
+            // Distinct keys, in order or not.
+            (r#"{"a":1,"b":2}"#, Ok(None)),
+            (r#"{"b":1,"a":2}"#, Ok(None)),
+            (r#"{"a":{"a":{"a":1}},"b":{"a":1}}"#, Ok(None)),
+            (r#"{"abcdefgh1":1,"abcdefgh2":2,"abcdefgh":3}"#, Ok(None)),
+            (r#"{"a":1,"a ":2,"a!":3}"#, Ok(None)),
+            (r#"{"\u0061":1,"b":2}"#, Ok(None)),
+            (r#"[{"k":1},{"k":1}]"#, Ok(None)),
+        ] {
+            assert_eq!(scan(text), want, "{text}");
+        }
+        // Deeper than the levels checked in passing.
+        let deep = format!("{}{{\"k\":1,\"k\":2}}{}", "{\"a\":".repeat(40), "}".repeat(40));
+        assert_eq!(scan(&deep).unwrap().unwrap().key, "k");
+        // The last key ends within 8 bytes of the end of the text.
+        assert_eq!(scan(r#"{"b":1,"a":2}"#), Ok(None));
+    }
+
+    #[test]
+    fn sorted_compact_keys_need_no_second_look() {
+        let text = r#"{"apiVersion":"v","kind":"K","metadata":{"labels":{"a":"1","b":"2"},"name":"n","namespace":"ns"},"spec":{"hubField0":1,"hubField1":2,"hubField10":3,"items":[{"name":"a","value":"b"},{"name":"c","value":"d"}]}}"#;
+        let mut s = Scanner::new(text.as_bytes()).unwrap();
+        s.value().unwrap();
+        assert!(!s.take_keys_unsure());
+    }
+
+    #[test]
+    fn surrogates_must_pair() {
+        for ok in [
+            r#""\ud83d\ude00""#,
+            r#""\uD83D\uDE00x""#,
+            r#""\udbff\udfff""#,
+            r#""\\ud800""#,
+            r#""\ud7ff\ue000""#,
+        ] {
+            assert!(scan(ok).is_ok(), "{ok}");
+            assert!(serde_json::from_str::<serde_json::Value>(ok).is_ok(), "{ok}");
+        }
+        for (lone, at) in [
+            (r#""\ud800""#, 1),
+            (r#""\udc00""#, 1),
+            (r#""x\ud800y""#, 2),
+            (r#""\ud800\u0041""#, 1),
+            (r#""\ud800\\udc00""#, 1),
+            (r#""\udc00\ud800""#, 1),
+            (r#""\ud83d\ude00\ude00""#, 13),
+            (r#""\ud800"#, 1),
+        ] {
+            let err = scan(lone).unwrap_err();
+            assert!(err.what.starts_with("lone surrogate"), "{lone}: {err}");
+            assert_eq!(err.at, at, "{lone}");
+            assert!(serde_json::from_str::<serde_json::Value>(lone).is_err(), "{lone}");
+        }
+        // Across a block boundary: the pair's halves in two blocks.
+        for pad in 50..70 {
+            let text = format!("{}\"\\ud83d\\ude00\"", " ".repeat(pad));
+            assert!(scan(&text).is_ok(), "pad {pad}");
+            let text = format!("{}\"\\ud83d \\ude00\"", " ".repeat(pad));
+            assert!(scan(&text).is_err(), "pad {pad}");
+        }
+    }
+
+    fn arb_key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "a",
+            "b",
+            "ab",
+            "a b",
+            "a!",
+            "",
+            "abcdefgh",
+            "abcdefgh1",
+            "abcdefgh2",
+            r"\u0061",
+            r"\u0062",
+            "é",
+            r"\u00e9",
+            r"\ud83d\ude00",
+            "😀",
+            r#"\\"#,
+            r#"\""#,
+        ])
+        .prop_map(str::to_string)
+    }
+
+    fn arb_doc() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![Just("1".to_string()), Just("\"v\"".to_string()), Just("[]".to_string())];
+        leaf.prop_recursive(4, 40, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec((arb_key(), inner.clone(), any::<bool>()), 0..5).prop_map(|m| {
+                    let members: Vec<String> = m
+                        .into_iter()
+                        .map(|(k, v, ws)| if ws { format!("\"{k}\" : {v}") } else { format!("\"{k}\":{v}") })
+                        .collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+                prop::collection::vec(inner, 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+            ]
+        })
+    }
+
+    /// serde_json's reading, keeping every member: the first repeated key, depth first.
+    fn reference_duplicate(v: &str) -> Option<String> {
+        struct Dup(Option<String>);
+        impl<'de> serde::de::Visitor<'de> for &mut Dup {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("json")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    m.next_value_seed(&mut *self)?;
+                    if !seen.insert(k.clone()) && self.0.is_none() {
+                        self.0 = Some(k);
+                    }
+                }
+                Ok(())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+                while a.next_element_seed(&mut *self)?.is_some() {}
+                Ok(())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<(), E> {
+                Ok(())
+            }
+        }
+        impl<'de> serde::de::DeserializeSeed<'de> for &mut Dup {
+            type Value = ();
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+        let mut dup = Dup(None);
+        serde::de::DeserializeSeed::deserialize(&mut dup, &mut serde_json::Deserializer::from_str(v))
+            .unwrap();
+        dup.0
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+        /// A document has a repeated key exactly when serde_json, reading every member, sees
+        /// one; placed anywhere across block boundaries.
+        #[test]
+        fn finds_exactly_the_repeated_keys(pad in 0usize..70, doc in arb_doc()) {
+            let text = " ".repeat(pad) + &doc;
+            let ours = scan(&text).unwrap().is_some();
+            prop_assert_eq!(ours, reference_duplicate(&doc).is_some(), "{}", doc);
+        }
     }
 }

@@ -196,9 +196,86 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// Parses JSON text the way every path of the review does: numbers are kept as their text
+/// (sonic-rs raw numbers), so a value no rule transforms is written back with the digits it
+/// came with (`1E+2`, `-0`, `18446744073709551617`, a 100 000-digit integer), and reading one
+/// (`as_i64`, `as_f64`, comparing) parses the text on demand.
+pub fn parse_json(text: &str) -> sonic_rs::Result<Value> {
+    use serde::Deserialize;
+    let mut de = sonic_rs::Deserializer::from_str(text).use_rawnumber();
+    let v = Value::deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
+}
+
+/// The canonical text of a JSON text, for comparing what the review's paths write: no
+/// whitespace, members sorted by key (a repeated key stays repeated), strings re-encoded, and
+/// numbers exactly as written (`1E+2` stays `1E+2`, not `100.0`). `None` when it is not JSON.
+/// Iterative, so it reads the 10 000 levels the scanner accepts.
+#[doc(hidden)]
+pub fn canonical(text: &str) -> Option<String> {
+    enum Step<'v> {
+        Value(&'v Value),
+        Text(&'static str),
+        Key(&'v str),
+    }
+    let root = parse_json(text).ok()?;
+    let mut out = String::with_capacity(text.len());
+    let mut todo = vec![Step::Value(&root)];
+    while let Some(step) = todo.pop() {
+        match step {
+            Step::Text(t) => out.push_str(t),
+            Step::Key(k) => {
+                out.push_str(&sonic_rs::to_string(k).ok()?);
+                out.push(':');
+            }
+            Step::Value(v) => {
+                if let Some(raw) = v.as_raw_number() {
+                    out.push_str(raw.as_str());
+                } else if let Some(items) = v.as_array() {
+                    out.push('[');
+                    todo.push(Step::Text("]"));
+                    for (i, item) in items.iter().enumerate().rev() {
+                        todo.push(Step::Value(item));
+                        if i > 0 {
+                            todo.push(Step::Text(","));
+                        }
+                    }
+                } else if let Some(obj) = v.as_object() {
+                    let mut members: Vec<(&str, &Value)> = obj.iter().collect();
+                    members.sort_by(|a, b| a.0.cmp(b.0));
+                    out.push('{');
+                    todo.push(Step::Text("}"));
+                    for (i, (k, v)) in members.into_iter().enumerate().rev() {
+                        todo.push(Step::Value(v));
+                        todo.push(Step::Key(k));
+                        if i > 0 {
+                            todo.push(Step::Text(","));
+                        }
+                    }
+                } else {
+                    out.push_str(&sonic_rs::to_string(v).ok()?);
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
 /// Converts to serde_json (for callers that hold serde values, and for strategies built on
-/// serde_json libraries).
+/// serde_json libraries). A raw number becomes serde_json's reading of its text (an `f64`
+/// beyond `i64`/`u64`; null beyond the `f64` range, where serde_json has no number at all).
 pub fn to_serde(v: &Value) -> serde_json::Value {
+    if let Some(raw) = v.as_raw_number() {
+        return serde_json::from_str::<serde_json::Number>(raw.as_str())
+            .map_or(serde_json::Value::Null, serde_json::Value::Number);
+    }
+    if let Some(items) = v.as_array() {
+        return serde_json::Value::Array(items.iter().map(to_serde).collect());
+    }
+    if let Some(obj) = v.as_object() {
+        return serde_json::Value::Object(obj.iter().map(|(k, v)| (k.to_string(), to_serde(v))).collect());
+    }
     serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
 }
 

@@ -1,17 +1,25 @@
-//! The review path against serde_json and the executor. The input is the bytes of one object
-//! (any bytes, UTF-8 or not), placed in a ConversionReview as they are and, when they start an
-//! object, again with an `apiVersion` of the hub as its first member (so the stream path reads
-//! it). Each review must be refused as malformed exactly when serde_json refuses the body (but
-//! for what only serde_json refuses: nesting beyond its 128 levels, lone surrogates, numbers
-//! beyond f64), and an accepted, converted object must equal what `Plan::convert` makes of
-//! serde_json's reading of it.
+//! One answer per input (issue #11). Two kinds of input:
+//! - the fuzz bytes as one object (any bytes, UTF-8 or not), placed in a ConversionReview as
+//!   they are and, when they start an object, again with an `apiVersion` of the hub as its first
+//!   member (so the stream path reads it);
+//! - an object *generated* from the bytes: nesting up to the scanner's 10 000 levels, repeated
+//!   keys (also spelled with escapes), paired and lone surrogates, and numbers of every size and
+//!   spelling (huge integers, long mantissas, exponents, `-0`, `1E+2`).
+//!
+//! Each object is converted by the stream, projection and full paths (`Via`), which must give
+//! the same text (compared canonically: sorted keys, no whitespace, numbers as written) or the
+//! same error, and the review must give that answer too. The review must be refused as
+//! malformed exactly when serde_json refuses the body (but for what only serde_json refuses:
+//! nesting beyond its 128 levels and numbers beyond f64, which are valid JSON), and an
+//! accepted, converted object must equal what `Plan::convert` makes of serde_json's reading.
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
 
 use dco_api::config::ConversionSpec;
 use dco_engine::review::{ReviewError, convert_review};
-use dco_engine::{Plan, Target, compile};
+use dco_engine::value::canonical;
+use dco_engine::{Plan, Target, Via, compile};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 
@@ -59,19 +67,16 @@ fn check(object: &[u8]) {
     .concat();
     let ours = convert_review(plan(), &body);
     let theirs = serde_json::from_slice::<Value>(&body);
-    let object_text = String::from_utf8_lossy(object);
     let body = String::from_utf8_lossy(&body);
     match (&ours, &theirs) {
         (Err(ReviewError::Malformed(_)), Err(_)) => {}
-        // Limits only serde_json sets: nesting, lone surrogates, numbers beyond f64 (valid
-        // JSON grammar, copied as written).
-        (Ok(_), Err(e))
-            if ["recursion limit", "surrogate", "number out of range"].iter().any(|m| e.to_string().contains(m)) => {}
+        // Limits only serde_json sets: nesting, numbers beyond f64 (valid JSON, kept as
+        // written).
+        (Ok(_), Err(e)) if ["recursion limit", "number out of range"].iter().any(|m| e.to_string().contains(m)) => {}
         (Ok(out), Ok(review)) => {
-            // Duplicate keys are JSON whose meaning the RFC leaves open: serde_json keeps the
-            // last `apiVersion`, the review path routes by the first. The apiserver never
-            // sends them; only validity is compared then.
-            if out.failure.is_some() || object_text.matches("apiVersion").count() > 1 {
+            // A repeated key fails its object (serde_json keeps the last value); `paths_agree`
+            // checks those answers.
+            if out.failure.is_some() {
                 return;
             }
             let resp: Value = serde_json::from_slice(&out.body).expect("the response is JSON");
@@ -87,11 +92,150 @@ fn check(object: &[u8]) {
     }
 }
 
+/// The stream, projection and full paths give the same text or the same error for `object`.
+fn paths_agree(object: &[u8]) {
+    let answers: Vec<Result<String, String>> = [Via::Fastest, Via::Projection, Via::Full]
+        .into_iter()
+        .map(|via| {
+            let mut out = Vec::new();
+            plan()
+                .convert_raw_via(object, "example.org/v1", via, &mut out)
+                .map(|()| {
+                    let text = std::str::from_utf8(&out).expect("the paths write UTF-8");
+                    canonical(text).expect("the paths write JSON")
+                })
+                .map_err(|e| e.to_string())
+        })
+        .collect();
+    let text = String::from_utf8_lossy(object);
+    assert_eq!(answers[0], answers[1], "stream vs projection on {text}");
+    assert_eq!(answers[0], answers[2], "stream vs full on {text}");
+    // The review gives the same answer: the object, or a failure with the same message, or a
+    // malformed body when the object is not JSON.
+    let body = [
+        &br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u","desiredAPIVersion":"example.org/v1","objects":["#[..],
+        object,
+        b"]}}",
+    ]
+    .concat();
+    match (convert_review(plan(), &body), &answers[0]) {
+        (Ok(out), Ok(want)) => {
+            assert_eq!(out.failure, None, "{text}");
+            let resp = canonical(std::str::from_utf8(&out.body).expect("UTF-8")).expect("JSON");
+            assert!(resp.contains(&format!("\"convertedObjects\":[{want}]")), "{text}: {resp}");
+        }
+        (Ok(out), Err(e)) if e.contains("is not JSON") => panic!("review accepted {text}: {:?}", out.failure),
+        (Ok(out), Err(e)) => assert_eq!(out.failure, Some(format!("object 0 of 1: {e}")), "{text}"),
+        (Err(ReviewError::Malformed(_)), Err(e)) if e.contains("is not JSON") => {}
+        (r, a) => panic!("review {:?} but the paths {a:?} on {text}", r.map(|o| o.failure)),
+    }
+}
+
+/// Bytes in, choices out; zeros once the bytes run out.
+struct Choices<'a>(&'a [u8]);
+
+impl Choices<'_> {
+    fn next(&mut self) -> u8 {
+        let Some((&b, rest)) = self.0.split_first() else { return 0 };
+        self.0 = rest;
+        b
+    }
+    fn pick<'s>(&mut self, from: &[&'s str]) -> &'s str {
+        from[self.next() as usize % from.len()]
+    }
+}
+
+const KEYS: &[&str] = &[
+    "a", "b", "x", "y", "tier", "db", "name", "dbName", "volumes", "vols", "sizeGB", "label", "size", "kind",
+    r"\u0061", r"\u0062", r"\u0078", r"n\u0061me", "", "é", r"\u00e9", r"\ud83d\ude00", "😀", "abcdefghij1",
+    "abcdefghij2", "abcdefgh", "apiVersion", "a b", "a!",
+];
+
+const NUMBERS: &[&str] = &[
+    "0", "-0", "1", "1.0", "-0.0", "1E+2", "1e2", "1E-2", "0.1e-0", "2.50", "100", "-1", "9223372036854775807",
+    "9223372036854775808", "-9223372036854775808", "-9223372036854775809", "18446744073709551615",
+    "18446744073709551616", "18446744073709551617", "1e308", "1e309", "1e400", "-1e400", "4.9e-324", "1e-400",
+    "123456789012345678901234567890", "0.30000000000000000000000000000001", "1.7976931348623157e308",
+];
+
+const STRINGS: &[&str] = &[
+    r#""Small""#, r#""Large""#, r#""S""#, r#""v""#, r#""\ud83d\ude00""#, r#""\ud800""#, r#""\udc00""#,
+    r#""x\ud800y""#, r#""\ud800\u0041""#, r#""\\ud800""#, r#""\u00e9é""#, r#""\"\\\/\b\f\n\r\t""#, r#""""#,
+];
+
+/// A JSON value from the choices: containers up to `depth` levels (and, now and then, a chain
+/// of thousands of levels), members with repeated and escaped keys.
+fn value(c: &mut Choices<'_>, depth: u32, out: &mut String) {
+    match c.next() % 16 {
+        0..=3 if depth > 0 => {
+            out.push('{');
+            for i in 0..c.next() % 5 {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push('"');
+                out.push_str(c.pick(KEYS));
+                out.push_str("\":");
+                value(c, depth - 1, out);
+            }
+            out.push('}');
+        }
+        4 | 5 if depth > 0 => {
+            out.push('[');
+            for i in 0..c.next() % 4 {
+                if i > 0 {
+                    out.push(',');
+                }
+                value(c, depth - 1, out);
+            }
+            out.push(']');
+        }
+        6 | 7 => out.push_str(c.pick(NUMBERS)),
+        8 => {
+            // A long number: digits, a fraction, an exponent.
+            let n = 1 + (c.next() as usize) * 64;
+            out.push_str(c.pick(&["", "-"]));
+            out.push('1');
+            out.push_str(&"0".repeat(n));
+            out.push_str(c.pick(&["", ".5", ".000000000000000000001"]));
+            out.push_str(c.pick(&["", "e5", "E+999999", "e-999999"]));
+        }
+        9 => {
+            // Deep nesting, up to the scanner's 10 000 levels (the object itself is two more).
+            let n = ((c.next() as usize) << 6 | c.next() as usize % 64).min(9_990);
+            let (open, close) = if c.next() % 2 == 0 { ("[", "]") } else { ("{\"a\":", "}") };
+            out.push_str(&open.repeat(n));
+            out.push_str(c.pick(NUMBERS));
+            out.push_str(&close.repeat(n));
+        }
+        10..=12 => out.push_str(c.pick(STRINGS)),
+        13 => out.push_str(c.pick(&["true", "false", "null"])),
+        _ => out.push_str(c.pick(NUMBERS)),
+    }
+}
+
+/// A hub object whose spec (and status) come from the choices.
+fn generated(data: &[u8]) -> String {
+    let mut c = Choices(data);
+    let mut spec = String::new();
+    value(&mut c, 6, &mut spec);
+    let mut status = String::new();
+    value(&mut c, 4, &mut status);
+    format!(
+        r#"{{"apiVersion":"example.org/v2","kind":"Thing","metadata":{{"name":"t","namespace":"ns"}},"spec":{spec},"status":{status}}}"#
+    )
+}
+
 fuzz_target!(|data: &[u8]| {
     // Any bytes: the review path checks UTF-8 itself, in the same pass.
     check(data);
     if let Some(rest) = data.trim_ascii_start().strip_prefix(b"{") {
         let sep: &[u8] = if rest.trim_ascii_start().starts_with(b"}") { b"" } else { b"," };
-        check(&[&br#"{"apiVersion":"example.org/v2""#[..], sep, rest].concat());
+        let object = [&br#"{"apiVersion":"example.org/v2""#[..], sep, rest].concat();
+        check(&object);
+        paths_agree(&object);
     }
+    let object = generated(data);
+    check(object.as_bytes());
+    paths_agree(object.as_bytes());
 });
