@@ -308,21 +308,26 @@ impl Syncer {
                 } else {
                     "no plan to serve until it compiles"
                 };
-                let message = format!(
-                    "{} {:?} does not compile against {} {target:?} ({} error(s), first: {}); {keeping}",
-                    config.kind,
-                    config.name,
-                    kind_name(kind),
+                // The full message quotes the first error; the summary (what /debug/registry
+                // shows by default) only where it is.
+                let describe = |count: usize, first: String| {
+                    format!(
+                        "{} {:?} does not compile against {} {target:?} ({count} error(s), {first}); {keeping}",
+                        config.kind,
+                        config.name,
+                        kind_name(kind),
+                    )
+                };
+                let message = describe(
                     compiled.errors.len(),
-                    compiled.errors.first().map_or("none reported", String::as_str),
+                    format!("first: {}", compiled.errors.first().map_or("none reported", String::as_str)),
                 );
-                let summary = format!(
-                    "{} {:?} does not compile against {} {target:?} ({} error(s), first at {}); {keeping}",
-                    config.kind,
-                    config.name,
-                    kind_name(kind),
+                let summary = describe(
                     compiled.locations.len(),
-                    compiled.locations.first().map_or("an unreported place", String::as_str),
+                    format!(
+                        "first at {}",
+                        compiled.locations.first().map_or("an unreported place", String::as_str)
+                    ),
                 );
                 tracing::warn!(target, errors = ?compiled.errors, "{message}");
                 next.failure = Some(Failure {
