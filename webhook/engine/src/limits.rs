@@ -78,7 +78,13 @@ pub(crate) fn admit(bytes: usize) -> Result<(), String> {
 }
 
 /// How many items a loop runs between two [`check`]s.
-pub(crate) const CHECK_EVERY: usize = 256;
+const CHECK_EVERY: usize = 256;
+
+/// [`check`] at item `i` of a loop, once every [`CHECK_EVERY`] items (ForEach on the full and
+/// stream paths: both must stop at the same item).
+pub(crate) fn check_item(i: usize) -> Result<(), String> {
+    if i % CHECK_EVERY == CHECK_EVERY - 1 { check() } else { Ok(()) }
+}
 
 /// The size of a value, walked without recursion: how many values it holds, the bytes of its
 /// strings and keys, and how deep it nests (a scalar is 0, `{}` and `[]` are 1).
@@ -126,7 +132,7 @@ impl Size {
 
 /// What a whole-object copy is made of, for its size estimate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Copy {
+pub(crate) enum CopyInto {
     /// CEL values (`cel::to_cel`): every string, list and map behind an `Arc`, maps as hash
     /// tables with string keys.
     Cel,
@@ -139,10 +145,10 @@ impl Size {
     /// costs measured with the counting allocator (`dco-webhook`'s `alloc`): as CEL values,
     /// 24 bytes per value, 40 more per string, list or map, ~300 per small map, ~160 per map
     /// entry; as serde_json, ~650 per non-empty map.
-    fn copy_bytes(&self, copy: Copy) -> usize {
+    fn copy_bytes(&self, copy: CopyInto) -> usize {
         let (value, container, map, entry) = match copy {
-            Copy::Cel => (80, 64, 256, 128),
-            Copy::Serde => (48, 32, 704, 96),
+            CopyInto::Cel => (80, 64, 256, 128),
+            CopyInto::Serde => (48, 32, 704, 96),
         };
         [
             self.values.saturating_mul(value),
@@ -160,7 +166,7 @@ impl Size {
 /// serde_json for JSONPatch), which cannot be interrupted half way: its depth must be within
 /// [`MAX_DEPTH`] (the copy and the CEL interpreter recurse per level) and the copy's
 /// estimated size must be admitted. `what` names the step in the message.
-pub(crate) fn admit_copy(v: &crate::value::Value, what: &str, copy: Copy) -> Result<(), String> {
+pub(crate) fn admit_copy(v: &crate::value::Value, what: &str, copy: CopyInto) -> Result<(), String> {
     let size = Size::of(v);
     if size.depth > MAX_DEPTH {
         return Err(format!(

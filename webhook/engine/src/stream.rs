@@ -290,9 +290,7 @@ fn members(
                 let mut n = 0;
                 while s.next_item(&mut list)? {
                     // A stopped budget: the full path stops at the same place with its message.
-                    if n % crate::limits::CHECK_EVERY == crate::limits::CHECK_EVERY - 1
-                        && crate::limits::check().is_err()
-                    {
+                    if crate::limits::check_item(n).is_err() {
                         return Err(Bail::Full);
                     }
                     let Some(item) = s.object()? else { return Err(Bail::Full) };

@@ -100,7 +100,7 @@ fn run(
     // The object is copied whole into CEL values and the interpreter recurses over them:
     // ask before (depth, memory) and after (time, memory) the evaluation, whose own work is
     // bounded by its cost estimate (`cel::COST_LIMIT`).
-    crate::limits::admit_copy(src, "CEL", crate::limits::Copy::Cel).map_err(stopped)?;
+    crate::limits::admit_copy(src, "CEL", crate::limits::CopyInto::Cel).map_err(stopped)?;
     let out = prog.evaluate(src).map_err(|e| stopped(e.to_string()))?;
     crate::limits::check().map_err(|why| stopped(format!("conversion stopped: {why}")))?;
     let result = serde_json::Value::Object(out);

@@ -87,11 +87,8 @@ impl Op {
         };
         let mut out = sonic_rs::Array::with_capacity(arr.len());
         for (i, item) in arr.iter().enumerate() {
-            if i % crate::limits::CHECK_EVERY == crate::limits::CHECK_EVERY - 1 {
-                crate::limits::check().map_err(|why| {
-                    OpError::new(format!("{from}[{i}]"), format!("conversion stopped: {why}"))
-                })?;
-            }
+            crate::limits::check_item(i)
+                .map_err(|why| OpError::new(format!("{from}[{i}]"), format!("conversion stopped: {why}")))?;
             if !item.is_object() {
                 return Err(OpError::new(
                     format!("{from}[{i}]"),

@@ -149,7 +149,7 @@ struct PatchOp {
 }
 
 fn run(patch: &Patch, field: &str, claims: &[Path], src: &Value, dst: &mut Value) -> Result<(), OpError> {
-    crate::limits::admit_copy(src, "JSONPatch", crate::limits::Copy::Serde)
+    crate::limits::admit_copy(src, "JSONPatch", crate::limits::CopyInto::Serde)
         .map_err(|why| OpError::new("", format!("jsonPatch.{field}: {why}")))?;
     let mut patched = value::to_serde(src);
     patch.apply(&mut patched).map_err(|e| OpError::new(&e.pointer, format!("jsonPatch.{field}: {e}")))?;
