@@ -30,7 +30,6 @@ pub enum PoolError {
 /// Fixed conversion threads fed from one queue.
 pub struct Pool {
     queue: Mutex<mpsc::Sender<Job>>,
-    threads: usize,
 }
 
 impl Pool {
@@ -57,20 +56,25 @@ impl Pool {
                 },
             )?;
         }
-        Ok(Pool { queue: Mutex::new(tx), threads })
-    }
-
-    pub fn threads(&self) -> usize {
-        self.threads
+        Ok(Pool { queue: Mutex::new(tx) })
     }
 
     /// Runs `f` on a conversion thread under `budget` and waits for its value. A panic in
-    /// `f` is caught (and is this request's 500), never the thread's end.
+    /// `f` is caught (and is this request's 500), never the thread's end. Dropping the
+    /// returned future (the request timed out, the client went away) abandons the budget, so
+    /// the conversion stops at its next check instead of running on unread.
     pub async fn run<R: Send + 'static>(
         &self,
         budget: Arc<RequestBudget>,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
+        struct AbandonOnDrop(Arc<RequestBudget>);
+        impl Drop for AbandonOnDrop {
+            fn drop(&mut self) {
+                self.0.abandon();
+            }
+        }
+        let _abandon = AbandonOnDrop(budget.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
             budget.start();

@@ -186,14 +186,6 @@ async fn convert_inner(
         body.len(),
         app.limits.conversion_memory_factor,
     ));
-    // Dropped when this handler ends, however it ends (answered, timed out, client gone).
-    struct AbandonOnDrop(Arc<RequestBudget>);
-    impl Drop for AbandonOnDrop {
-        fn drop(&mut self) {
-            self.0.abandon();
-        }
-    }
-    let _abandon = AbandonOnDrop(budget.clone());
     let input = body.clone();
     let job = app.pool.run(budget.clone(), move || plan.review(&input));
     let done = tokio::time::timeout_at(deadline.into(), job).await;
