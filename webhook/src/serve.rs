@@ -21,7 +21,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
@@ -131,6 +131,27 @@ impl Transport {
     }
 }
 
+/// The next connection on `listener` (of the `what` listener, for the log), or `None` once
+/// `stop` resolves. A failed accept (usually EMFILE) backs off instead of spinning.
+async fn accept(
+    listener: &TcpListener,
+    mut stop: std::pin::Pin<&mut impl Future<Output = ()>>,
+    what: &str,
+) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        tokio::select! {
+            () = stop.as_mut() => return None,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => return Some(a),
+                Err(e) => {
+                    tracing::warn!(error = %e, listener = what, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
 fn closed(metrics: &Metrics, reason: &'static str) {
     metrics.connections_closed.get_or_create(&ReasonLabel { reason }).inc();
 }
@@ -171,18 +192,7 @@ pub async fn serve(
                 }
             }
         };
-        let (tcp, peer) = tokio::select! {
-            () = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Usually EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+        let Some((tcp, peer)) = accept(&listener, stop.as_mut(), "conversion").await else { break };
         let _ = tcp.set_nodelay(true);
         let (acceptor, router, builder, transport, metrics, mut closing) = (
             acceptor.clone(),
@@ -311,17 +321,7 @@ pub async fn serve_admin(listener: TcpListener, router: axum::Router, stop: impl
             () = &mut stop => break,
             s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
         };
-        let (tcp, _) = tokio::select! {
-            () = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+        let Some((tcp, _)) = accept(&listener, stop.as_mut(), "admin").await else { break };
         let conn = builder
             .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router.clone()))
             .into_owned();
