@@ -149,8 +149,8 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
     // Renames make objects a little longer; growing a 15 MB buffer would copy it all again.
     let mut out = Vec::with_capacity(HEADER_ROOM + body.len() + body.len() / 8 + 4096);
     let mut header_written = false;
-    // Where the converted list starts in `out`, once it has started.
-    let mut list_at: Option<usize> = None;
+    // Whether the converted list has started in `out`.
+    let mut list_started = false;
     let mut objects: Option<Objects> = None;
     // `objects` before `desiredAPIVersion`: validated first, converted after the request.
     let mut deferred: Option<Scanner> = None;
@@ -168,20 +168,19 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
                         "uid" => uid = string_member(&mut s)?,
                         "desiredAPIVersion" => desired = string_member(&mut s)?,
                         "objects" if s.peek() != Some(b'n') => match &desired {
+                            // A repeated `objects` key makes the review malformed (the check
+                            // of the envelope's keys below): a second list is only validated.
+                            Some(_) if list_started => {
+                                s.value().map_err(malformed)?;
+                            }
                             Some(d) => {
-                                match list_at {
-                                    // A repeated key: the last list wins, as in any JSON decoder.
-                                    Some(at) => out.truncate(at),
-                                    None => {
-                                        if let (Some(u), Ok(av)) = (&uid, review_version(&api_version)) {
-                                            write_header(&mut out, av, u)?;
-                                            header_written = true;
-                                        } else {
-                                            out.resize(HEADER_ROOM, b' ');
-                                        }
-                                        list_at = Some(out.len());
-                                    }
+                                if let (Some(u), Ok(av)) = (&uid, review_version(&api_version)) {
+                                    write_header(&mut out, av, u)?;
+                                    header_written = true;
+                                } else {
+                                    out.resize(HEADER_ROOM, b' ');
                                 }
+                                list_started = true;
                                 deferred = None;
                                 objects = Some(convert_objects(plan, &mut s, d, &mut out)?);
                             }
