@@ -11,10 +11,10 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::certs::{self, Lifetimes};
 use crate::metrics::Metrics;
-use crate::names::ServerNames;
 use crate::otel::HandoverTraces;
+use crate::server::certs::{self, Lifetimes};
+use crate::server::names::ServerNames;
 
 /// SSA field manager of everything the operator writes.
 pub const FIELD_MANAGER: &str = "dco-operator";

@@ -1,24 +1,19 @@
-//! dco-operator: the ConversionWebhookServer controller (workload, certificates, served-target
-//! aggregation) and the config controllers that drive the handover state machine of
-//! `dco-state`, executing its actions against the cluster.
+//! dco-operator in two wings: `config` drives the handover state machine of `dco-state` for
+//! each XRDConversionConfig and CRDConversionConfig, `server` runs each
+//! ConversionWebhookServer's workload and status. `runtime` wires the caches and controllers.
 
 pub mod assigned;
-pub mod certs;
 pub mod cli;
-pub mod conditions;
-pub mod config_controller;
+pub mod config;
 pub mod context;
 pub mod error;
+pub mod leases;
 pub mod metrics;
-pub mod names;
 pub mod otel;
-pub mod run;
-pub mod served;
-pub mod server_controller;
+pub mod runtime;
+pub mod server;
 pub mod serving;
-pub mod target;
 pub mod trace;
-pub mod workload;
 
 #[cfg(test)]
-mod verifier;
+mod test_apiserver;

@@ -28,7 +28,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dco_operator::run::run(args)) {
+    match runtime.block_on(dco_operator::runtime::run(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

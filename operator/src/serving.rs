@@ -4,7 +4,7 @@
 use dco_api::ServerStatus;
 use dco_state::handover::Serving;
 
-use crate::served::Held;
+use crate::leases::Held;
 
 /// What `status` says about `target`. `None` means the server object is gone, so nothing of it
 /// can be serving.

@@ -177,7 +177,7 @@ pub fn server(name: &str, default: bool, ready: i32, served: &[&str]) -> Convers
 pub const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nTUlJQ0ZBS0U=\n-----END CERTIFICATE-----\n";
 
 pub fn tls_secret(server: &str) -> Secret {
-    let names = crate::names::ServerNames::new(server, "dco-system");
+    let names = crate::server::names::ServerNames::new(server, "dco-system");
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": names.tls_secret, "namespace": "dco-system",
@@ -254,7 +254,7 @@ pub fn labels_of(l: &[(&str, &str)]) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{config_controller, server_controller};
+    use crate::{config, server};
     use dco_api::served_lease::{DEFAULT_MAX_ENCODED_BYTES, encode};
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -268,7 +268,7 @@ mod tests {
         ctx: Arc<Context>,
         cfg: CRDConversionConfig,
     ) -> tokio::task::JoinHandle<crate::error::Result<kube::runtime::controller::Action>> {
-        tokio::spawn(config_controller::reconcile(Arc::new(cfg), ctx))
+        tokio::spawn(config::reconcile(Arc::new(cfg), ctx))
     }
 
     /// A first wiring to server `a`, driven through the API: the Event reasons in order and
@@ -567,7 +567,7 @@ mod tests {
         w.lease(lease("a-1", "a", &["t1", "t2"]));
         w.lease(lease("a-2", "a", &["t2", "t3"]));
         w.lease(lease("b-1", "b", &["t9"]));
-        let task = tokio::spawn(server_controller::reconcile(Arc::new(cws.clone()), ctx));
+        let task = tokio::spawn(server::reconcile(Arc::new(cws.clone()), ctx));
 
         let ns = "/api/v1/namespaces/dco-system";
         let rbac = "/apis/rbac.authorization.k8s.io/v1";

@@ -6,12 +6,16 @@
 //! answer "cannot tell": a partial intersection would claim less than is true, and worse, an
 //! empty one would look like "the source dropped everything".
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use dco_api::served_lease::{self, Report};
-use dco_api::{LABEL_INSTANCE, ServerStatus};
+use dco_api::{ConversionWebhookServer, LABEL_INSTANCE, ServerStatus};
+use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 
 /// The served-target part of a ConversionWebhookServer's status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -151,6 +155,37 @@ impl Reported {
     }
 }
 
+/// Lease events → the servers whose aggregate they can change. Heartbeats (a renewal with the
+/// same set) pass nothing; a changed set, a new or deleted Lease, or a revival does.
+pub fn lease_triggers<S>(leases: S) -> impl Stream<Item = ObjectRef<ConversionWebhookServer>>
+where
+    S: Stream<Item = Result<watcher::Event<Lease>, watcher::Error>>,
+{
+    let mut seen: HashMap<(String, String), Reported> = HashMap::new();
+    leases.flat_map(move |ev| {
+        let key = |l: &Lease| (l.namespace().unwrap_or_default(), l.name_any());
+        let mut out: Vec<String> = Vec::new();
+        match ev {
+            Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => {
+                let next = Reported::of(&l);
+                let prev = seen.get(&key(&l));
+                if prev.is_none_or(|p| p.changes_aggregate(&next, Timestamp::now())) {
+                    out.extend(prev.and_then(|p| p.instance.clone()).filter(|i| Some(i) != next.instance.as_ref()));
+                    out.extend(next.instance.clone());
+                }
+                seen.insert(key(&l), next);
+            }
+            Ok(watcher::Event::Delete(l)) => {
+                seen.remove(&key(&l));
+                out.extend(Reported::of(&l).instance);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "Lease watch failed; retrying (the operator needs list/watch on leases)"),
+        }
+        stream::iter(out.into_iter().map(|i| ObjectRef::new(&i)))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +291,59 @@ mod tests {
         assert!(before.changes_aggregate(&grown, ts(30)));
         // The last renewal had lapsed: the replica comes back, the intersection may change.
         assert!(before.changes_aggregate(&renewed, ts(95)));
+    }
+}
+
+#[cfg(test)]
+mod trigger_tests {
+    use super::*;
+    use dco_api::served_lease::{DEFAULT_MAX_ENCODED_BYTES, encode};
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+
+    fn lease(pod: &str, instance: &str, targets: &[&str], renewed_ago: i64) -> Lease {
+        let annotations = encode(targets.iter(), DEFAULT_MAX_ENCODED_BYTES)
+            .annotations()
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        let renewed = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(renewed_ago);
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(format!("dco-served-{pod}")),
+                namespace: Some("ns".into()),
+                labels: Some([(LABEL_INSTANCE.to_string(), instance.to_string())].into()),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(renewed)),
+                lease_duration_seconds: Some(30),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn lease_events_wake_servers_only_when_a_reported_set_can_change() {
+        let events = vec![
+            Ok(watcher::Event::InitApply(lease("a-1", "a", &["x"], 0))),
+            // Heartbeat: same set, renewed.
+            Ok(watcher::Event::Apply(lease("a-1", "a", &["x"], 0))),
+            Ok(watcher::Event::Apply(lease("b-1", "b", &["y"], 0))),
+            // The set grew.
+            Ok(watcher::Event::Apply(lease("a-1", "a", &["x", "z"], 0))),
+            // Another heartbeat of b.
+            Ok(watcher::Event::Apply(lease("b-1", "b", &["y"], 0))),
+            // b's replica had lapsed (last seen renewed 60 s ago), then it comes back.
+            Ok(watcher::Event::Apply(lease("b-2", "b", &["y"], 60))),
+            Ok(watcher::Event::Apply(lease("b-2", "b", &["y"], 0))),
+            // A Lease moving to another instance wakes both.
+            Ok(watcher::Event::Apply(lease("b-2", "c", &["y"], 0))),
+            Ok(watcher::Event::Delete(lease("a-1", "a", &["x", "z"], 0))),
+            Err(watcher::Error::NoResourceVersion),
+        ];
+        let woken: Vec<String> = lease_triggers(stream::iter(events)).map(|r| r.name).collect().await;
+        assert_eq!(woken, ["a", "b", "a", "b", "b", "b", "c", "a"]);
     }
 }

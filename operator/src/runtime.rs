@@ -1,7 +1,6 @@
 //! Wiring: the caches, the three controllers and what wakes them, the rebalancing fan-out,
 //! and the health/metrics endpoint.
 
-use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
@@ -16,7 +15,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -25,11 +23,12 @@ use tokio::sync::mpsc;
 
 use crate::assigned::{self, ConfigRef};
 use crate::cli::Args;
+use crate::config::{self, target};
 use crate::context::{Context, Settings, Stores};
+use crate::leases::lease_triggers;
 use crate::metrics::Metrics;
 use crate::otel::HandoverTraces;
-use crate::served::Reported;
-use crate::{config_controller, server_controller, target};
+use crate::server;
 
 /// The CRD whose presence means XRDs can be watched.
 const XRD_CRD: &str = "compositeresourcedefinitions.apiextensions.crossplane.io";
@@ -62,37 +61,6 @@ fn config_servers(c: &ConfigRef) -> Vec<ObjectRef<ConversionWebhookServer>> {
     names.sort();
     names.dedup();
     names.into_iter().map(|n| ObjectRef::new(n)).collect()
-}
-
-/// Lease events → the servers whose aggregate they can change. Heartbeats (a renewal with the
-/// same set) pass nothing; a changed set, a new or deleted Lease, or a revival does.
-pub fn lease_triggers<S>(leases: S) -> impl Stream<Item = ObjectRef<ConversionWebhookServer>>
-where
-    S: Stream<Item = Result<watcher::Event<Lease>, watcher::Error>>,
-{
-    let mut seen: HashMap<(String, String), Reported> = HashMap::new();
-    leases.flat_map(move |ev| {
-        let key = |l: &Lease| (l.namespace().unwrap_or_default(), l.name_any());
-        let mut out: Vec<String> = Vec::new();
-        match ev {
-            Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => {
-                let next = Reported::of(&l);
-                let prev = seen.get(&key(&l));
-                if prev.is_none_or(|p| p.changes_aggregate(&next, Timestamp::now())) {
-                    out.extend(prev.and_then(|p| p.instance.clone()).filter(|i| Some(i) != next.instance.as_ref()));
-                    out.extend(next.instance.clone());
-                }
-                seen.insert(key(&l), next);
-            }
-            Ok(watcher::Event::Delete(l)) => {
-                seen.remove(&key(&l));
-                out.extend(Reported::of(&l).instance);
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "Lease watch failed; retrying (the operator needs list/watch on leases)"),
-        }
-        stream::iter(out.into_iter().map(|i| ObjectRef::new(&i)))
-    })
 }
 
 /// Server and certificate changes → the configs to reconcile again, per kind.
@@ -144,7 +112,7 @@ async fn fan_out<S1, S2>(
 
 fn refs<K>(store: &Store<K>) -> Vec<ConfigRef>
 where
-    K: config_controller::ConfigKind,
+    K: config::ConfigKind,
 {
     store.state().iter().map(|c| ConfigRef::of(c.as_ref())).collect()
 }
@@ -324,7 +292,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             })
             .reconcile_on(lease_refs)
             .shutdown_on_signal()
-            .run(server_controller::reconcile, server_controller::error_policy, ctx.clone())
+            .run(server::reconcile, server::error_policy, ctx.clone())
             .for_each(log_results("conversionwebhookserver"));
 
     let ccc_store = stores.cccs.clone();
@@ -336,11 +304,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )
         .reconcile_on(paced(ccc_rx, args.rebalance_qps))
         .shutdown_on_signal()
-        .run(
-            config_controller::reconcile::<CRDConversionConfig>,
-            config_controller::error_policy,
-            ctx.clone(),
-        )
+        .run(config::reconcile::<CRDConversionConfig>, config::error_policy, ctx.clone())
         .for_each(log_results("crdconversionconfig"));
 
     let xrds_installed = Api::<CustomResourceDefinition>::all(client.clone())
@@ -365,11 +329,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let xcc_run = xcc_ctl
         .shutdown_on_signal()
-        .run(
-            config_controller::reconcile::<XRDConversionConfig>,
-            config_controller::error_policy,
-            ctx.clone(),
-        )
+        .run(config::reconcile::<XRDConversionConfig>, config::error_policy, ctx.clone())
         .for_each(log_results("xrdconversionconfig"));
 
     tokio::join!(cws_ctl, ccc_run, xcc_run);
@@ -377,58 +337,4 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // The exporter's client blocks; keep it off the async workers.
     let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use dco_api::served_lease::{DEFAULT_MAX_ENCODED_BYTES, encode};
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-
-    fn lease(pod: &str, instance: &str, targets: &[&str], renewed_ago: i64) -> Lease {
-        let annotations = encode(targets.iter(), DEFAULT_MAX_ENCODED_BYTES)
-            .annotations()
-            .into_iter()
-            .filter_map(|(k, v)| v.map(|v| (k, v)))
-            .collect();
-        let renewed = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(renewed_ago);
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(format!("dco-served-{pod}")),
-                namespace: Some("ns".into()),
-                labels: Some([(LABEL_INSTANCE.to_string(), instance.to_string())].into()),
-                annotations: Some(annotations),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                renew_time: Some(MicroTime(renewed)),
-                lease_duration_seconds: Some(30),
-                ..LeaseSpec::default()
-            }),
-        }
-    }
-
-    #[tokio::test]
-    async fn lease_events_wake_servers_only_when_a_reported_set_can_change() {
-        let events = vec![
-            Ok(watcher::Event::InitApply(lease("a-1", "a", &["x"], 0))),
-            // Heartbeat: same set, renewed.
-            Ok(watcher::Event::Apply(lease("a-1", "a", &["x"], 0))),
-            Ok(watcher::Event::Apply(lease("b-1", "b", &["y"], 0))),
-            // The set grew.
-            Ok(watcher::Event::Apply(lease("a-1", "a", &["x", "z"], 0))),
-            // Another heartbeat of b.
-            Ok(watcher::Event::Apply(lease("b-1", "b", &["y"], 0))),
-            // b's replica had lapsed (last seen renewed 60 s ago), then it comes back.
-            Ok(watcher::Event::Apply(lease("b-2", "b", &["y"], 60))),
-            Ok(watcher::Event::Apply(lease("b-2", "b", &["y"], 0))),
-            // A Lease moving to another instance wakes both.
-            Ok(watcher::Event::Apply(lease("b-2", "c", &["y"], 0))),
-            Ok(watcher::Event::Delete(lease("a-1", "a", &["x", "z"], 0))),
-            Err(watcher::Error::NoResourceVersion),
-        ];
-        let woken: Vec<String> = lease_triggers(stream::iter(events)).map(|r| r.name).collect().await;
-        assert_eq!(woken, ["a", "b", "a", "b", "b", "b", "c", "a"]);
-    }
 }

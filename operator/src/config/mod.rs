@@ -16,7 +16,7 @@ use dco_state::handover::{self, Action as HandoverAction, Facts, Handover};
 use dco_state::machine::{EventNote, Machine, Step};
 use k8s_openapi::ClusterResourceScope;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
@@ -25,15 +25,17 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::instrument;
 
+use self::target::Wiring;
 use crate::assigned::HasConfigStatus;
-use crate::conditions;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::metrics::TransitionLabels;
 use crate::otel;
+use crate::server::desired;
 use crate::serving::serving;
-use crate::target::{self, Wiring};
-use crate::workload;
+use dco_state::conditions;
+
+pub mod target;
 
 pub mod condition {
     pub const VALIDATED: &str = "Validated";
@@ -117,17 +119,11 @@ pub fn error_policy<K: ConfigKind>(cfg: Arc<K>, error: &Error, ctx: Arc<Context>
 }
 
 async fn write_status<K: ConfigKind>(ctx: &Context, cfg: &K, status: &ConfigStatus) -> Result<()> {
-    let api: Api<K> = Api::all(ctx.client.clone());
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    let name = cfg.name_any();
-    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(Error::kube("write status of", kind_static::<K>(), name))?;
-    Ok(())
+    dco_state::status::apply(&ctx.client, cfg, status, FIELD_MANAGER).await.map_err(Error::kube(
+        "write status of",
+        kind_static::<K>(),
+        cfg.name_any(),
+    ))
 }
 
 fn kind_static<K: ConfigKind>() -> &'static str {
@@ -225,7 +221,7 @@ fn wiring_for(
         namespace: names.namespace.clone(),
         service: names.service().to_string(),
         path: webhook_path(target),
-        port: workload::service_spec(server).port,
+        port: desired::service_spec(server).port,
         ca_bundle,
         review_versions: if review_versions.is_empty() {
             vec!["v1".to_string()]
@@ -244,10 +240,10 @@ fn source_facts(
     now: Timestamp,
 ) -> dco_state::handover::Serving {
     let server = source.and_then(|s| ctx.server(s));
-    let held = server.as_ref().map_or_else(crate::served::Held::default, |s| {
+    let held = server.as_ref().map_or_else(crate::leases::Held::default, |s| {
         let names = ctx.names(s);
         let leases = ctx.stores.leases.state();
-        crate::served::held(leases.iter().map(|l| l.as_ref()), &names.server, &names.namespace, target, now)
+        crate::leases::held(leases.iter().map(|l| l.as_ref()), &names.server, &names.namespace, target, now)
     });
     crate::serving::source_serving(server.as_ref().and_then(|s| s.status.as_ref()), &held)
 }

@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
 use crate::context::Settings;
-use crate::names::ServerNames;
+use crate::server::names::ServerNames;
 
 pub const CONTAINER: &str = "webhook";
 pub const PORT_NAME: &str = "https";

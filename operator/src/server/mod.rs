@@ -18,16 +18,19 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::instrument;
 
+use self::certs::Current;
+use self::names::ServerNames;
 use crate::assigned::{self, ConfigRef};
-use crate::certs::{self, Current};
-use crate::conditions;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
-use crate::names::ServerNames;
-use crate::served;
-use crate::workload;
+use crate::leases;
+use dco_state::conditions;
 
 pub const CONTROLLER: &str = "conversionwebhookserver";
+
+pub mod certs;
+pub mod desired;
+pub mod names;
 
 pub mod condition {
     pub const AVAILABLE: &str = "Available";
@@ -150,13 +153,13 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     let names = ctx.names(cws);
     let gen_ = cws.metadata.generation;
     let server = cws.name_any();
-    let Some(owner) = workload::owner(cws) else {
+    let Some(owner) = desired::owner(cws) else {
         return Err(Error::NotReady(format!("ConversionWebhookServer {server} has no uid yet")));
     };
     let mut status = cws.status.clone().unwrap_or_default();
     status.observed_generation = gen_;
 
-    let (_, refused) = workload::split_extra_args(&cws.spec.extra_args);
+    let (_, refused) = desired::split_extra_args(&cws.spec.extra_args);
     if !refused.is_empty() {
         ctx.event(
             cws,
@@ -165,20 +168,20 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
             "Apply",
             format!(
                 "spec.extraArgs {refused:?} override flags the operator manages ({}); they are ignored — remove them",
-                workload::MANAGED_FLAGS.join(", ")
+                desired::MANAGED_FLAGS.join(", ")
             ),
         )
         .await;
     }
 
     // RBAC first: Pods that start before their Role exist fail their first Lease writes.
-    if let Some(sa) = workload::service_account(cws, &names, &owner) {
+    if let Some(sa) = desired::service_account(cws, &names, &owner) {
         ssa(ctx, &sa, "ServiceAccount").await?;
     }
-    ssa(ctx, &workload::role(&names, &owner), "Role").await?;
-    ssa(ctx, &workload::role_binding(cws, &names, &owner), "RoleBinding").await?;
-    ssa(ctx, &workload::cluster_role(&names, &owner), "ClusterRole").await?;
-    ssa(ctx, &workload::cluster_role_binding(cws, &names, &owner), "ClusterRoleBinding").await?;
+    ssa(ctx, &desired::role(&names, &owner), "Role").await?;
+    ssa(ctx, &desired::role_binding(cws, &names, &owner), "RoleBinding").await?;
+    ssa(ctx, &desired::cluster_role(&names, &owner), "ClusterRole").await?;
+    ssa(ctx, &desired::cluster_role_binding(cws, &names, &owner), "ClusterRoleBinding").await?;
 
     // The serving certificate.
     let mut cert_recheck = ctx.settings.resync;
@@ -208,12 +211,12 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
         )
         .map_err(|source| Error::Certificate { server: server.clone(), source })?;
         if let Some(data) = &outcome.write_ca {
-            ssa(ctx, &workload::secret(&names.ca_secret, "Opaque", data, &names, &owner), "Secret").await?;
+            ssa(ctx, &desired::secret(&names.ca_secret, "Opaque", data, &names, &owner), "Secret").await?;
         }
         if let Some(data) = &outcome.write_tls {
             ssa(
                 ctx,
-                &workload::secret(&names.tls_secret, "kubernetes.io/tls", data, &names, &owner),
+                &desired::secret(&names.tls_secret, "kubernetes.io/tls", data, &names, &owner),
                 "Secret",
             )
             .await?;
@@ -242,7 +245,7 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
         );
     }
 
-    let svc = ssa(ctx, &workload::service(cws, &names, &owner), "Service").await?;
+    let svc = ssa(ctx, &desired::service(cws, &names, &owner), "Service").await?;
     let port =
         svc.spec.as_ref().and_then(|s| s.ports.as_ref()).and_then(|p| p.first()).map_or(443, |p| p.port);
     status.endpoint = Some(format!("https://{}:{port}", names.service_host()));
@@ -256,8 +259,8 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
         now,
     );
 
-    let deploy = ssa(ctx, &workload::deployment(cws, &names, &ctx.settings, &owner), "Deployment").await?;
-    match workload::hpa(cws, &names, &owner) {
+    let deploy = ssa(ctx, &desired::deployment(cws, &names, &ctx.settings, &owner), "Deployment").await?;
+    match desired::hpa(cws, &names, &owner) {
         Some(h) => drop(ssa(ctx, &h, "HorizontalPodAutoscaler").await?),
         None => {
             delete_if_present::<HorizontalPodAutoscaler>(
@@ -269,7 +272,7 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
             .await?
         }
     }
-    match workload::pdb(cws, &names, &owner) {
+    match desired::pdb(cws, &names, &owner) {
         Some(p) => drop(ssa(ctx, &p, "PodDisruptionBudget").await?),
         None => {
             delete_if_present::<PodDisruptionBudget>(
@@ -301,7 +304,7 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     );
 
     let next = finish_status(cws, ctx, &names, &mut status, now);
-    write_status(ctx, &server, &status).await?;
+    write_status(ctx, cws, &status).await?;
     let wait = next.min(cert_recheck).min(ctx.settings.resync);
     Ok(Action::requeue(wait))
 }
@@ -317,7 +320,7 @@ fn finish_status(
 ) -> Duration {
     let server = cws.name_any();
     let leases = ctx.stores.leases.state();
-    let agg = served::aggregate(leases.iter().map(|l| l.as_ref()), &server, &names.namespace, now);
+    let agg = leases::aggregate(leases.iter().map(|l| l.as_ref()), &server, &names.namespace, now);
     agg.write_to(status);
 
     let servers = ctx.servers();
@@ -354,17 +357,12 @@ fn finish_status(
         .map_or(ctx.settings.resync, |s| Duration::from_secs(s.max(1)))
 }
 
-async fn write_status(ctx: &Context, server: &str, status: &ServerStatus) -> Result<()> {
-    let api: Api<ConversionWebhookServer> = Api::all(ctx.client.clone());
-    let patch = serde_json::json!({
-        "apiVersion": dco_api::API_VERSION,
-        "kind": "ConversionWebhookServer",
-        "status": status,
-    });
-    api.patch_status(server, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(Error::kube("write status of", "ConversionWebhookServer", server))?;
-    Ok(())
+async fn write_status(ctx: &Context, cws: &ConversionWebhookServer, status: &ServerStatus) -> Result<()> {
+    dco_state::status::apply(&ctx.client, cws, status, FIELD_MANAGER).await.map_err(Error::kube(
+        "write status of",
+        "ConversionWebhookServer",
+        cws.name_any(),
+    ))
 }
 
 async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
@@ -405,7 +403,7 @@ async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action>
         now,
     );
     finish_status(cws, ctx, &names, &mut status, now);
-    write_status(ctx, &server, &status).await?;
+    write_status(ctx, cws, &status).await?;
     ctx.event(cws, true, "DeletionBlocked", "Delete", message.clone()).await;
     Err(Error::DeletionBlocked(format!("ConversionWebhookServer {server}: {message}")))
 }
