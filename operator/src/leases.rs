@@ -1,4 +1,6 @@
-//! What a server's replicas serve, aggregated from their served-target Leases (design §5).
+//! The one reader of served-target Leases (design §5): what a server's replicas serve, for
+//! its status (the aggregate), for a move (one server's [`Replicas`] for one target), and
+//! which Lease events can change either (the trigger stream).
 //!
 //! The answer is the **intersection** over live Leases: a target counts as served only when
 //! every live replica holds a plan for it, because the apiserver may send a review to any of
@@ -10,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use dco_api::served_lease::{self, Report};
 use dco_api::{ConversionWebhookServer, LABEL_INSTANCE, ServerStatus};
+use dco_state::handover::Replicas;
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -93,33 +96,38 @@ pub fn aggregate<'a>(
     Aggregate { served_targets, reporting_replicas: reporting, truncated, next_expiry }
 }
 
-/// Whether **any** live replica of a server still holds `target`: the question a move asks of
-/// its source ("no live replica reports it any more"), which the intersection cannot answer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Held {
-    /// Live Leases of the server.
-    pub live: i32,
-    /// At least one live Lease lists the target.
-    pub by_any: bool,
-    /// A live Lease cannot answer (truncated, missing or undecodable set).
-    pub cannot_tell: bool,
-}
-
-pub fn held<'a>(
+/// One server's replicas as a move needs them for `target`: the fact the handover machine
+/// reads for both the destination ("every live replica holds it") and the source ("no live
+/// replica holds it any more", which the intersection cannot answer), so both are read the
+/// same way, from the Leases themselves. `ready` is the server's ready replica count (its
+/// Deployment, through the server's status).
+pub fn replicas<'a>(
     leases: impl IntoIterator<Item = &'a Lease>,
     instance: &str,
     namespace: &str,
     target: &str,
+    ready: i32,
     now: Timestamp,
-) -> Held {
-    let mut out = Held::default();
+) -> Replicas {
+    let mut out = Replicas { ready, ..Replicas::default() };
+    let mut by_all = true;
     for (_, report) in live_reports(leases, instance, namespace, now) {
         out.live = out.live.saturating_add(1);
         match report {
-            Report::Targets(set) => out.by_any |= set.contains(target),
-            Report::CannotTell(_) => out.cannot_tell = true,
+            Report::Targets(set) => {
+                let has = set.contains(target);
+                out.by_any |= has;
+                by_all &= has;
+            }
+            Report::CannotTell(_) => {
+                out.cannot_tell = Some(
+                    "a replica's served-target set is truncated (over --served-targets-max-bytes) or unreadable"
+                        .to_string(),
+                );
+            }
         }
     }
+    out.by_all = by_all && out.live > 0 && out.cannot_tell.is_none();
     out
 }
 
@@ -268,18 +276,32 @@ mod tests {
     }
 
     #[test]
-    fn held_asks_whether_any_live_replica_still_has_the_target() {
+    fn replicas_answer_both_roles_from_the_leases() {
+        use dco_state::handover::Serving;
         let leases = [lease("a-1", "a", Some(&["x"]), 0), lease("a-2", "a", Some(&["x", "y"]), 0)];
-        let h = held(&leases, "a", "dco-system", "y", ts(0));
-        assert_eq!(h, Held { live: 2, by_any: true, cannot_tell: false });
-        assert!(!held(&leases, "a", "dco-system", "z", ts(0)).by_any);
-        // The intersection says "y" is not served; for a source that is not "dropped".
-        assert_eq!(aggregate(&leases, "a", "dco-system", ts(0)).served_targets, ["x"]);
+        let r = replicas(&leases, "a", "dco-system", "y", 2, ts(0));
+        assert_eq!(r, Replicas { ready: 2, live: 2, by_all: false, by_any: true, cannot_tell: None });
+        // One replica still holds y: a source that has not dropped it, a destination not ready.
+        assert_eq!(r.as_source(), Serving::Serves);
+        assert_eq!(r.as_destination(), Serving::NotServing);
+        let x = replicas(&leases, "a", "dco-system", "x", 2, ts(0));
+        assert_eq!((x.as_destination(), x.as_source()), (Serving::Serves, Serving::Serves));
+        assert_eq!(replicas(&leases, "a", "dco-system", "z", 2, ts(0)).as_source(), Serving::NotServing);
+        // A third ready replica without a Lease: the destination cannot tell.
+        let three = replicas(&leases, "a", "dco-system", "x", 3, ts(0));
+        assert!(matches!(three.as_destination(), Serving::CannotTell(m) if m.contains("2 of 3")));
         let mut t = lease("a-3", "a", None, 0);
         t.metadata.annotations =
             Some(BTreeMap::from([(dco_api::ANNOTATION_SERVED_TRUNCATED.to_string(), "true".to_string())]));
-        assert!(held(&[t], "a", "dco-system", "y", ts(0)).cannot_tell);
-        assert_eq!(held(&leases, "a", "dco-system", "y", ts(100)), Held::default());
+        let r = replicas(&[t], "a", "dco-system", "y", 1, ts(0));
+        assert!(matches!(r.as_source(), Serving::CannotTell(m) if m.contains("may still hold")));
+        assert!(matches!(r.as_destination(), Serving::CannotTell(m) if m.contains("truncated")));
+        // Expired Leases: nothing live, so a running server publishes none.
+        let r = replicas(&leases, "a", "dco-system", "y", 2, ts(100));
+        assert_eq!((r.live, r.as_source(), r.as_destination()), (0, Serving::NoLeases, Serving::NoLeases));
+        // Nothing runs and nothing reports: nothing serves, in either role.
+        let r = replicas(&leases, "a", "dco-system", "y", 0, ts(100));
+        assert_eq!((r.as_source(), r.as_destination()), (Serving::NotServing, Serving::NotServing));
     }
 
     #[test]

@@ -12,7 +12,6 @@ pub mod metrics;
 pub mod otel;
 pub mod runtime;
 pub mod server;
-pub mod serving;
 pub mod trace;
 
 #[cfg(test)]

@@ -386,6 +386,8 @@ mod tests {
         w.server(server("a", true, 2, &[TARGET]));
         // b runs, but its replicas do not report the target yet.
         w.server(server("b", false, 2, &[]));
+        w.lease(lease("b-1", "b", &[]));
+        w.lease(lease("b-2", "b", &[]));
         w.secret(tls_secret("a"));
         w.secret(tls_secret("b"));
         let cfg = config(Some("b"), settled_on("a"));
@@ -419,6 +421,9 @@ mod tests {
         let (ctx, mut api, mut w) = test_context();
         w.server(server("a", true, 2, &[TARGET]));
         w.server(server("b", false, 2, &[TARGET]));
+        // Every replica of b reports the target.
+        w.lease(lease("b-1", "b", &[TARGET]));
+        w.lease(lease("b-2", "b", &[TARGET]));
         w.secret(tls_secret("a"));
         w.secret(tls_secret("b"));
         // One replica of a still holds the target: the source has not dropped it.

@@ -15,12 +15,13 @@ use dco_api::HandoverStatus;
 
 use crate::machine::{ConditionUpdate, EventNote, Machine, Step};
 
-/// What a server's served-target Leases say about one target (read from the cache).
+/// What a server's served-target Leases say about one target, read as one role needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Serving {
-    /// Every live replica reports the target and all ready replicas report.
+    /// The role's question is answered yes: for a destination, every live replica reports the
+    /// target and all ready replicas report; for a source, some live replica still holds it.
     Serves,
-    /// The replicas report, and the target is not (or no longer) in their intersection.
+    /// The replicas report, and the target is not (or no longer) where the role asks.
     NotServing,
     /// The server publishes no Leases at all (an older webhook, or Leases forbidden by RBAC).
     NoLeases,
@@ -29,36 +30,119 @@ pub enum Serving {
     CannotTell(String),
 }
 
-/// Everything one step needs, gathered by the operator from its caches.
+/// One server's replicas as the operator observed them for one target: its ready replicas
+/// (from the Deployment, through the server's status) and its live served-target Leases
+/// (read from the cache by `operator/src/leases.rs`). A server missing from
+/// [`Facts::servers`] does not exist, so nothing of it serves.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replicas {
+    pub ready: i32,
+    /// Live served-target Leases.
+    pub live: i32,
+    /// Every live Lease lists the target (false when none is live).
+    pub by_all: bool,
+    /// Some live Lease lists the target.
+    pub by_any: bool,
+    /// Why a live Lease cannot answer (truncated, missing or undecodable set), if one cannot.
+    pub cannot_tell: Option<String>,
+}
+
+impl Replicas {
+    /// Whether a move may wire the target to this server: every replica the apiserver may
+    /// call holds a plan for it.
+    pub fn as_destination(&self) -> Serving {
+        if self.ready <= 0 && self.live <= 0 {
+            // Nothing runs, so nothing can serve: the move waits.
+            return Serving::NotServing;
+        }
+        if let Some(why) = &self.cannot_tell {
+            return Serving::CannotTell(why.clone());
+        }
+        if self.live <= 0 {
+            return Serving::NoLeases;
+        }
+        if self.live < self.ready {
+            return Serving::CannotTell(format!(
+                "only {} of {} ready replicas publish a live served-target Lease",
+                self.live, self.ready
+            ));
+        }
+        if self.by_all { Serving::Serves } else { Serving::NotServing }
+    }
+
+    /// Whether a move's source still holds the target: it has dropped it only when no live
+    /// replica holds it (the union, not the intersection: one replica still serving is
+    /// serving).
+    pub fn as_source(&self) -> Serving {
+        if self.by_any {
+            return Serving::Serves;
+        }
+        if let Some(why) = &self.cannot_tell {
+            return Serving::CannotTell(format!("{why}, so it may still hold the target"));
+        }
+        if self.live == 0 && self.ready > 0 {
+            return Serving::NoLeases;
+        }
+        Serving::NotServing
+    }
+}
+
+/// Everything one step needs, gathered by the operator from its caches and one read of the
+/// target (`operator/src/config/facts.rs`).
 #[derive(Clone, Debug)]
-pub struct Facts<'a> {
+pub struct Facts {
     /// RFC 3339 time of this reconcile, recorded as `since` on a transition.
-    pub now: &'a str,
+    pub now: String,
     /// The resolver's answer, or why there is none.
-    pub destination: Result<&'a str, String>,
+    pub destination: Result<String, String>,
     /// Whether the config compiles against the live target schema, or why not.
     pub compiled: Result<(), String>,
+    /// The target exists and is Established, or why not. Nothing is wired to a target the
+    /// apiserver has not accepted.
+    pub target_ready: Result<(), String>,
+    /// The destination can be wired to now (it has a ready replica and an issued CA), or why
+    /// not. A move never points a target at a server that cannot answer.
+    pub destination_ready: Result<(), String>,
     /// The server whose Service the target's `spec.conversion` names now, if any.
-    pub wired_to: Option<&'a str>,
-    /// The destination's Leases about this target.
-    pub destination_serving: Serving,
-    /// The source's Leases about this target (ignored when there is no source).
-    pub source_serving: Serving,
+    pub wired_to: Option<String>,
+    /// The target's `spec.conversion` already says exactly what wiring it to the destination
+    /// would write (CA bundle, review versions). Only meaningful when it names the destination.
+    pub wiring_current: bool,
+    /// The replicas of every server the move involves (the destination, the move's source,
+    /// the server the target names), by server name.
+    pub servers: std::collections::BTreeMap<String, Replicas>,
     /// A fresh W3C traceparent for a move that starts in this step.
-    pub new_traceparent: &'a str,
+    pub new_traceparent: String,
+}
+
+impl Facts {
+    fn replicas(&self, server: &str) -> Replicas {
+        self.servers.get(server).cloned().unwrap_or_default()
+    }
+
+    /// Whatever keeps a wiring from happening now, in the order a person fixes them.
+    fn gate(&self) -> Result<(), (&'static str, String)> {
+        self.target_ready.clone().map_err(|why| (reason::AWAITING_TARGET, why))?;
+        self.destination_ready.clone().map_err(|why| (reason::AWAITING_DESTINATION, why))
+    }
 }
 
 /// What the operator must do for the machine to make progress.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Server-side apply the target's `spec.conversion` to point at this server.
+    /// Server-side apply the target's `spec.conversion` to point at this server: the move's
+    /// one change of the target's spec.
     WireTo(String),
+    /// The target is settled on this server but its `spec.conversion` is out of date (the CA
+    /// rotated, or the review versions changed): write it again. Not a move: no transition.
+    Refresh(String),
 }
 
 pub const CONDITION: &str = "HandoverReady";
 
 pub mod reason {
     pub const NO_SERVER: &str = "NoServer";
+    pub const AWAITING_TARGET: &str = "AwaitingTarget";
     pub const COMPILE_FAILED: &str = "CompileFailed";
     pub const AWAITING_DESTINATION: &str = "AwaitingDestination";
     pub const PATCHING: &str = "Patching";
@@ -77,10 +161,10 @@ pub struct Handover;
 
 impl Machine for Handover {
     type State = HandoverStatus;
-    type Facts<'a> = Facts<'a>;
+    type Facts = Facts;
     type Action = Action;
 
-    fn step(state: &HandoverStatus, facts: &Facts<'_>) -> Step<HandoverStatus, Action> {
+    fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Action> {
         step(state, facts)
     }
 }
@@ -99,36 +183,31 @@ fn stay(
 fn go(
     state: &HandoverStatus,
     to: S,
-    facts: &Facts<'_>,
+    facts: &Facts,
     event: &'static str,
     note: String,
     condition: ConditionUpdate,
 ) -> Step<HandoverStatus, Action> {
     let mut next = state.clone();
     next.state = to;
-    next.since = Some(facts.now.to_string());
+    next.since = Some(facts.now.clone());
     next.message = Some(note.clone());
     Step { next, actions: vec![], condition, event: Some(EventNote { warning: false, reason: event, note }) }
 }
 
 /// A new move from Compiling, with `source` = the server the target names now.
-fn start(
-    state: &HandoverStatus,
-    dest: &str,
-    facts: &Facts<'_>,
-    restarted: bool,
-) -> Step<HandoverStatus, Action> {
+fn start(state: &HandoverStatus, dest: &str, facts: &Facts, restarted: bool) -> Step<HandoverStatus, Action> {
     let next = HandoverStatus {
         state: S::Compiling,
-        source: facts.wired_to.map(str::to_string),
+        source: facts.wired_to.clone(),
         destination: Some(dest.to_string()),
-        since: Some(facts.now.to_string()),
+        since: Some(facts.now.clone()),
         attempt: state.attempt.saturating_add(1),
-        traceparent: Some(facts.new_traceparent.to_string()),
+        traceparent: Some(facts.new_traceparent.clone()),
         message: None,
         unverified: false,
     };
-    let from = facts.wired_to.map_or("nothing".to_string(), |s| format!("server {s}"));
+    let from = facts.wired_to.as_ref().map_or("nothing".to_string(), |s| format!("server {s}"));
     let (reason, note) = if restarted {
         (
             reason::RESTARTED,
@@ -149,25 +228,39 @@ fn start(
 }
 
 /// One transition (or none) from `state` under `facts`.
-pub fn step(state: &HandoverStatus, facts: &Facts<'_>) -> Step<HandoverStatus, Action> {
+///
+/// Every step toward the destination that would end in a wiring (starting or restarting a
+/// move, re-wiring a drifted target, the wiring itself) first passes [`Facts::gate`]: the
+/// target is Established and the destination can answer. Waiting on the source, and resting
+/// where the target is settled, need neither.
+pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Action> {
     // Without a resolver answer nothing moves and nothing is un-wired: the target keeps
     // whatever serves it now.
     let dest = match &facts.destination {
-        Ok(d) => *d,
+        Ok(d) => d.as_str(),
         Err(why) => return stay(state, false, reason::NO_SERVER, why.clone()),
     };
     let current = state.destination.as_deref();
+    let blocked =
+        |state: &HandoverStatus| facts.gate().err().map(|(reason, why)| stay(state, false, reason, why));
 
     match state.state {
         S::Unassigned => match &facts.compiled {
-            Ok(()) => start(state, dest, facts, false),
+            Ok(()) => blocked(state).unwrap_or_else(|| start(state, dest, facts, false)),
             Err(why) => stay(state, false, reason::COMPILE_FAILED, why.clone()),
         },
-        S::Compiling | S::DestinationReady if current != Some(dest) => start(state, dest, facts, true),
-        S::Patched | S::SourceDropped if current != Some(dest) => start(state, dest, facts, false),
+        S::Compiling | S::DestinationReady if current != Some(dest) => {
+            blocked(state).unwrap_or_else(|| start(state, dest, facts, true))
+        }
+        S::Patched | S::SourceDropped if current != Some(dest) => {
+            blocked(state).unwrap_or_else(|| start(state, dest, facts, false))
+        }
         S::Compiling => {
             if let Err(why) = &facts.compiled {
                 return stay(state, false, reason::COMPILE_FAILED, why.clone());
+            }
+            if let Some(s) = blocked(state) {
+                return s;
             }
             let source = state.source.as_deref();
             if source.is_none() || source == Some(dest) {
@@ -181,7 +274,7 @@ pub fn step(state: &HandoverStatus, facts: &Facts<'_>) -> Step<HandoverStatus, A
                     patching(dest),
                 );
             }
-            match &facts.destination_serving {
+            match facts.replicas(dest).as_destination() {
                 Serves => {
                     let note = format!("every live replica of server {dest} reports a compiled plan");
                     go(state, S::DestinationReady, facts, reason::DESTINATION_READY, note, patching(dest))
@@ -215,7 +308,7 @@ pub fn step(state: &HandoverStatus, facts: &Facts<'_>) -> Step<HandoverStatus, A
             }
         }
         S::DestinationReady => {
-            if facts.wired_to == Some(dest) {
+            if facts.wired_to.as_deref() == Some(dest) {
                 let note = format!("the target's spec.conversion now names server {dest}");
                 let cond = ConditionUpdate {
                     status: false,
@@ -223,6 +316,9 @@ pub fn step(state: &HandoverStatus, facts: &Facts<'_>) -> Step<HandoverStatus, A
                     message: awaiting_source(state.source.as_deref()),
                 };
                 return go(state, S::Patched, facts, reason::PATCHED, note, cond);
+            }
+            if let Some(s) = blocked(state) {
+                return s;
             }
             let mut s = stay(state, false, reason::PATCHING, format!("wiring the target to server {dest}"));
             s.actions.push(Action::WireTo(dest.to_string()));
@@ -240,7 +336,7 @@ pub fn step(state: &HandoverStatus, facts: &Facts<'_>) -> Step<HandoverStatus, A
                     ready(state),
                 );
             };
-            match &facts.source_serving {
+            match facts.replicas(source).as_source() {
                 NotServing => {
                     let note =
                         format!("server {source} no longer holds the target; the move to {dest} is complete");
@@ -260,11 +356,14 @@ pub fn step(state: &HandoverStatus, facts: &Facts<'_>) -> Step<HandoverStatus, A
             }
         }
         S::SourceDropped => {
-            if facts.wired_to != Some(dest) {
+            if facts.wired_to.as_deref() != Some(dest) {
+                if let Some(s) = blocked(state) {
+                    return s;
+                }
                 // Someone re-wired the target by hand: put it back, through the same guard.
                 let note = format!(
                     "the target's spec.conversion names {}, not server {dest}; re-wiring",
-                    facts.wired_to.unwrap_or("no webhook")
+                    facts.wired_to.as_deref().unwrap_or("no webhook")
                 );
                 let mut s =
                     go(state, S::DestinationReady, facts, reason::WIRING_DRIFTED, note, patching(dest));
@@ -273,7 +372,14 @@ pub fn step(state: &HandoverStatus, facts: &Facts<'_>) -> Step<HandoverStatus, A
                 }
                 return s;
             }
-            Step { next: state.clone(), actions: vec![], condition: ready(state), event: None }
+            // Settled. Same server, new details (a rotated CA, other review versions): write
+            // them, which is not a move. Nothing to write while they cannot be built.
+            let actions = if !facts.wiring_current && facts.destination_ready.is_ok() {
+                vec![Action::Refresh(dest.to_string())]
+            } else {
+                vec![]
+            };
+            Step { next: state.clone(), actions, condition: ready(state), event: None }
         }
     }
 }

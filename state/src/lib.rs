@@ -11,4 +11,6 @@ pub mod machine;
 #[cfg(feature = "kube")]
 pub mod conditions;
 #[cfg(feature = "kube")]
+pub mod drive;
+#[cfg(feature = "kube")]
 pub mod status;

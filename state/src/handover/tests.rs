@@ -1,15 +1,48 @@
 use super::*;
 use proptest::prelude::*;
 
-fn facts<'a>(dest: &'a str, wired: Option<&'a str>, dst: Serving, src: Serving) -> Facts<'a> {
+const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/// Replicas whose Leases read as `serving` in the destination's role.
+fn as_destination(serving: &Serving) -> Replicas {
+    let up = Replicas { ready: 2, live: 2, ..Replicas::default() };
+    match serving {
+        Serving::Serves => Replicas { by_all: true, by_any: true, ..up },
+        Serving::NotServing => up,
+        Serving::NoLeases => Replicas { live: 0, ..up },
+        Serving::CannotTell(why) => Replicas { cannot_tell: Some(why.clone()), ..up },
+    }
+}
+
+/// Replicas whose Leases read as `serving` in the source's role.
+fn as_source(serving: &Serving) -> Replicas {
+    let up = Replicas { ready: 2, live: 2, ..Replicas::default() };
+    match serving {
+        Serving::Serves => Replicas { by_any: true, ..up },
+        Serving::NotServing => up,
+        Serving::NoLeases => Replicas { live: 0, ..up },
+        Serving::CannotTell(why) => Replicas { cannot_tell: Some(why.clone()), ..up },
+    }
+}
+
+/// Facts where `dest` reads as `dst` and every other server as `src`.
+fn facts(dest: &str, wired: Option<&str>, dst: Serving, src: Serving) -> Facts {
+    let mut servers: std::collections::BTreeMap<String, Replicas> =
+        ["old", "new", "newer", "a", "b", "c", "rogue"]
+            .iter()
+            .map(|s| (s.to_string(), as_source(&src)))
+            .collect();
+    servers.insert(dest.to_string(), as_destination(&dst));
     Facts {
-        now: "2026-11-29T12:00:00Z",
-        destination: Ok(dest),
+        now: "2026-11-29T12:00:00Z".into(),
+        destination: Ok(dest.to_string()),
         compiled: Ok(()),
-        wired_to: wired,
-        destination_serving: dst,
-        source_serving: src,
-        new_traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        target_ready: Ok(()),
+        destination_ready: Ok(()),
+        wired_to: wired.map(str::to_string),
+        wiring_current: true,
+        servers,
+        new_traceparent: TRACEPARENT.into(),
     }
 }
 
@@ -30,7 +63,7 @@ fn first_apply_skips_the_destination_guard_and_wires() {
     assert_eq!(s.next.state, S::Compiling);
     assert_eq!(s.next.source, None);
     assert_eq!(s.next.attempt, 1);
-    assert_eq!(s.next.traceparent.as_deref(), Some(f.new_traceparent));
+    assert_eq!(s.next.traceparent.as_deref(), Some(TRACEPARENT));
     assert_eq!(s.event.as_ref().unwrap().reason, reason::STARTED);
 
     let s = step(&s.next, &f);
@@ -74,12 +107,12 @@ fn no_leases_at_the_destination_proceeds_unverified() {
     let state = at(S::Compiling, Some("old"), "new");
     let f = facts("new", Some("old"), Serving::NoLeases, Serving::NotServing);
     let s = Handover::settle(&state, &f, 10);
-    assert_eq!(s.next.state, S::DestinationReady);
-    assert!(s.next.unverified);
+    assert_eq!(s.state.state, S::DestinationReady);
+    assert!(s.state.unverified);
     assert_eq!(s.actions, vec![Action::WireTo("new".into())]);
     let f = facts("new", Some("new"), Serving::NoLeases, Serving::NotServing);
-    let s = Handover::settle(&s.next, &f, 10);
-    assert_eq!(s.next.state, S::SourceDropped);
+    let s = Handover::settle(&s.state, &f, 10);
+    assert_eq!(s.state.state, S::SourceDropped);
     assert_eq!(s.condition.reason, reason::UNVERIFIED);
     assert!(s.condition.status);
 }
@@ -156,14 +189,56 @@ fn hand_rewiring_after_settling_is_put_back() {
 }
 
 #[test]
-fn settle_folds_a_chain_into_one_event() {
+fn settle_returns_every_transition_of_a_chain() {
     let f = facts("a", Some("a"), Serving::Serves, Serving::NotServing);
     let s = Handover::settle(&HandoverStatus::default(), &f, 10);
-    // Compiling → DestinationReady → Patched (already wired) → SourceDropped in one reconcile.
-    assert_eq!(s.next.state, S::SourceDropped);
-    let e = s.event.unwrap();
-    assert_eq!(e.reason, reason::SOURCE_DROPPED);
-    assert!(e.note.contains("HandoverStarted → DestinationReady → Patched → SourceDropped"), "{}", e.note);
+    // Compiling → DestinationReady → Patched (already wired) → SourceDropped in one reconcile,
+    // each its own transition with its own Event.
+    assert_eq!(s.state.state, S::SourceDropped);
+    let chain: Vec<_> = s.transitions.iter().map(|t| (t.from.state, t.to.state, t.event.reason)).collect();
+    assert_eq!(
+        chain,
+        [
+            (S::Unassigned, S::Compiling, reason::STARTED),
+            (S::Compiling, S::DestinationReady, reason::DESTINATION_READY),
+            (S::DestinationReady, S::Patched, reason::PATCHED),
+            (S::Patched, S::SourceDropped, reason::SOURCE_DROPPED),
+        ]
+    );
+    assert!(s.condition.status);
+}
+
+#[test]
+fn nothing_is_wired_before_the_target_and_the_destination_can_take_it() {
+    let mut f = facts("a", None, Serving::Serves, Serving::Serves);
+    f.target_ready = Err("CustomResourceDefinition x is not Established yet".into());
+    let s = Handover::settle(&HandoverStatus::default(), &f, 10);
+    assert_eq!((s.state.state, s.transitions.len()), (S::Unassigned, 0));
+    assert_eq!(s.condition.reason, reason::AWAITING_TARGET);
+    f.target_ready = Ok(());
+    f.destination_ready = Err("ConversionWebhookServer a has no ready replica yet".into());
+    let s = Handover::settle(&HandoverStatus::default(), &f, 10);
+    assert_eq!((s.state.state, s.actions.len()), (S::Unassigned, 0));
+    assert_eq!(s.condition.reason, reason::AWAITING_DESTINATION);
+    assert!(s.condition.message.contains("no ready replica"), "{}", s.condition.message);
+    // Settled where the resolver still points: an unready server does not unsettle it.
+    let settled = at(S::SourceDropped, None, "a");
+    let f = Facts { wired_to: Some("a".into()), ..f };
+    let s = step(&settled, &f);
+    assert_eq!((s.next.state, s.condition.status), (S::SourceDropped, true));
+}
+
+#[test]
+fn a_settled_target_with_stale_details_is_refreshed_without_a_transition() {
+    let settled = at(S::SourceDropped, None, "a");
+    let f = Facts { wiring_current: false, ..facts("a", Some("a"), Serving::Serves, Serving::Serves) };
+    let s = Handover::settle(&settled, &f, 10);
+    assert_eq!(s.actions, [Action::Refresh("a".into())]);
+    assert!(s.transitions.is_empty());
+    assert!(s.condition.status);
+    // Nothing to refresh with while the destination cannot be wired (no CA yet).
+    let f = Facts { destination_ready: Err("no ca.crt".into()), ..f };
+    assert!(Handover::settle(&settled, &f, 10).actions.is_empty());
 }
 
 fn serving() -> impl Strategy<Value = Serving> {
@@ -205,7 +280,10 @@ proptest! {
                 proven = s.next.destination.clone();
             }
             for a in &s.actions {
-                let Action::WireTo(to) = a;
+                let Action::WireTo(to) = a else {
+                    prop_assert!(false, "a refresh while wiring_current is true: {a:?}");
+                    continue;
+                };
                 prop_assert!(resolver_ok);
                 prop_assert_eq!(Some(to), proven.as_ref());
                 // The executor applies it; sometimes it fails and nothing changes.
@@ -213,5 +291,151 @@ proptest! {
             }
             state = s.next;
         }
+    }
+}
+
+/// Every (state × facts) combination over two servers and a foreign webhook: each step keeps
+/// the invariants a move rests on, and every settle is bounded and chains its transitions.
+#[test]
+fn every_state_under_every_facts() {
+    let states = [S::Unassigned, S::Compiling, S::DestinationReady, S::Patched, S::SourceDropped];
+    let names = [None, Some("a"), Some("b")];
+    let servings = [Serving::Serves, Serving::NotServing, Serving::NoLeases, Serving::CannotTell("t".into())];
+    let mut checked = 0u32;
+    for state in states {
+        for source in names {
+            for current in [Some("a"), Some("b")] {
+                let before = HandoverStatus {
+                    state,
+                    source: source.map(str::to_string),
+                    destination: current.map(str::to_string),
+                    attempt: 3,
+                    ..HandoverStatus::default()
+                };
+                for dest in [Ok("a"), Ok("b"), Err("no server")] {
+                    for (compiled, target_ready, dest_ready) in bools3() {
+                        for wired in [None, Some("a"), Some("b"), Some("foreign")] {
+                            for wiring_current in [true, false] {
+                                for a in &servings {
+                                    for b in &servings {
+                                        let f = Facts {
+                                            now: "2026-12-01T00:00:00Z".into(),
+                                            destination: dest.map(str::to_string).map_err(str::to_string),
+                                            compiled: ok_or(compiled, "compile error"),
+                                            target_ready: ok_or(target_ready, "not established"),
+                                            destination_ready: ok_or(dest_ready, "no ready replica"),
+                                            wired_to: wired.map(str::to_string),
+                                            wiring_current,
+                                            servers: [
+                                                ("a".to_string(), mixed(a)),
+                                                ("b".to_string(), mixed(b)),
+                                            ]
+                                            .into(),
+                                            new_traceparent: TRACEPARENT.into(),
+                                        };
+                                        check(&before, &f);
+                                        checked += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 5 * 3 * 2 * 3 * 8 * 4 * 2 * 16);
+}
+
+fn bools3() -> impl Iterator<Item = (bool, bool, bool)> {
+    (0..8).map(|i| (i & 1 == 0, i & 2 == 0, i & 4 == 0))
+}
+
+fn ok_or(ok: bool, why: &str) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(why.to_string()) }
+}
+
+/// Replicas that read as `serving` in both roles.
+fn mixed(serving: &Serving) -> Replicas {
+    let (d, s) = (as_destination(serving), as_source(serving));
+    Replicas { by_any: d.by_any || s.by_any, ..d }
+}
+
+fn check(before: &HandoverStatus, f: &Facts) {
+    let s = step(before, f);
+    let ctx = format!("{before:?}\n{f:?}\n→ {s:?}");
+    let dest = f.destination.as_deref().ok();
+    let gate_ok = f.target_ready.is_ok() && f.destination_ready.is_ok();
+    let moved = s.next.state != before.state || s.next.attempt != before.attempt;
+    // One Event exactly for each transition.
+    assert_eq!(s.event.is_some(), moved, "{ctx}");
+    // Ready only when settled.
+    if s.condition.status {
+        assert_eq!(s.next.state, S::SourceDropped, "{ctx}");
+    }
+    // No resolver answer: nothing moves, nothing is done.
+    if dest.is_none() {
+        assert!(!moved && s.actions.is_empty(), "{ctx}");
+        assert_eq!(s.condition.reason, reason::NO_SERVER, "{ctx}");
+    }
+    // A move starts (or restarts) only through the gate, and takes its source from the wiring.
+    if s.next.attempt != before.attempt {
+        assert!(gate_ok && s.next.state == S::Compiling, "{ctx}");
+        assert_eq!(s.next.source, f.wired_to, "{ctx}");
+        assert_eq!(s.next.destination.as_deref(), dest, "{ctx}");
+    }
+    for action in &s.actions {
+        match action {
+            Action::WireTo(to) => {
+                assert!(gate_ok, "{ctx}");
+                assert_eq!(Some(to.as_str()), dest, "{ctx}");
+                assert_eq!((before.state, s.next.state), (S::DestinationReady, S::DestinationReady), "{ctx}");
+            }
+            Action::Refresh(to) => {
+                assert!(f.destination_ready.is_ok() && !f.wiring_current, "{ctx}");
+                assert_eq!(f.wired_to.as_deref(), Some(to.as_str()), "{ctx}");
+                assert_eq!(Some(to.as_str()), dest, "{ctx}");
+                assert!(!moved && s.next.state == S::SourceDropped, "{ctx}");
+            }
+        }
+    }
+    // Entering DestinationReady from Compiling: the destination proved it serves (or could not
+    // publish Leases), unless there was nothing to hand over.
+    if before.state == S::Compiling && s.next.state == S::DestinationReady {
+        let dest = dest.unwrap();
+        let exempt = before.source.is_none() || before.source.as_deref() == Some(dest);
+        let proven = matches!(f.replicas(dest).as_destination(), Serving::Serves | Serving::NoLeases);
+        assert!(gate_ok && f.compiled.is_ok() && (exempt || proven), "{ctx}");
+        assert_eq!(
+            s.next.unverified,
+            !exempt && f.replicas(dest).as_destination() == Serving::NoLeases,
+            "{ctx}"
+        );
+    }
+    // Patched only once the target names the destination.
+    if s.next.state == S::Patched && before.state != S::Patched {
+        assert_eq!(f.wired_to.as_deref(), dest, "{ctx}");
+    }
+    // Settling: the source let go (or there was none).
+    if before.state == S::Patched && s.next.state == S::SourceDropped {
+        let source = before.source.as_deref().filter(|s| Some(*s) != dest);
+        if let Some(source) = source {
+            assert!(
+                matches!(f.replicas(source).as_source(), Serving::NotServing | Serving::NoLeases),
+                "{ctx}"
+            );
+        }
+    }
+    // Settle is bounded, each transition leaves the state the previous one entered, and it rests
+    // where the step sequence rests.
+    let settled = Handover::settle(before, f, 8);
+    assert!(settled.transitions.len() <= 5, "{ctx}");
+    let mut at = before.clone();
+    for t in &settled.transitions {
+        assert_eq!(t.from, at, "{ctx}");
+        at = t.to.clone();
+    }
+    if settled.actions.is_empty() {
+        assert_eq!(step(&settled.state, f).next, settled.state, "{ctx}");
     }
 }

@@ -1,0 +1,182 @@
+//! The handover machine's driver for one config of either kind: how `dco_state::drive` reads
+//! a config's persisted state, observes its world (`facts.rs`), executes the machine's
+//! actions against the target (`target.rs`, the only writes of a target), renders status
+//! (`status.rs`) and reports each transition.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use dco_api::HandoverStatus;
+use dco_state::drive::Driver;
+use dco_state::handover::{Action, Handover};
+use dco_state::machine::{EventNote, Settled, Transition};
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::Recorder;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use super::facts::{self, Observed};
+use super::{ConfigKind, kind_static, status, target};
+use crate::context::{Context, FIELD_MANAGER};
+use crate::error::{Error, Result};
+use crate::metrics::TransitionLabels;
+use crate::otel;
+
+pub struct ConfigDriver<'a, K> {
+    ctx: &'a Context,
+    /// The target as this reconcile last read or wrote it. A wiring's apply answers with the
+    /// target after the write, fresher than any cache, so the observation after an action
+    /// reuses it instead of reading again.
+    target: Option<Option<Value>>,
+    /// The traceparent a move that starts in this reconcile gets.
+    traceparent: String,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<'a, K: ConfigKind> ConfigDriver<'a, K> {
+    pub fn new(ctx: &'a Context) -> Self {
+        ConfigDriver { ctx, target: None, traceparent: crate::trace::new_traceparent(), kind: PhantomData }
+    }
+
+    async fn wire(&mut self, cfg: &K, server: &str, observed: &Observed) -> Result<target::Wiring> {
+        let resolved = observed.resolved.as_ref().ok().map(|a| a.server.as_str());
+        let wiring = match (&observed.dest_wiring, resolved) {
+            (Ok(w), Some(dest)) if dest == server => w.clone(),
+            _ => {
+                let s = self.ctx.server(server).ok_or_else(|| {
+                    Error::NotReady(format!("ConversionWebhookServer {server} disappeared"))
+                })?;
+                facts::wiring_for(
+                    self.ctx,
+                    &s,
+                    cfg.target_name(),
+                    &cfg.conversion().conversion_review_versions,
+                )
+                .map_err(Error::NotReady)?
+            }
+        };
+        let after = target::wire(&self.ctx.client, cfg.target_kind(), cfg.target_name(), &wiring).await?;
+        self.ctx.metrics.target_patches.inc();
+        self.target = Some(Some(after));
+        Ok(wiring)
+    }
+}
+
+impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
+    type Machine = Handover;
+    type Object = K;
+    type Observed = Observed;
+    type Status = dco_api::ConfigStatus;
+    type Error = Error;
+
+    fn client(&self) -> &Client {
+        &self.ctx.client
+    }
+
+    fn recorder(&self) -> &Recorder {
+        &self.ctx.recorder
+    }
+
+    fn field_manager(&self) -> &str {
+        FIELD_MANAGER
+    }
+
+    fn persisted(&self, cfg: &K) -> HandoverStatus {
+        cfg.config_status().and_then(|s| s.handover.clone()).unwrap_or_default()
+    }
+
+    async fn observe(&mut self, cfg: &K, state: &HandoverStatus) -> Result<Observed> {
+        let live = match self.target.take() {
+            Some(t) => t,
+            // Authoritative, not the cache: the wiring the machine reads must not lag behind
+            // the operator's own last write.
+            None => target::fetch(&self.ctx.client, cfg.target_kind(), cfg.target_name()).await?,
+        };
+        let observed = facts::observe(self.ctx, cfg, live, state, &self.traceparent);
+        Ok(observed)
+    }
+
+    fn facts<'o>(&self, observed: &'o Observed) -> &'o dco_state::handover::Facts {
+        &observed.facts
+    }
+
+    async fn execute(&mut self, cfg: &K, action: &Action, observed: &Observed) -> Result<Option<EventNote>> {
+        match action {
+            Action::WireTo(server) => {
+                self.wire(cfg, server, observed).await?;
+                Ok(None)
+            }
+            Action::Refresh(server) => {
+                let w = self.wire(cfg, server, observed).await?;
+                Ok(Some(EventNote {
+                    warning: false,
+                    reason: "WiringRefreshed",
+                    note: format!(
+                        "updated {}'s spec.conversion (caBundle or conversionReviewVersions changed) for Service {}/{}",
+                        observed.target_desc, w.namespace, w.service
+                    ),
+                }))
+            }
+        }
+    }
+
+    fn render(
+        &self,
+        cfg: &K,
+        observed: &Observed,
+        settled: &Settled<HandoverStatus, Action>,
+    ) -> Self::Status {
+        let config = status::Config {
+            generation: cfg.meta().generation,
+            drift_policy: cfg.conversion().drift_policy,
+            target_name: cfg.target_name(),
+        };
+        status::render(cfg.config_status(), config, observed, settled)
+    }
+
+    fn requeue(&self, observed: &Observed, settled: &Settled<HandoverStatus, Action>) -> Duration {
+        status::requeue(observed, settled, self.ctx.settings.resync)
+    }
+
+    /// Tagged with the move's attempt, so `kubectl describe` does not fold two moves' Events
+    /// of the same reason into one.
+    fn event_action(&self, t: &Transition<HandoverStatus>) -> String {
+        format!("HandoverMove{}", t.to.attempt)
+    }
+
+    fn count(&self, t: &Transition<HandoverStatus>) {
+        let labels = TransitionLabels { reason: t.event.reason.to_string() };
+        self.ctx.metrics.handover_transitions.get_or_create(&labels).inc();
+    }
+
+    fn trace(&self, cfg: &K, t: &Transition<HandoverStatus>) {
+        let (note, attempt) = (&t.event, t.to.attempt);
+        tracing::info!(
+            reason = note.reason,
+            attempt,
+            trace_id = t.to.traceparent.as_deref().and_then(crate::trace::trace_id),
+            "handover: {}",
+            note.note
+        );
+        let since = |s: &str| s.parse::<Timestamp>().ok().map(std::time::SystemTime::from);
+        self.ctx.traces.record(&otel::Transition {
+            traceparent: t.to.traceparent.as_deref(),
+            reason: note.reason,
+            note: &note.note,
+            warning: note.warning,
+            from: t.from.state,
+            to: t.to.state,
+            since: t.from.since.as_deref().and_then(since),
+            at: std::time::SystemTime::now(),
+            config: format!("{}/{}", kind_static::<K>(), cfg.name_any()),
+            target: cfg.target_name(),
+            source: t.to.source.as_deref(),
+            destination: t.to.destination.as_deref(),
+            attempt,
+        });
+    }
+
+    fn status_failed(&self, cfg: &K, e: kube::Error) -> Error {
+        Error::kube("write status of", kind_static::<K>(), cfg.name_any())(e)
+    }
+}
