@@ -153,3 +153,219 @@ pub async fn publish<D: Driver>(driver: &D, obj: &D::Object, note: &EventNote, a
         tracing::warn!(object = %obj.name_any(), reason = note.reason, error = %e, "cannot record an Event");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! `drive` with a test machine (a lamp switched on by an action) against a mocked
+    //! apiserver that records every request.
+
+    use std::sync::{Arc, Mutex};
+
+    use dco_api::CRDConversionConfig;
+    use http::{Request, Response};
+    use kube::client::Body;
+    use kube::runtime::events::Reporter;
+
+    use super::*;
+    use crate::machine::{ConditionUpdate, Step};
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+    enum Lamp {
+        Off,
+        Switching,
+        On,
+    }
+
+    struct LampMachine;
+
+    impl Machine for LampMachine {
+        type State = Lamp;
+        /// Whether the bulb is lit, as observed.
+        type Facts = bool;
+        type Action = &'static str;
+
+        fn step(state: &Lamp, lit: &bool) -> Step<Lamp, &'static str> {
+            let cond = |status| ConditionUpdate { status, reason: "Lamp", message: String::new() };
+            let go = |next, reason: &'static str| Step {
+                next,
+                actions: vec![],
+                condition: cond(next == Lamp::On),
+                event: Some(EventNote { warning: false, reason, note: format!("{state:?} → {next:?}") }),
+            };
+            match (state, lit) {
+                (Lamp::Off, _) => go(Lamp::Switching, "Started"),
+                (Lamp::Switching, false) => Step {
+                    next: Lamp::Switching,
+                    actions: vec!["SwitchOn"],
+                    condition: cond(false),
+                    event: None,
+                },
+                (Lamp::Switching, true) => go(Lamp::On, "Lit"),
+                (Lamp::On, _) => Step { next: Lamp::On, actions: vec![], condition: cond(true), event: None },
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct Log {
+        observed: Vec<bool>,
+        executed: usize,
+        counted: Vec<&'static str>,
+        traced: Vec<&'static str>,
+    }
+
+    struct LampDriver {
+        client: Client,
+        recorder: Recorder,
+        /// The world: the bulb, and whether switching it on takes effect.
+        lit: bool,
+        broken: bool,
+        log: Arc<Mutex<Log>>,
+    }
+
+    impl Driver for LampDriver {
+        type Machine = LampMachine;
+        type Object = CRDConversionConfig;
+        type Observed = bool;
+        type Status = serde_json::Value;
+        type Error = String;
+
+        fn client(&self) -> &Client {
+            &self.client
+        }
+        fn recorder(&self) -> &Recorder {
+            &self.recorder
+        }
+        fn field_manager(&self) -> &str {
+            "lamp"
+        }
+        fn persisted(&self, _: &CRDConversionConfig) -> Lamp {
+            Lamp::Off
+        }
+        async fn observe(&mut self, _: &CRDConversionConfig, _: &Lamp) -> Result<bool, String> {
+            self.log.lock().unwrap().observed.push(self.lit);
+            Ok(self.lit)
+        }
+        fn facts<'a>(&self, observed: &'a bool) -> &'a bool {
+            observed
+        }
+        async fn execute(
+            &mut self,
+            _: &CRDConversionConfig,
+            _: &&'static str,
+            _: &bool,
+        ) -> Result<Option<EventNote>, String> {
+            self.log.lock().unwrap().executed += 1;
+            self.lit = !self.broken;
+            Ok(None)
+        }
+        fn render(
+            &self,
+            _: &CRDConversionConfig,
+            lit: &bool,
+            s: &Settled<Lamp, &'static str>,
+        ) -> serde_json::Value {
+            serde_json::json!({"lamp": s.state, "lit": lit, "transitions": s.transitions.len()})
+        }
+        fn requeue(&self, _: &bool, s: &Settled<Lamp, &'static str>) -> Duration {
+            Duration::from_secs(if s.state == Lamp::On { 300 } else { 5 })
+        }
+        fn event_action(&self, t: &Transition<Lamp>) -> String {
+            format!("{:?}", t.to)
+        }
+        fn count(&self, t: &Transition<Lamp>) {
+            self.log.lock().unwrap().counted.push(t.event.reason);
+        }
+        fn trace(&self, _: &CRDConversionConfig, t: &Transition<Lamp>) {
+            self.log.lock().unwrap().traced.push(t.event.reason);
+        }
+        fn status_failed(&self, _: &CRDConversionConfig, e: kube::Error) -> String {
+            e.to_string()
+        }
+    }
+
+    /// The requests `drive` made, as (method, path, body), each answered with its own body.
+    type Requests = Arc<Mutex<Vec<(String, String, serde_json::Value)>>>;
+
+    fn driver(broken: bool) -> (LampDriver, Requests, Arc<Mutex<Log>>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let requests: Requests = Arc::default();
+        let seen = requests.clone();
+        tokio::spawn(async move {
+            while let Some((req, send)) = handle.next_request().await {
+                let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+                let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+                let mut answer = body.clone();
+                if path.ends_with("/status") {
+                    answer = serde_json::to_value(lamp_object()).unwrap();
+                }
+                seen.lock().unwrap().push((method, path, body));
+                send.send_response(Response::new(Body::from(serde_json::to_vec(&answer).unwrap())));
+            }
+        });
+        let client = Client::new(service, "default");
+        let recorder = Recorder::new(client.clone(), Reporter { controller: "lamp".into(), instance: None });
+        let log = Arc::new(Mutex::new(Log::default()));
+        (LampDriver { client, recorder, lit: false, broken, log: log.clone() }, requests, log)
+    }
+
+    fn lamp_object() -> CRDConversionConfig {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+            "metadata": {"name": "lamp", "uid": "u1"},
+            "spec": {"targetCRD": {"name": "lamps.example.org"}, "hubVersion": "v1", "spokes": []},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_transition_is_one_event_one_metric_one_span_and_the_action_is_observed() {
+        let (mut d, requests, log) = driver(false);
+        let driven = drive(&mut d, &lamp_object()).await.unwrap();
+        assert_eq!(driven.settled.state, Lamp::On);
+        assert_eq!(driven.rounds, 1);
+        assert_eq!(driven.requeue, Duration::from_secs(300));
+        let reasons: Vec<_> = driven.settled.transitions.iter().map(|t| t.event.reason).collect();
+        assert_eq!(reasons, ["Started", "Lit"]);
+
+        let log = log.lock().unwrap();
+        // The switch's effect was observed before the step that needed it.
+        assert_eq!(log.observed, [false, true]);
+        assert_eq!(log.executed, 1);
+        assert_eq!(log.counted, ["Started", "Lit"]);
+        assert_eq!(log.traced, ["Started", "Lit"]);
+
+        let requests = requests.lock().unwrap();
+        let events: Vec<_> =
+            requests.iter().filter(|(m, p, _)| m == "POST" && p.ends_with("/events")).collect();
+        let event_reasons: Vec<_> = events.iter().map(|(_, _, b)| b["reason"].as_str().unwrap()).collect();
+        assert_eq!(event_reasons, ["Started", "Lit"]);
+        assert_eq!(events[1].2["action"], "On");
+        // One status write, last, by server-side apply, with what render made of the rest.
+        let (method, path, body) = requests.last().unwrap();
+        assert_eq!(
+            (method.as_str(), path.as_str()),
+            ("PATCH", "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs/lamp/status")
+        );
+        assert_eq!(body["status"], serde_json::json!({"lamp": "On", "lit": true, "transitions": 2}));
+        assert_eq!(requests.iter().filter(|(_, p, _)| p.ends_with("/status")).count(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_action_that_never_takes_effect_is_bounded() {
+        let (mut d, requests, log) = driver(true);
+        let driven = drive(&mut d, &lamp_object()).await.unwrap();
+        assert_eq!(driven.settled.state, Lamp::Switching);
+        assert_eq!(driven.settled.actions, ["SwitchOn"], "the last settle's pending action is reported");
+        assert_eq!(driven.rounds, MAX_ROUNDS - 1);
+        assert_eq!(driven.requeue, Duration::from_secs(5));
+        let log = log.lock().unwrap();
+        assert_eq!(log.observed.len(), MAX_ROUNDS);
+        assert_eq!(log.executed, MAX_ROUNDS - 1);
+        assert_eq!(log.traced, ["Started"]);
+        let requests = requests.lock().unwrap();
+        assert_eq!(requests.iter().filter(|(_, p, _)| p.ends_with("/status")).count(), 1);
+        assert_eq!(requests.iter().filter(|(_, p, _)| p.ends_with("/events")).count(), 1);
+    }
+}

@@ -151,3 +151,182 @@ pub fn requeue(o: &Observed, settled: &Settled<HandoverStatus, Action>, resync: 
     let unblocked = o.established && (o.dest_wiring.is_ok() || compile_failed);
     if is_settled(o, settled) && unblocked { resync } else { UNSETTLED_REQUEUE }
 }
+
+#[cfg(test)]
+mod tests {
+    use dco_api::assign::{AssignedBy, Assignment};
+    use dco_state::handover::{Facts, Handover};
+    use dco_state::machine::Machine;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::facts::{Compiled, Report};
+    use crate::config::target::Wiring;
+
+    const RESYNC: Duration = Duration::from_secs(300);
+
+    fn wiring() -> Wiring {
+        Wiring {
+            namespace: "dco-system".into(),
+            service: "dco-webhook-a".into(),
+            path: "/convert/widgets.example.org".into(),
+            port: 443,
+            ca_bundle: "PEM".into(),
+            review_versions: vec!["v1".into()],
+        }
+    }
+
+    /// A target that exists, compiles, resolves to `a` and is wired to `a`.
+    fn observed() -> Observed {
+        let facts = Facts {
+            now: "2026-12-01T00:00:00Z".into(),
+            destination: Ok("a".into()),
+            compiled: Ok(()),
+            target_ready: Ok(()),
+            destination_ready: Ok(()),
+            wired_to: Some("a".into()),
+            wiring_current: true,
+            servers: Default::default(),
+            new_traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+        };
+        Observed {
+            facts,
+            now: Timestamp::from_second(1_800_000_000).unwrap(),
+            target_desc: "CustomResourceDefinition widgets.example.org".into(),
+            target: Some(json!({"metadata": {"generation": 4}})),
+            compiled: Some(Compiled {
+                report: Some(Report { spokes: vec![], overall_lossless: true, schema_hash: "h1".into() }),
+                outcome: Ok(("plan-1".into(), "compiles against the live schemas".into())),
+            }),
+            resolved: Ok(Assignment { server: "a".into(), by: AssignedBy::Default }),
+            established: true,
+            dest_wiring: Ok(wiring()),
+        }
+    }
+
+    fn cfg(policy: DriftPolicy) -> Config<'static> {
+        Config { generation: Some(2), drift_policy: policy, target_name: "widgets.example.org" }
+    }
+
+    fn settle(state: &HandoverStatus, o: &Observed) -> Settled<HandoverStatus, Action> {
+        Handover::settle(state, &o.facts, 8)
+    }
+
+    fn settled_on_a() -> HandoverStatus {
+        HandoverStatus {
+            state: HandoverState::SourceDropped,
+            destination: Some("a".into()),
+            attempt: 1,
+            ..Default::default()
+        }
+    }
+
+    fn condition<'a>(st: &'a ConfigStatus, type_: &str) -> (&'a str, &'a str, &'a str) {
+        let c = conditions::find(&st.conditions, type_).unwrap_or_else(|| panic!("no {type_} in {st:?}"));
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+    }
+
+    #[test]
+    fn settled_on_the_resolved_server_is_applied_and_resyncs_slowly() {
+        let o = observed();
+        let s = settle(&settled_on_a(), &o);
+        let st = render(None, cfg(DriftPolicy::default()), &o, &s);
+        assert_eq!(st.phase, Some(Phase::Applied));
+        assert_eq!(st.last_applied_plan_hash.as_deref(), Some("plan-1"));
+        assert_eq!(st.observed_generation, Some(2));
+        assert_eq!(st.observed_target_generation, Some(4));
+        assert_eq!(st.webhook_path.as_deref(), Some("/convert/widgets.example.org"));
+        assert_eq!(st.assigned_webhook_server.as_deref(), Some("a"));
+        assert_eq!(st.schema_hash.as_deref(), Some("h1"));
+        assert_eq!(condition(&st, condition::APPLIED).0, "True");
+        assert_eq!(
+            condition(&st, condition::VALIDATED),
+            ("True", "Compiled", "compiles against the live schemas")
+        );
+        assert_eq!(condition(&st, condition::TARGET_HEALTHY).1, "Established");
+        assert_eq!(condition(&st, condition::WEBHOOK_SERVER_READY).1, "Available");
+        assert_eq!(condition(&st, handover::CONDITION), ("True", "HandoverReady", "served by server a"));
+        assert_eq!(requeue(&o, &s, RESYNC), RESYNC);
+    }
+
+    #[test]
+    fn a_move_in_flight_is_validated_and_looked_at_soon() {
+        let mut o = observed();
+        o.facts.wired_to = Some("b".into());
+        let moving = HandoverStatus { destination: Some("b".into()), ..settled_on_a() };
+        let s = settle(&moving, &o);
+        let st = render(None, cfg(DriftPolicy::default()), &o, &s);
+        assert_eq!(s.state.state, HandoverState::Compiling);
+        assert_eq!(st.phase, Some(Phase::Validated));
+        assert!(conditions::find(&st.conditions, condition::APPLIED).is_none());
+        assert_eq!(st.message.as_deref(), s.state.message.as_deref());
+        assert_eq!(requeue(&o, &s, RESYNC), UNSETTLED_REQUEUE);
+    }
+
+    #[test]
+    fn a_missing_target_is_pending_or_stale_and_rechecked() {
+        let mut o = observed();
+        o.target = None;
+        o.compiled = None;
+        o.established = false;
+        o.facts.target_ready = Err("CustomResourceDefinition widgets.example.org does not exist".into());
+        let s = settle(&HandoverStatus::default(), &o);
+        let st = render(None, cfg(DriftPolicy::default()), &o, &s);
+        assert_eq!(st.phase, Some(Phase::Pending));
+        let (status, reason, msg) = condition(&st, condition::TARGET_HEALTHY);
+        assert_eq!((status, reason), ("False", "TargetNotFound"));
+        assert!(msg.contains("create it or fix the config's target name"), "{msg}");
+        assert_eq!(condition(&st, handover::CONDITION).1, "AwaitingTarget");
+        assert_eq!(requeue(&o, &s, RESYNC), MISSING_TARGET_REQUEUE);
+        let served =
+            ConfigStatus { last_applied_plan_hash: Some("plan-0".into()), ..ConfigStatus::default() };
+        assert_eq!(render(Some(&served), cfg(DriftPolicy::default()), &o, &s).phase, Some(Phase::Stale));
+    }
+
+    #[test]
+    fn a_compile_failure_is_invalid_or_drift_by_policy() {
+        let mut o = observed();
+        o.compiled.as_mut().unwrap().outcome = Err(("CompileFailed", "1 error(s): spec.size".into()));
+        o.facts.compiled = Err("1 error(s): spec.size".into());
+        let s = settle(&settled_on_a(), &o);
+        let st = render(None, cfg(DriftPolicy::default()), &o, &s);
+        assert_eq!(st.phase, Some(Phase::Invalid));
+        assert_eq!(condition(&st, condition::VALIDATED), ("False", "CompileFailed", "1 error(s): spec.size"));
+        assert_eq!(st.message.as_deref(), Some("1 error(s): spec.size"));
+
+        let served =
+            ConfigStatus { last_applied_plan_hash: Some("plan-0".into()), ..ConfigStatus::default() };
+        let st = render(Some(&served), cfg(DriftPolicy::KeepServingStale), &o, &s);
+        assert_eq!(st.phase, Some(Phase::Stale));
+        assert!(condition(&st, condition::STALE).2.contains("the last good plan keeps serving"));
+        let st = render(Some(&served), cfg(DriftPolicy::FailClosed), &o, &s);
+        assert_eq!(st.phase, Some(Phase::Failed));
+        assert!(condition(&st, condition::STALE).2.contains("FailClosed"));
+        // A settled target whose config stopped compiling is still looked at on resync.
+        assert_eq!(requeue(&o, &s, RESYNC), RESYNC);
+    }
+
+    #[test]
+    fn what_is_in_the_way_is_the_message() {
+        let mut o = observed();
+        o.established = false;
+        o.facts.target_ready = Err("not Established yet".into());
+        let s = settle(&settled_on_a(), &o);
+        let st = render(None, cfg(DriftPolicy::default()), &o, &s);
+        assert_eq!(condition(&st, condition::TARGET_HEALTHY).1, "NotEstablished");
+        assert_eq!(st.message.as_deref(), Some("waiting for the target to be Established"));
+        assert_eq!(requeue(&o, &s, RESYNC), UNSETTLED_REQUEUE);
+
+        let mut o = observed();
+        o.dest_wiring = Err("ConversionWebhookServer a has no ready replica yet".into());
+        o.facts.destination_ready = Err("ConversionWebhookServer a has no ready replica yet".into());
+        let s = settle(&HandoverStatus::default(), &o);
+        let st = render(None, cfg(DriftPolicy::default()), &o, &s);
+        let (status, reason, msg) = condition(&st, condition::WEBHOOK_SERVER_READY);
+        assert_eq!((status, reason), ("False", "NotAvailable"));
+        assert_eq!(st.message.as_deref(), Some(msg));
+        assert_eq!(condition(&st, handover::CONDITION).1, "AwaitingDestination");
+        assert_eq!(st.phase, Some(Phase::Validated));
+    }
+}
