@@ -1,5 +1,5 @@
-//! The resolver at scale (design §11): 100k targets over a 16-member weighted pool, and the
-//! movement a 17th member causes measured against the ideal 1/(N+1).
+//! The resolver at scale (`docs/performance.md`): 100k targets over a 16-member weighted
+//! pool, and the movement a 17th member causes measured against the ideal 1/(N+1).
 
 use std::hint::black_box;
 

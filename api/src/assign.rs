@@ -1,4 +1,5 @@
-//! The assignment resolver (design §5): which ConversionWebhookServer serves a target.
+//! The assignment resolver (`docs/configuration.md`, sharding): which
+//! ConversionWebhookServer serves a target.
 //!
 //! Precedence: the config's `webhookServerRef` pin, then the pool by weighted rendezvous
 //! hashing on the target name, then the `default` instance. It is a pure function of

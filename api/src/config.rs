@@ -211,7 +211,8 @@ pub struct SpokeStatus {
     pub warnings: Vec<String>,
 }
 
-/// The states of a move of a target between webhook servers (design §6).
+/// The states of a move of a target between webhook servers (`docs/operations.md`, "How a
+/// target is wired and moved").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum HandoverState {
     #[default]

@@ -3,7 +3,7 @@
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
-/// 64-bit FNV-1a over raw bytes: the function of KEP-5866's `shardRange` (design §8–§9).
+/// 64-bit FNV-1a over raw bytes: the function of KEP-5866's `shardRange`.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(FNV_OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(FNV_PRIME))
 }

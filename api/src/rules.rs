@@ -1,4 +1,4 @@
-//! The rule language (`../shared/design/rules.md`): a rule is a discriminated union selected
+//! The rule language (`docs/strategies.md`): a rule is a discriminated union selected
 //! by `strategy`, with exactly one params block whose field name is the strategy's name in
 //! lowerCamelCase. Field names match the reference project so configs move over unchanged.
 

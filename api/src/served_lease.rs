@@ -1,5 +1,5 @@
-//! The served-target Lease annotation codec (design §5), shared by the webhook replicas that
-//! write it and the operator that reads it.
+//! The served-target Lease annotation codec (`docs/webhook.md`, "The served-target
+//! Lease"), shared by the webhook replicas that write it and the operator that reads it.
 //!
 //! A replica publishes the targets it holds a servable plan for as the sorted, de-duplicated
 //! set of names joined by `\n`, gzipped, then base64'd (standard alphabet, padded) into

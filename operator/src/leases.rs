@@ -1,6 +1,7 @@
-//! The one reader of served-target Leases (design §5): what a server's replicas serve, for
-//! its status (the aggregate), for a move (one server's [`Replicas`] for one target), and
-//! which Lease events can change either (the trigger stream).
+//! The one reader of served-target Leases (`docs/webhook.md`, "The served-target Lease"):
+//! what a server's replicas serve, for its status (the aggregate), for a move (one server's
+//! [`Replicas`] for one target), and which Lease events can change either (the trigger
+//! stream).
 //!
 //! The answer is the **intersection** over live Leases: a target counts as served only when
 //! every live replica holds a plan for it, because the apiserver may send a review to any of

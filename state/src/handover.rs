@@ -1,6 +1,7 @@
-//! The handover state machine (design §6): moving a target's `spec.conversion` from the
-//! server that serves it now (the source) to the one the resolver chose (the destination)
-//! with no moment in which the target is unserved.
+//! The handover state machine (`docs/operations.md`, "How a target is wired and moved"):
+//! moving a target's `spec.conversion` from the server that serves it now (the source) to
+//! the one the resolver chose (the destination) with no moment in which the target is
+//! unserved.
 //!
 //! ```text
 //! Unassigned → Compiling → DestinationReady → Patched → SourceDropped
