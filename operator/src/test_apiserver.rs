@@ -743,10 +743,18 @@ pub(crate) mod server_tests {
         }
     }
 
-    async fn reconcile(cws: ConversionWebhookServer, lists: BTreeMap<String, Vec<Value>>) -> Played {
-        let (ctx, mut api, mut w) = test_context();
+    /// A reconcile of `cws` (cached as the only server) against a fresh mocked apiserver.
+    fn spawn(
+        cws: &ConversionWebhookServer,
+    ) -> (ApiServerVerifier, tokio::task::JoinHandle<crate::error::Result<kube::runtime::controller::Action>>)
+    {
+        let (ctx, api, mut w) = test_context();
         w.server(cws.clone());
-        let task = tokio::spawn(server::reconcile(Arc::new(cws.clone()), ctx));
+        (api, tokio::spawn(server::reconcile(Arc::new(cws.clone()), ctx)))
+    }
+
+    async fn reconcile(cws: ConversionWebhookServer, lists: BTreeMap<String, Vec<Value>>) -> Played {
+        let (mut api, task) = spawn(&cws);
         let played = play(&mut api, &cws, &lists).await;
         let res = task.await.unwrap();
         assert!(res.is_ok(), "{res:?}");
@@ -854,5 +862,66 @@ pub(crate) mod server_tests {
             (cert["status"].clone(), cert["reason"].clone()),
             (json!("False"), json!("CertManagerNotSupported"))
         );
+    }
+
+    #[tokio::test]
+    async fn a_delete_that_lost_the_race_is_not_an_error() {
+        let cws = server("a", true, 2, &[]);
+        let (mut api, task) = spawn(&cws);
+        let (mut events, mut raced) = (Vec::new(), Vec::new());
+        loop {
+            let x = api.events_then(&mut events).await;
+            match (&x.method, x.path.as_str()) {
+                (&Method::GET, p) if p == HPAS => {
+                    x.ok(&metadata_list(vec![
+                        listed("gone", "a", Some("uid-a")),
+                        listed("replaced", "a", Some("uid-a")),
+                    ]));
+                }
+                (&Method::DELETE, p) if p == format!("{HPAS}/gone") => {
+                    raced.push("gone");
+                    x.not_found()
+                }
+                (&Method::DELETE, p) if p == format!("{HPAS}/replaced") => {
+                    raced.push("replaced");
+                    let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "Precondition failed: UID in precondition: obj-replaced, UID in object meta: other"});
+                    x.reply(StatusCode::CONFLICT, &conflict);
+                }
+                (&Method::PATCH, STATUS) => {
+                    x.with_status(&cws);
+                    break;
+                }
+                (&Method::GET, _) if x.query.contains("labelSelector=") => x.ok(&metadata_list(Vec::new())),
+                (&Method::GET, _) => x.not_found(),
+                (&Method::PATCH, _) => x.echo(),
+                _ => panic!("unexpected request {} {}", x.method, x.path),
+            }
+        }
+        assert_eq!(raced, ["gone", "replaced"]);
+        let res = task.await.unwrap();
+        assert!(res.is_ok(), "{res:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_apply_prunes_nothing() {
+        let cws = server("a", true, 2, &[]);
+        let (mut api, task) = spawn(&cws);
+        let mut events = Vec::new();
+        loop {
+            let x = api.events_then(&mut events).await;
+            assert!(!x.query.contains("labelSelector="), "listed for a prune after a failed apply");
+            match x.method {
+                Method::PATCH if x.path.ends_with("/services/dco-webhook-a") => {
+                    let err = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422, "message": "spec.ports: Invalid value"});
+                    x.reply(StatusCode::UNPROCESSABLE_ENTITY, &err);
+                    break;
+                }
+                Method::PATCH => x.echo(),
+                Method::GET => x.not_found(),
+                _ => panic!("unexpected request {} {}", x.method, x.path),
+            }
+        }
+        let res = task.await.unwrap();
+        assert!(res.is_err(), "the apply error is the reconcile's");
     }
 }

@@ -165,7 +165,7 @@ impl Owned {
     }
 
     /// The label selector of this server's objects (`ServerNames::labels`).
-    pub fn selector(&self) -> String {
+    fn selector(&self) -> String {
         format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_INSTANCE}={}", self.server)
     }
 
