@@ -608,18 +608,12 @@ mod tests {
         let mut d = deploy.body.clone();
         d["status"] = json!({"replicas": 2, "readyReplicas": 2});
         deploy.ok(&d);
-        api.expect(
-            Method::DELETE,
-            "/apis/autoscaling/v2/namespaces/dco-system/horizontalpodautoscalers/dco-webhook-a",
-        )
-        .await
-        .not_found();
-        api.expect(
-            Method::DELETE,
-            "/apis/policy/v1/namespaces/dco-system/poddisruptionbudgets/dco-webhook-a",
-        )
-        .await
-        .not_found();
+        // The prune lists every owned kind by the server's labels; nothing else is there.
+        for path in crate::test_apiserver::server_tests::owned_lists("dco-system") {
+            let list = api.expect(Method::GET, &path).await;
+            assert!(list.query.contains("labelSelector="), "{path}?{}", list.query);
+            list.ok(&crate::test_apiserver::server_tests::metadata_list(Vec::new()));
+        }
         let status = api
             .expect(Method::PATCH, "/apis/conversion.dco.rs/v1alpha1/conversionwebhookservers/a/status")
             .await;
@@ -643,5 +637,296 @@ mod tests {
         status.with_status(&cws);
         let action = task.await.unwrap();
         assert!(action.is_ok(), "{action:?}");
+    }
+}
+
+/// The server wing's apply-and-prune, against the mocked apiserver.
+#[cfg(test)]
+pub(crate) mod server_tests {
+    use super::*;
+    use crate::server;
+
+    const NS: &str = "/api/v1/namespaces/dco-system";
+    const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
+    const HPAS: &str = "/apis/autoscaling/v2/namespaces/dco-system/horizontalpodautoscalers";
+    const STATUS: &str = "/apis/conversion.dco.rs/v1alpha1/conversionwebhookservers/a/status";
+
+    /// The lists the prune makes, in its order (`server::owned::Owned::prune`).
+    pub fn owned_lists(ns: &str) -> [String; 10] {
+        let rbac = "/apis/rbac.authorization.k8s.io/v1";
+        [
+            format!("/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers"),
+            format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"),
+            format!("/apis/apps/v1/namespaces/{ns}/deployments"),
+            format!("/api/v1/namespaces/{ns}/services"),
+            format!("/api/v1/namespaces/{ns}/secrets"),
+            format!("{rbac}/namespaces/{ns}/rolebindings"),
+            format!("{rbac}/namespaces/{ns}/roles"),
+            format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            format!("{rbac}/clusterrolebindings"),
+            format!("{rbac}/clusterroles"),
+        ]
+    }
+
+    /// A metadata-only list answer (`Api::list_metadata`).
+    pub fn metadata_list(items: Vec<Value>) -> Value {
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": {"resourceVersion": "9"}, "items": items})
+    }
+
+    /// One listed object: `name` with server `instance`'s labels, controlled by `owner_uid`
+    /// (or by nothing).
+    fn listed(name: &str, instance: &str, owner_uid: Option<&str>) -> Value {
+        let mut meta = json!({
+            "name": name, "namespace": "dco-system", "uid": format!("obj-{name}"),
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTANCE: instance},
+        });
+        if let Some(uid) = owner_uid {
+            meta["ownerReferences"] = json!([{
+                "apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+                "name": instance, "uid": uid, "controller": true, "blockOwnerDeletion": true,
+            }]);
+        }
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": meta})
+    }
+
+    fn cluster_scoped(mut v: Value) -> Value {
+        if let Some(m) = v["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        v
+    }
+
+    /// What a whole server reconcile asked of the apiserver.
+    struct Played {
+        /// `METHOD path` of every request but Events, in order.
+        requests: Vec<String>,
+        /// The DELETE requests: path and body (the DeleteParams).
+        deletes: Vec<(String, Value)>,
+        status: Value,
+    }
+
+    /// Plays the apiserver for one reconcile of `cws`: applies are echoed (the Deployment
+    /// with 2 ready replicas), Secrets are not found yet, lists answer `lists` by path
+    /// (empty when absent), deletes succeed; ends with the status write.
+    async fn play(
+        api: &mut ApiServerVerifier,
+        cws: &ConversionWebhookServer,
+        lists: &BTreeMap<String, Vec<Value>>,
+    ) -> Played {
+        let mut played = Played { requests: Vec::new(), deletes: Vec::new(), status: Value::Null };
+        let mut events = Vec::new();
+        loop {
+            let x = api.events_then(&mut events).await;
+            played.requests.push(format!("{} {}", x.method, x.path));
+            match x.method {
+                Method::PATCH if x.path == STATUS => {
+                    played.status = x.body["status"].clone();
+                    x.with_status(cws);
+                    return played;
+                }
+                Method::PATCH if x.path.ends_with("/deployments/dco-webhook-a") => {
+                    assert!(x.is_apply_by_operator());
+                    let mut d = x.body.clone();
+                    d["status"] = json!({"replicas": 2, "readyReplicas": 2});
+                    x.ok(&d);
+                }
+                Method::PATCH => {
+                    assert!(x.is_apply_by_operator(), "{} {}", x.path, x.query);
+                    x.echo();
+                }
+                Method::GET if x.query.contains("labelSelector=") => {
+                    let items = lists.get(&x.path).cloned().unwrap_or_default();
+                    x.ok(&metadata_list(items));
+                }
+                Method::GET => x.not_found(),
+                Method::DELETE => {
+                    played.deletes.push((x.path.clone(), x.body.clone()));
+                    x.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+                }
+                _ => panic!("unexpected request {} {}", x.method, x.path),
+            }
+        }
+    }
+
+    /// A reconcile of `cws` (cached as the only server) against a fresh mocked apiserver.
+    fn spawn(
+        cws: &ConversionWebhookServer,
+    ) -> (ApiServerVerifier, tokio::task::JoinHandle<crate::error::Result<kube::runtime::controller::Action>>)
+    {
+        let (ctx, api, mut w) = test_context();
+        w.server(cws.clone());
+        (api, tokio::spawn(server::reconcile(Arc::new(cws.clone()), ctx)))
+    }
+
+    async fn reconcile(cws: ConversionWebhookServer, lists: BTreeMap<String, Vec<Value>>) -> Played {
+        let (mut api, task) = spawn(&cws);
+        let played = play(&mut api, &cws, &lists).await;
+        let res = task.await.unwrap();
+        assert!(res.is_ok(), "{res:?}");
+        played
+    }
+
+    #[tokio::test]
+    async fn an_hpa_removed_from_the_spec_is_pruned_and_nothing_else() {
+        // Server a has no spec.autoscaling: its HPA from before is an orphan.
+        let cws = server("a", true, 2, &[]);
+        let lists = BTreeMap::from([
+            (
+                HPAS.to_string(),
+                vec![
+                    listed("dco-webhook-a", "a", Some("uid-a")),
+                    // Another server's, even with a's labels copied onto it.
+                    listed("dco-webhook-b", "b", Some("uid-b")),
+                    listed("copied", "a", Some("uid-b")),
+                    // a's labels but no controller: someone else's object.
+                    listed("by-hand", "a", None),
+                ],
+            ),
+            // The desired Deployment and the Secrets the certificate step reads.
+            (
+                "/apis/apps/v1/namespaces/dco-system/deployments".to_string(),
+                vec![listed("dco-webhook-a", "a", Some("uid-a"))],
+            ),
+            (
+                format!("{NS}/secrets"),
+                vec![
+                    listed("dco-webhook-a-ca", "a", Some("uid-a")),
+                    listed("dco-webhook-a-tls", "a", Some("uid-a")),
+                ],
+            ),
+        ]);
+        let played = reconcile(cws, lists).await;
+        assert_eq!(played.deletes.len(), 1, "{:?}", played.deletes);
+        let (path, body) = &played.deletes[0];
+        assert_eq!(path, &format!("{HPAS}/dco-webhook-a"));
+        // Only the object listed: a same-named one made since fails the precondition.
+        assert_eq!(body["preconditions"]["uid"], "obj-dco-webhook-a");
+        assert_eq!(body["propagationPolicy"], "Background");
+        // The prune comes after every apply and before the status write.
+        let at = |r: &str| played.requests.iter().position(|x| x == r).unwrap_or(usize::MAX);
+        assert!(
+            at("PATCH /apis/apps/v1/namespaces/dco-system/deployments/dco-webhook-a")
+                < at(&format!("GET {HPAS}"))
+        );
+        assert!(at(&format!("DELETE {HPAS}/dco-webhook-a")) < at(&format!("PATCH {STATUS}")));
+    }
+
+    #[tokio::test]
+    async fn a_desired_hpa_and_pdb_are_applied_not_pruned() {
+        let mut cws = server("a", true, 2, &[]);
+        cws.spec.autoscaling = serde_json::from_value(json!({"minReplicas": 2, "maxReplicas": 4})).ok();
+        cws.spec.pod_disruption_budget = serde_json::from_value(json!({"minAvailable": 1})).ok();
+        let lists = BTreeMap::from([
+            (HPAS.to_string(), vec![listed("dco-webhook-a", "a", Some("uid-a"))]),
+            (
+                "/apis/policy/v1/namespaces/dco-system/poddisruptionbudgets".to_string(),
+                vec![listed("dco-webhook-a", "a", Some("uid-a"))],
+            ),
+            (
+                format!("{RBAC}/clusterroles"),
+                vec![cluster_scoped(listed("dco-webhook-a", "a", Some("uid-a")))],
+            ),
+        ]);
+        let played = reconcile(cws, lists).await;
+        assert!(played.deletes.is_empty(), "{:?}", played.deletes);
+        for applied in [
+            format!("PATCH {HPAS}/dco-webhook-a"),
+            "PATCH /apis/policy/v1/namespaces/dco-system/poddisruptionbudgets/dco-webhook-a".to_string(),
+        ] {
+            assert!(played.requests.contains(&applied), "{applied} not in {:?}", played.requests);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_secrets_stay_while_cert_manager_is_refused_and_a_dropped_service_account_goes() {
+        // spec.certificate: the self-managed Secrets are neither read nor written, yet kept;
+        // spec.serviceAccountName: the operator's ServiceAccount from before is pruned.
+        let mut cws = server("a", true, 2, &[]);
+        cws.spec.certificate = serde_json::from_value(json!({"issuerRef": {"name": "ca"}})).ok();
+        cws.spec.service_account_name = Some("mine".into());
+        let lists = BTreeMap::from([
+            (
+                format!("{NS}/secrets"),
+                vec![
+                    listed("dco-webhook-a-ca", "a", Some("uid-a")),
+                    listed("dco-webhook-a-tls", "a", Some("uid-a")),
+                ],
+            ),
+            (format!("{NS}/serviceaccounts"), vec![listed("dco-webhook-a", "a", Some("uid-a"))]),
+        ]);
+        let played = reconcile(cws, lists).await;
+        let deleted: Vec<&str> = played.deletes.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(deleted, [format!("{NS}/serviceaccounts/dco-webhook-a")]);
+        assert!(!played.requests.iter().any(|r| r.starts_with("GET") && r.contains("/secrets/")));
+        let cert = played.status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "CertificateReady"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (cert["status"].clone(), cert["reason"].clone()),
+            (json!("False"), json!("CertManagerNotSupported"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_delete_that_lost_the_race_is_not_an_error() {
+        let cws = server("a", true, 2, &[]);
+        let (mut api, task) = spawn(&cws);
+        let (mut events, mut raced) = (Vec::new(), Vec::new());
+        loop {
+            let x = api.events_then(&mut events).await;
+            match (&x.method, x.path.as_str()) {
+                (&Method::GET, p) if p == HPAS => {
+                    x.ok(&metadata_list(vec![
+                        listed("gone", "a", Some("uid-a")),
+                        listed("replaced", "a", Some("uid-a")),
+                    ]));
+                }
+                (&Method::DELETE, p) if p == format!("{HPAS}/gone") => {
+                    raced.push("gone");
+                    x.not_found()
+                }
+                (&Method::DELETE, p) if p == format!("{HPAS}/replaced") => {
+                    raced.push("replaced");
+                    let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "Precondition failed: UID in precondition: obj-replaced, UID in object meta: other"});
+                    x.reply(StatusCode::CONFLICT, &conflict);
+                }
+                (&Method::PATCH, STATUS) => {
+                    x.with_status(&cws);
+                    break;
+                }
+                (&Method::GET, _) if x.query.contains("labelSelector=") => x.ok(&metadata_list(Vec::new())),
+                (&Method::GET, _) => x.not_found(),
+                (&Method::PATCH, _) => x.echo(),
+                _ => panic!("unexpected request {} {}", x.method, x.path),
+            }
+        }
+        assert_eq!(raced, ["gone", "replaced"]);
+        let res = task.await.unwrap();
+        assert!(res.is_ok(), "{res:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_apply_prunes_nothing() {
+        let cws = server("a", true, 2, &[]);
+        let (mut api, task) = spawn(&cws);
+        let mut events = Vec::new();
+        loop {
+            let x = api.events_then(&mut events).await;
+            assert!(!x.query.contains("labelSelector="), "listed for a prune after a failed apply");
+            match x.method {
+                Method::PATCH if x.path.ends_with("/services/dco-webhook-a") => {
+                    let err = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422, "message": "spec.ports: Invalid value"});
+                    x.reply(StatusCode::UNPROCESSABLE_ENTITY, &err);
+                    break;
+                }
+                Method::PATCH => x.echo(),
+                Method::GET => x.not_found(),
+                _ => panic!("unexpected request {} {}", x.method, x.path),
+            }
+        }
+        let res = task.await.unwrap();
+        assert!(res.is_err(), "the apply error is the reconcile's");
     }
 }

@@ -430,6 +430,40 @@ pub fn pdb(
     })
 }
 
+/// Every workload object of a server, as the controller applies them (the Secrets come from
+/// the certificate step, which decides whether they must change).
+#[derive(Clone, Debug)]
+pub struct Objects {
+    pub service_account: Option<ServiceAccount>,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+    pub cluster_role: ClusterRole,
+    pub cluster_role_binding: ClusterRoleBinding,
+    pub service: Service,
+    pub deployment: Deployment,
+    pub hpa: Option<HorizontalPodAutoscaler>,
+    pub pdb: Option<PodDisruptionBudget>,
+}
+
+pub fn objects(
+    cws: &ConversionWebhookServer,
+    names: &ServerNames,
+    settings: &Settings,
+    owner: &OwnerReference,
+) -> Objects {
+    Objects {
+        service_account: service_account(cws, names, owner),
+        role: role(names, owner),
+        role_binding: role_binding(cws, names, owner),
+        cluster_role: cluster_role(names, owner),
+        cluster_role_binding: cluster_role_binding(cws, names, owner),
+        service: service(cws, names, owner),
+        deployment: deployment(cws, names, settings, owner),
+        hpa: hpa(cws, names, owner),
+        pdb: pdb(cws, names, owner),
+    }
+}
+
 /// A Secret of this server with `data`.
 pub fn secret(
     name: &str,

@@ -1,36 +1,40 @@
 //! The ConversionWebhookServer controller: applies the server's workload (Deployment,
 //! Service, RBAC, serving certificate, HPA/PDB), aggregates its replicas' served-target
 //! Leases into status, and holds its deletion while configs still need it.
+//!
+//! An apply reads as: the desired objects (`desired`, pure) → apply-and-prune of what the
+//! server owns (`owned`) with the certificate step (`certs`) among the applies → the Lease
+//! aggregate and assignments from the caches → the status (`status::render`, pure) → one
+//! status write.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dco_api::{ANNOTATION_ALLOW_FORCE_DELETE, ConversionWebhookServer, FINALIZER_IN_USE, ServerStatus};
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tracing::instrument;
 
 use self::certs::Current;
 use self::names::ServerNames;
+use self::owned::Owned;
 use crate::assigned::{self, ConfigRef};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::leases;
-use dco_state::conditions;
 
 pub const CONTROLLER: &str = "conversionwebhookserver";
 
 pub mod certs;
 pub mod desired;
 pub mod names;
+pub mod owned;
+pub mod status;
 
 pub mod condition {
     pub const AVAILABLE: &str = "Available";
@@ -83,59 +87,6 @@ pub fn error_policy(cws: Arc<ConversionWebhookServer>, error: &Error, ctx: Arc<C
     }
 }
 
-async fn ssa<K>(ctx: &Context, obj: &K, what: &'static str) -> Result<K>
-where
-    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-    K::Scope: ScopeApi<K>,
-{
-    let name = obj.meta().name.clone().unwrap_or_default();
-    let ns = obj.meta().namespace.clone();
-    let api = K::Scope::api(ctx.client.clone(), ns.as_deref());
-    let label = match &ns {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.clone(),
-    };
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
-        .await
-        .map_err(Error::kube("apply", what, label))
-}
-
-/// Picks `Api::namespaced` or `Api::all` by the resource's scope.
-pub trait ScopeApi<K> {
-    fn api(client: kube::Client, namespace: Option<&str>) -> Api<K>;
-}
-
-impl<K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>> ScopeApi<K>
-    for k8s_openapi::NamespaceResourceScope
-{
-    fn api(client: kube::Client, namespace: Option<&str>) -> Api<K> {
-        Api::namespaced(client, namespace.unwrap_or("default"))
-    }
-}
-
-impl<K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>> ScopeApi<K>
-    for k8s_openapi::ClusterResourceScope
-{
-    fn api(client: kube::Client, _namespace: Option<&str>) -> Api<K> {
-        Api::all(client)
-    }
-}
-
-async fn delete_if_present<K>(ctx: &Context, namespace: &str, name: &str, what: &'static str) -> Result<()>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(Error::kube("delete", what, format!("{namespace}/{name}"))(e)),
-    }
-}
-
 async fn read_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>> {
     // Read from the apiserver, not the cache: a stale cache would mint a second CA.
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
@@ -151,13 +102,10 @@ fn secret_data(s: &Option<Secret>) -> Option<std::collections::BTreeMap<String, 
 async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     let now = Timestamp::now();
     let names = ctx.names(cws);
-    let gen_ = cws.metadata.generation;
     let server = cws.name_any();
     let Some(owner) = desired::owner(cws) else {
         return Err(Error::NotReady(format!("ConversionWebhookServer {server} has no uid yet")));
     };
-    let mut status = cws.status.clone().unwrap_or_default();
-    status.observed_generation = gen_;
 
     let (_, refused) = desired::split_extra_args(&cws.spec.extra_args);
     if !refused.is_empty() {
@@ -174,159 +122,112 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
         .await;
     }
 
+    let objects = desired::objects(cws, &names, &ctx.settings, &owner);
+    let mut owned = Owned::new(ctx.client.clone(), &names, &owner);
     // RBAC first: Pods that start before their Role exist fail their first Lease writes.
-    if let Some(sa) = desired::service_account(cws, &names, &owner) {
-        ssa(ctx, &sa, "ServiceAccount").await?;
+    if let Some(sa) = &objects.service_account {
+        owned.add(sa).await?;
     }
-    ssa(ctx, &desired::role(&names, &owner), "Role").await?;
-    ssa(ctx, &desired::role_binding(cws, &names, &owner), "RoleBinding").await?;
-    ssa(ctx, &desired::cluster_role(&names, &owner), "ClusterRole").await?;
-    ssa(ctx, &desired::cluster_role_binding(cws, &names, &owner), "ClusterRoleBinding").await?;
-
-    // The serving certificate.
-    let mut cert_recheck = ctx.settings.resync;
-    if cws.spec.certificate.is_some() {
-        conditions::set(
-            &mut status.conditions,
-            condition::CERTIFICATE_READY,
-            false,
-            "CertManagerNotSupported",
-            format!(
-                "spec.certificate asks cert-manager to issue the serving certificate, which this operator version does not do yet; remove spec.certificate to let the operator manage Secret {}/{} itself",
-                names.namespace, names.tls_secret
-            ),
-            gen_,
-            now,
-        );
-    } else {
-        let ca = read_secret(ctx, &names.namespace, &names.ca_secret).await?;
-        let tls = read_secret(ctx, &names.namespace, &names.tls_secret).await?;
-        let (ca_data, tls_data) = (secret_data(&ca), secret_data(&tls));
-        let outcome = certs::ensure(
-            &server,
-            &names.service_host(),
-            Current { ca: ca_data.as_ref(), tls: tls_data.as_ref() },
-            now.as_second(),
-            &ctx.settings.cert_lifetimes,
-        )
-        .map_err(|source| Error::Certificate { server: server.clone(), source })?;
-        if let Some(data) = &outcome.write_ca {
-            ssa(ctx, &desired::secret(&names.ca_secret, "Opaque", data, &names, &owner), "Secret").await?;
-        }
-        if let Some(data) = &outcome.write_tls {
-            ssa(
-                ctx,
-                &desired::secret(&names.tls_secret, "kubernetes.io/tls", data, &names, &owner),
-                "Secret",
-            )
-            .await?;
-        }
-        if !outcome.reasons.is_empty() {
-            ctx.event(cws, false, "CertificateIssued", "Apply", outcome.reasons.join("; ")).await;
-        }
-        let renew_at = outcome.leaf_not_after
-            - ctx.settings.cert_lifetimes.leaf_renew_before_days * 86_400
-            - now.as_second();
-        cert_recheck = cert_recheck.min(Duration::from_secs(u64::try_from(renew_at.max(60)).unwrap_or(60)));
-        conditions::set(
-            &mut status.conditions,
-            condition::CERTIFICATE_READY,
-            true,
-            "SelfManaged",
-            format!(
-                "Secret {}/{} holds a certificate for {} valid until {}",
-                names.namespace,
-                names.tls_secret,
-                names.service_host(),
-                Timestamp::from_second(outcome.leaf_not_after).map(|t| t.to_string()).unwrap_or_default()
-            ),
-            gen_,
-            now,
-        );
+    owned.add(&objects.role).await?;
+    owned.add(&objects.role_binding).await?;
+    owned.add(&objects.cluster_role).await?;
+    owned.add(&objects.cluster_role_binding).await?;
+    // Then the serving Secret, before the Deployment whose Pods mount it.
+    let (certificate, cert_recheck) = certificate(cws, ctx, &names, &owner, &mut owned, now).await?;
+    let svc = owned.add(&objects.service).await?;
+    let deploy = owned.add(&objects.deployment).await?;
+    if let Some(h) = &objects.hpa {
+        owned.add(h).await?;
     }
-
-    let svc = ssa(ctx, &desired::service(cws, &names, &owner), "Service").await?;
-    let port =
-        svc.spec.as_ref().and_then(|s| s.ports.as_ref()).and_then(|p| p.first()).map_or(443, |p| p.port);
-    status.endpoint = Some(format!("https://{}:{port}", names.service_host()));
-    conditions::set(
-        &mut status.conditions,
-        condition::SERVICE_READY,
-        true,
-        "Applied",
-        format!("Service {}/{} routes port {port} to the webhook Pods", names.namespace, names.service()),
-        gen_,
-        now,
-    );
-
-    let deploy = ssa(ctx, &desired::deployment(cws, &names, &ctx.settings, &owner), "Deployment").await?;
-    match desired::hpa(cws, &names, &owner) {
-        Some(h) => drop(ssa(ctx, &h, "HorizontalPodAutoscaler").await?),
-        None => {
-            delete_if_present::<HorizontalPodAutoscaler>(
-                ctx,
-                &names.namespace,
-                &names.workload,
-                "HorizontalPodAutoscaler",
-            )
-            .await?
-        }
+    if let Some(p) = &objects.pdb {
+        owned.add(p).await?;
     }
-    match desired::pdb(cws, &names, &owner) {
-        Some(p) => drop(ssa(ctx, &p, "PodDisruptionBudget").await?),
-        None => {
-            delete_if_present::<PodDisruptionBudget>(
-                ctx,
-                &names.namespace,
-                &names.workload,
-                "PodDisruptionBudget",
-            )
-            .await?
-        }
+    for gone in owned.prune().await? {
+        tracing::info!(server = %server, "pruned {gone}: no longer in the desired objects");
     }
 
     let ds = deploy.status.unwrap_or_default();
-    status.replicas = ds.replicas.unwrap_or(0);
-    status.ready_replicas = ds.ready_replicas.unwrap_or(0);
-    let desired = deploy.spec.replicas.unwrap_or(status.replicas);
-    let available = status.ready_replicas > 0;
-    conditions::set(
-        &mut status.conditions,
-        condition::AVAILABLE,
-        available,
-        if available { "ReplicasReady" } else { "NoReadyReplicas" },
-        format!(
-            "{} of {desired} replicas of Deployment {}/{} are ready",
-            status.ready_replicas, names.namespace, names.workload
-        ),
-        gen_,
-        now,
-    );
-
-    let next = finish_status(cws, ctx, &names, &mut status, now);
-    write_status(ctx, cws, &status).await?;
-    let wait = next.min(cert_recheck).min(ctx.settings.resync);
+    let replicas = ds.replicas.unwrap_or(0);
+    let applied = status::Applied {
+        workload: status::Workload {
+            replicas,
+            ready: ds.ready_replicas.unwrap_or(0),
+            desired: deploy.spec.replicas.unwrap_or(replicas),
+        },
+        service_port: svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|p| p.first())
+            .map_or(443, |p| p.port),
+        certificate,
+    };
+    let rendered = status::render(cws.status.as_ref(), &facts(cws, ctx, &names, now, Some(applied), None));
+    write_status(ctx, cws, &rendered.status).await?;
+    let wait =
+        rendered.lease_recheck.unwrap_or(ctx.settings.resync).min(cert_recheck).min(ctx.settings.resync);
     Ok(Action::requeue(wait))
 }
 
-/// The parts of status computed from caches: served targets, assignments, default conflicts.
-/// Returns when to look again for Lease expiry.
-fn finish_status(
+/// The serving certificate: refused when `spec.certificate` asks for cert-manager, else the
+/// self-managed CA and leaf, rewritten through `owned` when they must change. Returns how it
+/// stands and when to look again for renewal.
+async fn certificate(
     cws: &ConversionWebhookServer,
     ctx: &Context,
     names: &ServerNames,
-    status: &mut ServerStatus,
+    owner: &OwnerReference,
+    owned: &mut Owned,
     now: Timestamp,
-) -> Duration {
+) -> Result<(status::Certificate, Duration)> {
+    // Both Secrets stay whether or not this reconcile rewrites them (or reads them at all):
+    // the config controller reads the CA from the serving Secret (`Context::ca_bundle`).
+    owned.keep::<Secret>(&names.ca_secret);
+    owned.keep::<Secret>(&names.tls_secret);
+    if cws.spec.certificate.is_some() {
+        return Ok((status::Certificate::CertManagerRefused, ctx.settings.resync));
+    }
+    let server = cws.name_any();
+    let ca = read_secret(ctx, &names.namespace, &names.ca_secret).await?;
+    let tls = read_secret(ctx, &names.namespace, &names.tls_secret).await?;
+    let (ca_data, tls_data) = (secret_data(&ca), secret_data(&tls));
+    let outcome = certs::ensure(
+        &server,
+        &names.service_host(),
+        Current { ca: ca_data.as_ref(), tls: tls_data.as_ref() },
+        now.as_second(),
+        &ctx.settings.cert_lifetimes,
+    )
+    .map_err(|source| Error::Certificate { server: server.clone(), source })?;
+    if let Some(data) = &outcome.write_ca {
+        owned.add(&desired::secret(&names.ca_secret, "Opaque", data, names, owner)).await?;
+    }
+    if let Some(data) = &outcome.write_tls {
+        owned.add(&desired::secret(&names.tls_secret, "kubernetes.io/tls", data, names, owner)).await?;
+    }
+    if !outcome.reasons.is_empty() {
+        ctx.event(cws, false, "CertificateIssued", "Apply", outcome.reasons.join("; ")).await;
+    }
+    let renew_at = outcome.leaf_not_after
+        - ctx.settings.cert_lifetimes.leaf_renew_before_days * 86_400
+        - now.as_second();
+    let recheck = ctx.settings.resync.min(Duration::from_secs(u64::try_from(renew_at.max(60)).unwrap_or(60)));
+    Ok((status::Certificate::SelfManaged { leaf_not_after: outcome.leaf_not_after }, recheck))
+}
+
+/// The status facts both paths read from the caches (served targets, assignments, other
+/// defaults) next to what this reconcile did.
+fn facts<'a>(
+    cws: &ConversionWebhookServer,
+    ctx: &Context,
+    names: &'a ServerNames,
+    now: Timestamp,
+    applied: Option<status::Applied>,
+    deletion_blocked: Option<String>,
+) -> status::Facts<'a> {
     let server = cws.name_any();
     let leases = ctx.stores.leases.state();
-    let agg = leases::aggregate(leases.iter().map(|l| l.as_ref()), &server, &names.namespace, now);
-    agg.write_to(status);
-
-    let servers = ctx.servers();
-    status.assigned_configs = assigned::assigned_to(&config_refs(ctx), &servers, &server);
-
-    let others: Vec<String> = ctx
+    let other_defaults = ctx
         .stores
         .servers
         .state()
@@ -334,27 +235,17 @@ fn finish_status(
         .filter(|s| s.spec.default && s.name_any() != server && s.meta().deletion_timestamp.is_none())
         .map(|s| s.name_any())
         .collect();
-    if cws.spec.default && !others.is_empty() {
-        conditions::set(
-            &mut status.conditions,
-            condition::DEFAULT_CONFLICT,
-            true,
-            "SeveralDefaults",
-            format!(
-                "ConversionWebhookServers {others:?} also have spec.default: true; set it on only one — until then targets that need the default server cannot be resolved"
-            ),
-            cws.metadata.generation,
-            now,
-        );
-    } else {
-        conditions::remove(&mut status.conditions, condition::DEFAULT_CONFLICT);
+    status::Facts {
+        names,
+        generation: cws.metadata.generation,
+        now,
+        applied,
+        deletion_blocked,
+        leases: leases::aggregate(leases.iter().map(|l| l.as_ref()), &server, &names.namespace, now),
+        assigned: assigned::assigned_to(&config_refs(ctx), &ctx.servers(), &server),
+        default: cws.spec.default,
+        other_defaults,
     }
-
-    // Look again just after the first live Lease would lapse, so a dead replica leaves the
-    // intersection even though no watch event announces it.
-    agg.next_expiry
-        .and_then(|e| u64::try_from(e.as_second() - now.as_second() + 1).ok())
-        .map_or(ctx.settings.resync, |s| Duration::from_secs(s.max(1)))
 }
 
 async fn write_status(ctx: &Context, cws: &ConversionWebhookServer, status: &ServerStatus) -> Result<()> {
@@ -391,19 +282,10 @@ async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action>
         "deletion waits until no config resolves to or is served by this server: {}; move or delete them (a pool member's targets move on their own), or annotate the server {ANNOTATION_ALLOW_FORCE_DELETE}=true",
         blockers.join(", ")
     );
-    let mut status = cws.status.clone().unwrap_or_default();
     let names = ctx.names(cws);
-    conditions::set(
-        &mut status.conditions,
-        condition::DELETION_BLOCKED,
-        true,
-        "ConfigsStillAssigned",
-        message.clone(),
-        cws.metadata.generation,
-        now,
-    );
-    finish_status(cws, ctx, &names, &mut status, now);
-    write_status(ctx, cws, &status).await?;
+    let rendered =
+        status::render(cws.status.as_ref(), &facts(cws, ctx, &names, now, None, Some(message.clone())));
+    write_status(ctx, cws, &rendered.status).await?;
     ctx.event(cws, true, "DeletionBlocked", "Delete", message.clone()).await;
     Err(Error::DeletionBlocked(format!("ConversionWebhookServer {server}: {message}")))
 }
