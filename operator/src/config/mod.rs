@@ -251,7 +251,7 @@ fn source_facts(
 /// Which server a target's `spec.conversion` names, by its Service.
 fn wired_server(ctx: &Context, target: &Value) -> Option<String> {
     let (ns, svc) = target::wired_service(target)?;
-    ctx.server_by_service(&ns, &svc).map(|s| s.name_any())
+    ctx.server_by_service(ns, svc).map(|s| s.name_any())
 }
 
 /// One transition the machine made: its Event, and what its span needs.
@@ -335,7 +335,7 @@ async fn apply<K: ConfigKind>(cached: &K, ctx: &Context) -> Result<Action> {
     let gen_ = cfg.meta().generation;
     let tkind = cfg.target_kind();
     let tname = cfg.target_name().to_string();
-    let tkind_name = target::kind_name(tkind);
+    let tkind_name = tkind.kind_name();
     let mut st = cfg.config_status().cloned().unwrap_or_default();
     st.observed_generation = gen_;
     st.webhook_path = Some(webhook_path(&tname));
@@ -586,7 +586,7 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
     let now = Timestamp::now();
     let tkind = cfg.target_kind();
     let tname = cfg.target_name().to_string();
-    let tkind_name = target::kind_name(tkind);
+    let tkind_name = tkind.kind_name();
     let Some(live) = target::fetch(&ctx.client, tkind, &tname).await? else {
         return Ok(Action::await_change());
     };
