@@ -265,6 +265,12 @@ mod tests {
             ("stale", stale),
             ("url", url),
             ("absent", json!({"spec": {}})),
+            // The apiserver requires both; half a reference names nothing.
+            (
+                "no namespace",
+                json!({"spec": {"conversion": {"strategy": "Webhook", "webhook": {
+                "clientConfig": {"service": {"name": "dco-webhook-a"}}}}}}),
+            ),
             ("not an object", json!({"spec": {"conversion": 3}})),
             ("no spec", json!(null)),
         ] {

@@ -87,7 +87,8 @@ pub fn decide(f: &Facts) -> Decision {
 /// The name of the Service a target's `spec.conversion` calls, from its JSON form (CRD or
 /// XRD), read by the same `dco_api::target` the operator writes it with. Anything missing or
 /// differently shaped, a URL webhook or a strategy other than Webhook reads as "names no
-/// Service". Only the name counts: the namespace is the operator's to get right.
+/// Service". Only the name is compared, as the rule above states it: a replica knows its
+/// Service's name (`sync::Identity::service_name`), not a namespace to compare.
 pub fn conversion_service_name(target: &serde_json::Value) -> Option<&str> {
     dco_api::target::wired_service(target).map(|(_namespace, name)| name)
 }
