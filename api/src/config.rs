@@ -211,8 +211,8 @@ pub struct SpokeStatus {
     pub warnings: Vec<String>,
 }
 
-/// The states of a move of a target between webhook servers (`docs/operations.md`, "How a
-/// target is wired and moved").
+// How a move runs: `docs/operations.md`, "How a target is wired and moved".
+/// The states of a move of a target between webhook servers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum HandoverState {
     #[default]

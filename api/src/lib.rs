@@ -8,6 +8,7 @@ pub mod rules;
 pub mod schema;
 pub mod served_lease;
 pub mod server;
+pub mod target;
 
 pub use config::{
     CRDConversionConfig, CRDConversionConfigSpec, ConfigStatus, ConversionConfig, ConversionSpec,

@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dco_api::config::{ConversionConfig, TargetKind};
+use dco_api::target::{XRD_CRD_NAME, slim, xrd_resource};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
 use futures::{Stream, StreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -20,15 +21,8 @@ use tokio::task::JoinHandle;
 
 use crate::sync::{ConfigView, TargetView, World};
 
-/// The CRD whose presence means XRDs can be watched.
-pub const XRD_CRD_NAME: &str = "compositeresourcedefinitions.apiextensions.crossplane.io";
 /// How often to look for Crossplane when it is not installed yet.
 const XRD_PROBE_INTERVAL: Duration = Duration::from_secs(30);
-
-fn xrd_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk("apiextensions.crossplane.io", "v1", "CompositeResourceDefinition");
-    ApiResource::from_gvk_with_plural(&gvk, "compositeresourcedefinitions")
-}
 
 /// What narrows the config and target watches.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -56,11 +50,6 @@ impl Scope {
             None => c,
         }
     }
-}
-
-/// Drop what the pass never reads, so large CRDs cost less memory.
-fn slim<K: Resource>(o: &mut K) {
-    o.meta_mut().managed_fields = None;
 }
 
 /// Run a reflector for `api` into a new store, waking `notify` on every event.
@@ -202,7 +191,7 @@ impl Caches {
             let view = match (c.target_kind, live) {
                 (TargetKind::Crd, Some((fp, crd))) => Some(cached(&mut rendered, &key, fp, || {
                     let mut v = serde_json::to_value(crd.as_ref()).unwrap_or_default();
-                    set_type(&mut v, "apiextensions.k8s.io/v1", "CustomResourceDefinition");
+                    set_type(&mut v, TargetKind::Crd);
                     v
                 })),
                 (TargetKind::Xrd, _) => xrds.as_ref().and_then(|s| {
@@ -210,7 +199,7 @@ impl Caches {
                     let o = s.get(&reflector::ObjectRef::new_with(&c.target, res))?;
                     Some(cached(&mut rendered, &key, fingerprint(o.as_ref()), || {
                         let mut v = serde_json::to_value(o.as_ref()).unwrap_or_default();
-                        set_type(&mut v, "apiextensions.crossplane.io/v1", "CompositeResourceDefinition");
+                        set_type(&mut v, TargetKind::Xrd);
                         v
                     }))
                 }),
@@ -239,10 +228,12 @@ fn cached(
     v
 }
 
-fn set_type(v: &mut serde_json::Value, api_version: &str, kind: &str) {
+/// The engine tells a CRD from an XRD by `apiVersion`/`kind`: set them whatever the cached
+/// object carried.
+fn set_type(v: &mut serde_json::Value, kind: TargetKind) {
     if let Some(o) = v.as_object_mut() {
-        o.insert("apiVersion".into(), api_version.into());
-        o.insert("kind".into(), kind.into());
+        o.insert("apiVersion".into(), kind.api_version().into());
+        o.insert("kind".into(), kind.kind_name().into());
     }
 }
 

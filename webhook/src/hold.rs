@@ -84,16 +84,13 @@ pub fn decide(f: &Facts) -> Decision {
     if f.now < until { Decision::Drain { started, until } } else { Decision::Drop(DropReason::Released) }
 }
 
-/// The Service a target's `spec.conversion` calls, from its JSON form (CRD or XRD; both use
-/// the same `spec.conversion.webhook.clientConfig.service.name` layout). Anything missing or
-/// differently shaped reads as "names no Service".
+/// The name of the Service a target's `spec.conversion` calls, from its JSON form (CRD or
+/// XRD), read by the same `dco_api::target` the operator writes it with. Anything missing or
+/// differently shaped, a URL webhook or a strategy other than Webhook reads as "names no
+/// Service". Only the name is compared, as the rule above states it: a replica knows its
+/// Service's name (`sync::Identity::service_name`), not a namespace to compare.
 pub fn conversion_service_name(target: &serde_json::Value) -> Option<&str> {
-    target
-        .pointer("/spec/conversion/webhook/clientConfig/service/name")
-        .and_then(serde_json::Value::as_str)
-        .filter(|_| {
-            target.pointer("/spec/conversion/strategy").and_then(serde_json::Value::as_str) == Some("Webhook")
-        })
+    dco_api::target::wired_service(target).map(|(_namespace, name)| name)
 }
 
 #[cfg(test)]

@@ -97,21 +97,14 @@ pub fn load(dir: &Path) -> Result<World, StaticError> {
                         serde_json::from_value(doc).map_err(|e| bad(e.to_string()))?;
                     configs.push(view(&c, &kind, &name, fp));
                 }
-                ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
-                    targets.insert(
-                        (TargetKind::Crd, name),
-                        TargetView { value: Arc::new(doc), fingerprint: fp },
-                    );
-                }
-                ("apiextensions.crossplane.io/v1", "CompositeResourceDefinition") => {
-                    targets.insert(
-                        (TargetKind::Xrd, name),
-                        TargetView { value: Arc::new(doc), fingerprint: fp },
-                    );
-                }
-                _ => {
-                    tracing::info!(file = %file.display(), doc = i + 1, %api_version, %kind, "skipping a document that is neither a config nor a target")
-                }
+                (av, k) => match TargetKind::of_type(av, k) {
+                    Some(tkind) => {
+                        targets.insert((tkind, name), TargetView { value: Arc::new(doc), fingerprint: fp });
+                    }
+                    None => {
+                        tracing::info!(file = %file.display(), doc = i + 1, %api_version, %kind, "skipping a document that is neither a config nor a target")
+                    }
+                },
             }
         }
     }

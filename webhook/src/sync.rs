@@ -76,13 +76,6 @@ pub struct Syncer {
     drains: HashMap<String, Instant>,
 }
 
-fn kind_name(k: TargetKind) -> &'static str {
-    match k {
-        TargetKind::Crd => "CustomResourceDefinition",
-        TargetKind::Xrd => "CompositeResourceDefinition",
-    }
-}
-
 impl Syncer {
     pub fn new(
         compiler: Arc<dyn Compiler>,
@@ -259,7 +252,7 @@ impl Syncer {
         let Some(live) = live else {
             let msg = format!(
                 "target {} {target:?} named by {} {:?} does not exist; create it or fix spec.target{}.name",
-                kind_name(kind),
+                kind.kind_name(),
                 config.kind,
                 config.name,
                 if kind == TargetKind::Xrd { "XRD" } else { "CRD" }
@@ -315,7 +308,7 @@ impl Syncer {
                         "{} {:?} does not compile against {} {target:?} ({count} error(s), {first}); {keeping}",
                         config.kind,
                         config.name,
-                        kind_name(kind),
+                        kind.kind_name(),
                     )
                 };
                 let message = describe(

@@ -141,7 +141,7 @@ pub fn wiring_for(
 /// Which server a target's `spec.conversion` names, by its Service.
 pub fn wired_server(ctx: &Context, target: &Value) -> Option<String> {
     let (ns, svc) = target::wired_service(target)?;
-    ctx.server_by_service(&ns, &svc).map(|s| s.name_any())
+    ctx.server_by_service(ns, svc).map(|s| s.name_any())
 }
 
 /// The wiring to the resolved server when it is Available and its CA is issued.
@@ -172,7 +172,7 @@ pub fn observe<K: ConversionConfig + Resource>(
 ) -> Observed {
     let now = Timestamp::now();
     let tname = cfg.target_name();
-    let target_desc = format!("{} {tname}", target::kind_name(cfg.target_kind()));
+    let target_desc = format!("{} {tname}", cfg.target_kind().kind_name());
     let compiled = live.as_ref().map(|t| compile(cfg.conversion(), t));
     let pin = cfg.conversion().webhook_server_ref.as_ref().map(|r| r.name.as_str());
     let resolved = ctx.servers().resolve(tname, pin).map_err(|e| e.to_string());

@@ -132,7 +132,7 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
     let now = Timestamp::now();
     let tkind = cfg.target_kind();
     let tname = cfg.target_name().to_string();
-    let tkind_name = target::kind_name(tkind);
+    let tkind_name = tkind.kind_name();
     let Some(live) = target::fetch(&ctx.client, tkind, &tname).await? else {
         return Ok(Action::await_change());
     };

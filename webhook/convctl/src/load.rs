@@ -95,8 +95,7 @@ pub fn config(path: &Path) -> Result<Config, CliError> {
 /// Reads the CRD (`want` = Crd) or XRD (`want` = Xrd) in `path`.
 pub fn target(path: &Path, want: TargetKind) -> Result<Target, CliError> {
     let docs = documents(path)?;
-    let wanted_kind =
-        if want == TargetKind::Xrd { "CompositeResourceDefinition" } else { "CustomResourceDefinition" };
+    let wanted_kind = want.kind_name();
     let candidates: Vec<&Value> = docs.iter().filter(|d| str_at(d, &["kind"]) == Some(wanted_kind)).collect();
     let doc = match candidates.as_slice() {
         [one] => *one,

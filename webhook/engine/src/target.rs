@@ -2,13 +2,9 @@
 //! CompositeResourceDefinition, read from JSON into one shape.
 
 use dco_api::config::TargetKind;
+use dco_api::target::{CRD_API_VERSION, CRD_KIND, XRD_GROUP, XRD_KIND};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-const CRD_API_VERSION: &str = "apiextensions.k8s.io/v1";
-const CRD_KIND: &str = "CustomResourceDefinition";
-const XRD_API_GROUP: &str = "apiextensions.crossplane.io/";
-const XRD_KIND: &str = "CompositeResourceDefinition";
 
 /// One version of the target with its schema.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,7 +51,7 @@ impl Target {
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
         let (tkind, label, hub_flag) = if api_version == CRD_API_VERSION && kind == CRD_KIND {
             (TargetKind::Crd, CRD_KIND, "storage")
-        } else if api_version.starts_with(XRD_API_GROUP) && kind == XRD_KIND {
+        } else if api_version.split_once('/').is_some_and(|(g, _)| g == XRD_GROUP) && kind == XRD_KIND {
             (TargetKind::Xrd, XRD_KIND, "referenceable")
         } else {
             return Err(TargetError::UnknownKind { api_version: api_version.into(), kind: kind.into() });
@@ -144,11 +140,7 @@ impl Target {
 
     /// What kind of object this is, for messages ("CustomResourceDefinition x.example.org").
     pub fn describe(&self) -> String {
-        let k = match self.kind {
-            TargetKind::Crd => CRD_KIND,
-            TargetKind::Xrd => XRD_KIND,
-        };
-        format!("{k} {}", self.name)
+        format!("{} {}", self.kind.kind_name(), self.name)
     }
 }
 
