@@ -30,9 +30,9 @@ use crate::assigned::HasConfigStatus;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::metrics::TransitionLabels;
-use crate::otel;
 use crate::server::desired;
 use crate::serving::serving;
+use crate::telemetry;
 use dco_state::conditions;
 
 pub mod target;
@@ -296,13 +296,13 @@ async fn emit<K: ConfigKind>(ctx: &Context, cfg: &K, target: &str, m: &Moved) {
     tracing::info!(
         reason = note.reason,
         attempt,
-        trace_id = m.to.traceparent.as_deref().and_then(crate::trace::trace_id),
+        trace_id = m.to.traceparent.as_deref().and_then(telemetry::trace_id),
         "handover: {}",
         note.note
     );
     let at = std::time::SystemTime::now();
     let since = |s: &str| s.parse::<Timestamp>().ok().map(std::time::SystemTime::from);
-    ctx.traces.record(&otel::Transition {
+    telemetry::record(&telemetry::Transition {
         traceparent: m.to.traceparent.as_deref(),
         reason: note.reason,
         note: &note.note,
@@ -426,7 +426,7 @@ async fn apply<K: ConfigKind>(cached: &K, ctx: &Context) -> Result<Action> {
     if machine_may_run {
         let dest_name = resolved.as_ref().ok().map(|a| a.server.clone());
         let status_of = |s: Option<&str>| s.and_then(|s| ctx.server(s)).and_then(|s| s.status.clone());
-        let traceparent = crate::trace::new_traceparent();
+        let traceparent = telemetry::new_traceparent();
         let compiled_fact = compiled.as_ref().map(|_| ()).map_err(Clone::clone);
         let destination_fact = resolved.as_ref().map(|a| a.server.as_str()).map_err(|e| e.to_string());
         let source_of = |h: &dco_api::HandoverStatus, wired: Option<&str>| {
