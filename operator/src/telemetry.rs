@@ -1,5 +1,5 @@
 //! The operator's `tracing` subscriber (logs, and handover traces over OTLP) and the W3C trace
-//! context of a handover (design §7).
+//! context of a handover (docs/operations.md, "Traces").
 //!
 //! A move is one trace, named by the `traceparent` it gets when it starts, persisted in
 //! `status.handover` so it survives restarts and changes of replica. Its root span, `handover`,
