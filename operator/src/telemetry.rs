@@ -168,8 +168,10 @@ fn provider(processor: impl SpanProcessor + 'static) -> SdkTracerProvider {
 
 /// Applies [`START`], [`END`] and [`IS_PARENT`] to each ended span before `P` exports it:
 /// the span processor is where the SDK lets a span's data be changed, and the one place that
-/// sees every span however `tracing-opentelemetry` built it (lazily, at its first entry or
-/// close).
+/// sees every span however `tracing-opentelemetry` built it. An id generator pinned to the
+/// traceparent's ids (as the hand-built spans had) would have to bracket the moment the layer
+/// builds the OTel span, which it does lazily (first entry, `context()` or close), out of
+/// this module's sight.
 #[derive(Debug)]
 struct AsRecorded<P>(P);
 
