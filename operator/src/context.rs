@@ -12,7 +12,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::metrics::Metrics;
-use crate::otel::HandoverTraces;
 use crate::server::certs::{self, Lifetimes};
 use crate::server::names::ServerNames;
 
@@ -69,8 +68,6 @@ pub struct Context {
     pub stores: Stores,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
-    /// Handover spans (OTLP), or nowhere.
-    pub traces: HandoverTraces,
 }
 
 impl Context {
@@ -79,19 +76,7 @@ impl Context {
             controller: FIELD_MANAGER.to_string(),
             instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),
         };
-        let traces = HandoverTraces::default();
-        Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            settings,
-            stores,
-            metrics,
-            traces,
-        }
-    }
-
-    pub fn with_traces(self, traces: HandoverTraces) -> Self {
-        Context { traces, ..self }
+        Context { recorder: Recorder::new(client.clone(), reporter), client, settings, stores, metrics }
     }
 
     /// The resolver over the cached servers. A server being deleted is out of the pool and

@@ -9,10 +9,9 @@ pub mod context;
 pub mod error;
 pub mod leases;
 pub mod metrics;
-pub mod otel;
 pub mod runtime;
 pub mod server;
-pub mod trace;
+pub mod telemetry;
 
 #[cfg(test)]
 mod test_apiserver;

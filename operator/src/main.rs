@@ -2,21 +2,17 @@
 
 use clap::Parser;
 use dco_operator::cli::Args;
-
-fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
+use dco_operator::telemetry;
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    init_logging(&args.log_format);
+    let telemetry = match telemetry::init(&args.log_format, args.otlp_endpoint.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("{e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     // One process-wide rustls provider, whatever the dependency graph enables.
     if rustls::crypto::ring::default_provider().install_default().is_err() {
         tracing::debug!("a rustls crypto provider was already installed");
@@ -28,7 +24,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dco_operator::runtime::run(args)) {
+    let result = runtime.block_on(dco_operator::runtime::run(args));
+    // On this thread, off the async workers: the exporter's HTTP client blocks.
+    telemetry.shutdown();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

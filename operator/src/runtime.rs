@@ -27,7 +27,6 @@ use crate::config::{self, target};
 use crate::context::{Context, Settings, Stores};
 use crate::leases::lease_triggers;
 use crate::metrics::Metrics;
-use crate::otel::HandoverTraces;
 use crate::server;
 
 /// The CRD whose presence means XRDs can be watched.
@@ -244,16 +243,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         xccs: xcc_ctl.store(),
         cccs: ccc_ctl.store(),
     };
-    let traces = match args.otlp_endpoint.as_deref().filter(|e| !e.is_empty()) {
-        Some(endpoint) => {
-            let traces = HandoverTraces::otlp(endpoint).map_err(anyhow::Error::msg)?;
-            tracing::info!(endpoint, "exporting handover traces over OTLP/HTTP");
-            traces
-        }
-        None => HandoverTraces::default(),
-    };
-    let ctx =
-        Arc::new(Context::new(client.clone(), settings, stores.clone(), metrics).with_traces(traces.clone()));
+    let ctx = Arc::new(Context::new(client.clone(), settings, stores.clone(), metrics));
 
     let (ccc_tx, ccc_rx) = mpsc::channel(4096);
     let (xcc_tx, xcc_rx) = mpsc::channel(4096);
@@ -334,7 +324,5 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     tokio::join!(cws_ctl, ccc_run, xcc_run);
     tracing::info!("controllers stopped");
-    // The exporter's client blocks; keep it off the async workers.
-    let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
     Ok(())
 }

@@ -273,9 +273,8 @@ mod tests {
 
     /// A first wiring to server `a`, driven through the API: the Event reasons in order and
     /// the status written.
-    async fn first_wiring(traces: crate::otel::HandoverTraces) -> (Vec<String>, Value) {
+    async fn first_wiring() -> (Vec<String>, Value) {
         let (ctx, mut api, mut w) = test_context();
-        let ctx = Arc::new(Arc::into_inner(ctx).expect("one handle").with_traces(traces));
         w.server(server("a", true, 2, &[]));
         w.secret(tls_secret("a"));
         let cfg = config(None, json!({}));
@@ -304,7 +303,7 @@ mod tests {
 
     #[tokio::test]
     async fn first_wiring_goes_straight_to_the_resolved_server_and_settles() {
-        let (reasons, st) = first_wiring(Default::default()).await;
+        let (reasons, st) = first_wiring().await;
         assert_eq!(st["phase"], "Applied");
         assert_eq!(st["assignedWebhookServer"], "a");
         assert_eq!(st["webhookPath"], "/convert/widgets.example.org");
@@ -320,33 +319,26 @@ mod tests {
         assert_eq!(reasons, ["HandoverStarted", "DestinationReady", "Patched", "SourceDropped"]);
     }
 
-    /// With an OTLP collector configured, the same move is one trace: the persisted
-    /// traceparent's trace id, one span per Event, each leaving the state the last one entered.
+    /// With handover spans exported, the same move is one trace: the persisted traceparent's
+    /// trace id, one span per Event, each leaving the state the last one entered.
     #[tokio::test]
     async fn each_transition_is_a_span_of_the_persisted_trace() {
-        let (url, got) = crate::otel::testing::collector().await.unwrap();
-        let traces = crate::otel::HandoverTraces::otlp(&url).unwrap();
-        let (reasons, st) = first_wiring(traces.clone()).await;
-        tokio::task::spawn_blocking(move || traces.shutdown()).await.unwrap();
+        use crate::telemetry::testing::{capture, spans, text};
+        // This thread's subscriber: the test runtime has one thread, which polls the reconcile.
+        let (_guard, exporter) = capture();
+        let (reasons, st) = first_wiring().await;
 
         let traceparent = st["handover"]["traceparent"].as_str().unwrap_or_default().to_string();
-        let mut spans = crate::otel::testing::spans(&got);
+        let mut spans = spans(&exporter);
         // The root span, sent with the first transition, has the traceparent's own ids.
         let root = spans.remove(0);
         assert_eq!(root.name, "handover");
-        assert_eq!(Some(crate::otel::testing::hex(&root.span_id).as_str()), traceparent.get(36..52));
-        assert!(root.parent_span_id.is_empty());
-        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(Some(root.span_context.span_id().to_string().as_str()), traceparent.get(36..52));
+        assert_eq!(root.parent_span_id, opentelemetry::trace::SpanId::INVALID);
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
         assert_eq!(names, reasons);
-        let states: Vec<(String, String)> = spans
-            .iter()
-            .map(|s| {
-                (
-                    crate::otel::testing::text(s, "dco.handover.from"),
-                    crate::otel::testing::text(s, "dco.handover.to"),
-                )
-            })
-            .collect();
+        let states: Vec<(String, String)> =
+            spans.iter().map(|s| (text(s, "dco.handover.from"), text(s, "dco.handover.to"))).collect();
         assert_eq!(
             states,
             [
@@ -358,18 +350,12 @@ mod tests {
             .map(|(a, b)| (a.to_string(), b.to_string()))
         );
         for span in &spans {
-            assert_eq!(
-                traceparent.get(3..35),
-                Some(crate::otel::testing::hex(&span.trace_id).as_str()),
-                "{traceparent}"
-            );
-            assert_eq!(
-                traceparent.get(36..52),
-                Some(crate::otel::testing::hex(&span.parent_span_id).as_str())
-            );
-            assert_eq!(crate::otel::testing::text(span, "dco.config"), "CRDConversionConfig/widgets");
-            assert_eq!(crate::otel::testing::text(span, "dco.target"), "widgets.example.org");
-            assert!(span.end_time_unix_nano >= span.start_time_unix_nano);
+            let sc = &span.span_context;
+            assert_eq!(traceparent.get(3..35), Some(sc.trace_id().to_string().as_str()), "{traceparent}");
+            assert_eq!(traceparent.get(36..52), Some(span.parent_span_id.to_string().as_str()));
+            assert_eq!(text(span, "dco.config"), "CRDConversionConfig/widgets");
+            assert_eq!(text(span, "dco.target"), "widgets.example.org");
+            assert!(span.end_time >= span.start_time);
         }
     }
 

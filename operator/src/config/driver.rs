@@ -20,7 +20,7 @@ use super::{ConfigKind, kind_static, status, target};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::metrics::TransitionLabels;
-use crate::otel;
+use crate::telemetry;
 
 pub struct ConfigDriver<'a, K> {
     ctx: &'a Context,
@@ -35,7 +35,7 @@ pub struct ConfigDriver<'a, K> {
 
 impl<'a, K: ConfigKind> ConfigDriver<'a, K> {
     pub fn new(ctx: &'a Context) -> Self {
-        ConfigDriver { ctx, target: None, traceparent: crate::trace::new_traceparent(), kind: PhantomData }
+        ConfigDriver { ctx, target: None, traceparent: telemetry::new_traceparent(), kind: PhantomData }
     }
 
     async fn wire(&mut self, cfg: &K, server: &str, observed: &Observed) -> Result<target::Wiring> {
@@ -154,12 +154,12 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
         tracing::info!(
             reason = note.reason,
             attempt,
-            trace_id = t.to.traceparent.as_deref().and_then(crate::trace::trace_id),
+            trace_id = t.to.traceparent.as_deref().and_then(telemetry::trace_id),
             "handover: {}",
             note.note
         );
         let since = |s: &str| s.parse::<Timestamp>().ok().map(std::time::SystemTime::from);
-        self.ctx.traces.record(&otel::Transition {
+        telemetry::record(&telemetry::Transition {
             traceparent: t.to.traceparent.as_deref(),
             reason: note.reason,
             note: &note.note,
