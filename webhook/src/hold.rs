@@ -1,4 +1,5 @@
-//! The hold rule (design §5): whether this replica keeps a plan for a target.
+//! The hold rule (`docs/webhook.md`, "What a replica does"): whether this replica keeps a
+//! plan for a target.
 //!
 //! A replica holds a plan while EITHER the resolver assigns the target to its instance OR the
 //! live target's `spec.conversion.webhook.clientConfig.service.name` still names its Service.

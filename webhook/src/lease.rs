@@ -1,4 +1,4 @@
-//! The served-target Lease publisher (design §5): `dco-served-<pod>` in the replica's
+//! The served-target Lease publisher (`docs/webhook.md`): `dco-served-<pod>` in the replica's
 //! namespace, labelled with the instance and `app.kubernetes.io/managed-by`, owned by the
 //! Pod (garbage-collected with it), carrying the sorted set of targets this replica holds a
 //! servable plan for, renewed every heartbeat and republished at once on any registry change.

@@ -1,4 +1,4 @@
-//! dco-webhook: the conversion webhook server runtime (design §5).
+//! dco-webhook: the conversion webhook server runtime (`docs/webhook.md`).
 //!
 //! Data flows one way: the caches (or a static directory) feed the sync pass, which decides
 //! per target whether to hold a plan ([`hold`]), compiles what changed and swaps the result

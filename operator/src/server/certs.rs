@@ -1,5 +1,5 @@
-//! The self-managed serving certificate of a webhook server (design §7, for clusters without
-//! cert-manager): a long-lived CA whose key stays in its own Secret, and a leaf for
+//! The self-managed serving certificate of a webhook server (`docs/operations.md`, for
+//! clusters without cert-manager): a long-lived CA whose key stays in its own Secret, and a leaf for
 //! `<svc>.<ns>.svc` signed by it, stored as `tls.crt`/`tls.key`/`ca.crt`.
 //!
 //! Rotation keeps the apiserver able to verify at every moment: a new leaf is signed by the
