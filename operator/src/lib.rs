@@ -10,6 +10,7 @@ pub mod error;
 pub mod leases;
 pub mod metrics;
 pub mod otel;
+pub mod rebalance;
 pub mod runtime;
 pub mod server;
 pub mod serving;
