@@ -155,12 +155,7 @@ pub struct CaView {
 
 impl CaView {
     pub fn of(s: &Secret) -> Option<Self> {
-        let server = s
-            .owner_references()
-            .iter()
-            .find(|o| o.controller == Some(true) && o.kind == "ConversionWebhookServer")
-            .map(|o| o.name.clone())
-            .or_else(|| s.labels().get(LABEL_INSTANCE).cloned())?;
+        let server = owner_of(s).map(|r| r.name).or_else(|| s.labels().get(LABEL_INSTANCE).cloned())?;
         let ca = s.data.as_ref().and_then(|d| d.get(certs::CA_CRT)).map(|b| b.0.clone());
         Some(CaView { server, ca })
     }
@@ -197,12 +192,25 @@ pub fn progressing(configs: &[ConfigRef], server: &str) -> Vec<String> {
     configs.iter().filter(|c| !c.settled && c.involves(server)).map(|c| c.name.clone()).collect()
 }
 
-/// Sends config reconcile requests to the two config controllers.
+/// What one event wakes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Wake {
+    /// A server's spec, deletion, existence or CA changed: `assigned::affected_by`.
+    Rebalance(String),
+    /// What a server serves may have changed: the moves it takes part in (`progressing`).
+    Progress(String),
+    /// A server's reconcile: its child, its Leases, or a config it lists changed.
+    Server(ObjectRef<ConversionWebhookServer>),
+}
+
+/// Delivers [`Wake`]s: config requests to the two (paced) config controllers, server
+/// requests to the server controller.
 #[derive(Clone)]
 pub struct Fanout {
     ctx: Arc<Context>,
     ccc: mpsc::Sender<ObjectRef<CRDConversionConfig>>,
     xcc: mpsc::Sender<ObjectRef<XRDConversionConfig>>,
+    cws: mpsc::Sender<ObjectRef<ConversionWebhookServer>>,
 }
 
 impl Fanout {
@@ -210,26 +218,41 @@ impl Fanout {
         ctx: Arc<Context>,
         ccc: mpsc::Sender<ObjectRef<CRDConversionConfig>>,
         xcc: mpsc::Sender<ObjectRef<XRDConversionConfig>>,
+        cws: mpsc::Sender<ObjectRef<ConversionWebhookServer>>,
     ) -> Self {
-        Fanout { ctx, ccc, xcc }
+        Fanout { ctx, ccc, xcc, cws }
     }
 
-    /// A server's spec, deletion, existence or CA changed: `assigned::affected_by`.
-    /// `false` once the controllers are gone.
-    pub async fn rebalance(&self, server: &str) -> bool {
-        let pool = self.ctx.servers();
-        self.send(|configs| assigned::affected_by(configs, &pool, server)).await
+    /// `false` once the receiving controllers are gone.
+    pub async fn wake(&self, w: Wake) -> bool {
+        match w {
+            Wake::Rebalance(server) => {
+                let pool = self.ctx.servers();
+                self.configs(|configs| assigned::affected_by(configs, &pool, &server)).await
+            }
+            Wake::Progress(server) => self.configs(|configs| progressing(configs, &server)).await,
+            Wake::Server(r) => self.cws.send(r).await.is_ok(),
+        }
     }
 
-    /// `server`'s Leases changed what it serves: the moves it takes part in.
-    pub async fn progress(&self, server: &str) -> bool {
-        self.send(|configs| progressing(configs, server)).await
-    }
-
-    async fn send(&self, pick: impl Fn(&[ConfigRef]) -> Vec<String>) -> bool {
+    async fn configs(&self, pick: impl Fn(&[ConfigRef]) -> Vec<String>) -> bool {
         send_all(&self.ccc, pick(&refs(&self.ctx.stores.cccs))).await
             && send_all(&self.xcc, pick(&refs(&self.ctx.stores.xccs))).await
     }
+}
+
+/// The server whose child `o` is, by its controller ownerReference (server/desired.rs
+/// `owner`). Not `Controller::owns`: kube-runtime gives the owner's reference the child's
+/// namespace (controller/trigger.rs `trigger_owners`), which never matches a cluster-scoped
+/// server in the store, so those triggers would be dropped.
+pub fn owner_of<K: Resource>(o: &K) -> Option<ObjectRef<ConversionWebhookServer>> {
+    let (kind, api_version) = (ConversionWebhookServer::kind(&()), ConversionWebhookServer::api_version(&()));
+    o.meta()
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true) && r.kind == kind && r.api_version == api_version)
+        .map(|r| ObjectRef::new(&r.name))
 }
 
 async fn send_all<K: Resource<DynamicType = ()>>(
@@ -390,6 +413,7 @@ mod tests {
                 resource_version: Some(rv.into()),
                 owner_references: Some(vec![OwnerReference {
                     kind: "ConversionWebhookServer".into(),
+                    api_version: "conversion.dco.rs/v1alpha1".into(),
                     name: "a".into(),
                     controller: Some(true),
                     ..OwnerReference::default()

@@ -1,7 +1,6 @@
 //! Wiring: one watch per kind, the caches and the three controllers on them, what wakes each
 //! (the rules in rebalance.rs), and the health/metrics endpoint.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -14,7 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
+use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store, store::Writer};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -27,7 +26,7 @@ use crate::context::{Context, Settings, Stores};
 use crate::leases::lease_triggers;
 use crate::metrics::Metrics;
 use crate::otel::HandoverTraces;
-use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView};
+use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
 use crate::server;
 
 /// The CRD whose presence means XRDs can be watched.
@@ -67,26 +66,34 @@ where
 {
     let (store, writer) = reflector::store_shared(SHARED_BUFFER);
     let subscriber = writer.subscribe().expect("a store_shared writer has subscribers");
-    let events = watcher(api, config).modify(slim::<K>).default_backoff().reflect_shared(writer);
-    (store, subscriber, events)
+    (store, subscriber, watch(api, config, writer))
 }
 
-/// Drive a root event stream: `changed` picks what each event must wake, `wake` delivers it
-/// (`false` once the receiving controllers are gone).
-async fn drive<K, T, Fut>(
+/// The watch of kind `K`, reflected into `writer`'s store (and to its subscribers, if shared).
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    watcher(api, config).modify(slim::<K>).default_backoff().reflect_shared(writer)
+}
+
+/// Drive a root event stream: `changed` picks what each event must wake.
+async fn drive<K>(
     kind: &'static str,
     events: impl Stream<Item = watcher::Result<watcher::Event<K>>>,
-    mut changed: impl FnMut(&watcher::Event<K>) -> Vec<T>,
-    wake: impl Fn(T) -> Fut,
-) where
-    Fut: Future<Output = bool>,
-{
+    mut changed: impl FnMut(&watcher::Event<K>) -> Vec<Wake>,
+    fanout: Fanout,
+) {
     let mut events = std::pin::pin!(events);
     while let Some(ev) = events.next().await {
         match ev {
             Ok(ev) => {
-                for t in changed(&ev) {
-                    if !wake(t).await {
+                for w in changed(&ev) {
+                    if !fanout.wake(w).await {
                         return;
                     }
                 }
@@ -99,10 +106,12 @@ async fn drive<K, T, Fut>(
 }
 
 /// A config's changes → the servers whose status or deletion reads it (`ConfigRef`).
-fn config_changes<K: ConfigKind>() -> impl FnMut(&watcher::Event<K>) -> Vec<ObjectRef<ConversionWebhookServer>>
-{
+fn config_changes<K: ConfigKind>() -> impl FnMut(&watcher::Event<K>) -> Vec<Wake> {
     let mut changes = Changes::default();
-    move |ev| rebalance::config_servers(&changes.observe(ev, |c: &K| Some(ConfigRef::of(c))))
+    move |ev| {
+        let changed = changes.observe(ev, |c: &K| Some(ConfigRef::of(c)));
+        rebalance::config_servers(&changed).into_iter().map(Wake::Server).collect()
+    }
 }
 
 fn configs_of_target<K>(store: &Store<K>, target: &str) -> Vec<ObjectRef<K>>
@@ -194,13 +203,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         shared(Api::<CRDConversionConfig>::all(client.clone()), scoped(&args.selector));
     let (xccs, xcc_sub, xcc_events) =
         shared(Api::<XRDConversionConfig>::all(client.clone()), scoped(&args.selector));
-    let (secrets, secret_sub, secret_events) = shared(Api::<Secret>::all(client.clone()), managed());
-    // Leases are facts, read whole: one consumer (`lease_triggers`), so no subscription.
+    // Secrets and Leases have no subscriber: a subscription sees no deletions (kube-runtime's
+    // reflector/store.rs `dispatch_event`), and a deleted serving Secret must wake its server.
+    let (secrets, secrets_w) = reflector::store();
+    let secret_events = watch(Api::<Secret>::all(client.clone()), managed(), secrets_w);
+    // Leases are facts, read whole, through `lease_triggers`.
     let (leases, leases_w) = reflector::store();
-    let lease_events = watcher(Api::<Lease>::all(client.clone()), managed())
-        .modify(slim::<Lease>)
-        .default_backoff()
-        .reflect(leases_w);
+    let lease_events = watch(Api::<Lease>::all(client.clone()), managed(), leases_w);
     let stores = Stores {
         servers: servers.clone(),
         leases: leases.clone(),
@@ -226,66 +235,47 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (ccc_tx, ccc_rx) = mpsc::channel(4096);
     let (xcc_tx, xcc_rx) = mpsc::channel(4096);
     let (cws_tx, cws_rx) = mpsc::channel::<ObjectRef<ConversionWebhookServer>>(4096);
-    let fanout = Fanout::new(ctx.clone(), ccc_tx, xcc_tx);
-    let wake_server = |tx: mpsc::Sender<ObjectRef<ConversionWebhookServer>>| {
-        move |r| {
-            let tx = tx.clone();
-            async move { tx.send(r).await.is_ok() }
-        }
+    let fanout = Fanout::new(ctx.clone(), ccc_tx, xcc_tx, cws_tx);
+    tokio::spawn(drive("CRDConversionConfig", ccc_events, config_changes(), fanout.clone()));
+    tokio::spawn(drive("XRDConversionConfig", xcc_events, config_changes(), fanout.clone()));
+    let (mut spec, mut served) = (Changes::default(), Changes::default());
+    let server_changes = move |ev: &watcher::Event<ConversionWebhookServer>| {
+        let mut out: Vec<Wake> = rebalance::servers_of(&spec.observe(ev, ServerView::of), |v| &v.name)
+            .into_iter()
+            .map(Wake::Rebalance)
+            .collect();
+        out.extend(
+            rebalance::servers_of(&served.observe(ev, ServedView::of), |v| &v.name)
+                .into_iter()
+                .map(Wake::Progress),
+        );
+        out
     };
-    tokio::spawn(drive("CRDConversionConfig", ccc_events, config_changes(), wake_server(cws_tx.clone())));
-    tokio::spawn(drive("XRDConversionConfig", xcc_events, config_changes(), wake_server(cws_tx.clone())));
-    {
-        let (mut spec, mut served) = (Changes::default(), Changes::default());
-        let f = fanout.clone();
-        tokio::spawn(drive(
-            "ConversionWebhookServer",
-            server_events,
-            move |ev| {
-                let mut out: Vec<(bool, String)> =
-                    rebalance::servers_of(&spec.observe(ev, ServerView::of), |v| &v.name)
-                        .into_iter()
-                        .map(|s| (true, s))
-                        .collect();
-                out.extend(
-                    rebalance::servers_of(&served.observe(ev, ServedView::of), |v| &v.name)
-                        .into_iter()
-                        .map(|s| (false, s)),
-                );
-                out
-            },
-            move |(spec_changed, s)| {
-                let f = f.clone();
-                async move { if spec_changed { f.rebalance(&s).await } else { f.progress(&s).await } }
-            },
-        ));
-    }
-    {
-        let mut ca = Changes::default();
-        let f = fanout.clone();
-        tokio::spawn(drive(
-            "Secret",
-            secret_events,
-            move |ev| rebalance::servers_of(&ca.observe(ev, CaView::of), |v| &v.server),
-            move |s| {
-                let f = f.clone();
-                async move { f.rebalance(&s).await }
-            },
-        ));
-    }
-    {
-        let f = fanout.clone();
-        let tx = cws_tx.clone();
-        tokio::spawn(async move {
-            let mut triggers = std::pin::pin!(lease_triggers(lease_events));
-            while let Some(server) = triggers.next().await {
-                if !f.progress(&server.name).await || tx.send(server).await.is_err() {
-                    return;
-                }
+    tokio::spawn(drive("ConversionWebhookServer", server_events, server_changes, fanout.clone()));
+    let mut ca = Changes::default();
+    let secret_changes = move |ev: &watcher::Event<Secret>| {
+        let mut out: Vec<Wake> = rebalance::servers_of(&ca.observe(ev, CaView::of), |v| &v.server)
+            .into_iter()
+            .map(Wake::Rebalance)
+            .collect();
+        // Like `Controller::watches`: every touched Secret wakes its owner, deletions too.
+        if let watcher::Event::Apply(s) | watcher::Event::Delete(s) = ev {
+            out.extend(rebalance::owner_of(s).map(Wake::Server));
+        }
+        out
+    };
+    tokio::spawn(drive("Secret", secret_events, secret_changes, fanout.clone()));
+    let lease_fanout = fanout.clone();
+    tokio::spawn(async move {
+        let mut triggers = std::pin::pin!(lease_triggers(lease_events));
+        while let Some(server) = triggers.next().await {
+            let progress = Wake::Progress(server.name.clone());
+            if !lease_fanout.wake(progress).await || !lease_fanout.wake(Wake::Server(server)).await {
+                return;
             }
-        });
-    }
-    drop(cws_tx);
+        }
+    });
+    drop(fanout);
 
     // Reconciles must not start on empty caches (an empty server cache reads as "no server",
     // an empty config cache as "nothing assigned").
@@ -299,11 +289,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     ready.store(true, std::sync::atomic::Ordering::SeqCst);
     tracing::info!("caches synced; starting the controllers");
 
-    // Children carry the server's controller ownerReference (server/desired.rs `owner`).
     let cws_ctl = Controller::for_shared_stream(server_sub, servers.clone())
-        .owns(Api::<Deployment>::all(client.clone()), managed())
-        .owns(Api::<Service>::all(client.clone()), managed())
-        .owns_shared_stream(secret_sub)
+        .watches(Api::<Deployment>::all(client.clone()), managed(), |d| rebalance::owner_of(&d))
+        .watches(Api::<Service>::all(client.clone()), managed(), |s| rebalance::owner_of(&s))
         .reconcile_on(stream::unfold(cws_rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
         .shutdown_on_signal()
         .run(server::reconcile, server::error_policy, ctx.clone())
