@@ -291,6 +291,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::assigned::tests::cfg;
     use dco_api::ServerStatus;
     use dco_api::assign::{ServerInfo, Servers};
     use k8s_openapi::ByteString;
@@ -303,20 +304,6 @@ mod tests {
         let mut s = ConversionWebhookServer::new(name, spec);
         s.metadata.resource_version = Some("1".into());
         s
-    }
-
-    fn cfg(name: &str, target: &str, pin: Option<&str>, assigned: Option<&str>) -> ConfigRef {
-        ConfigRef {
-            kind: "CRDConversionConfig",
-            name: name.into(),
-            target: target.into(),
-            pin: pin.map(str::to_string),
-            assigned: assigned.map(str::to_string),
-            phase: Some("Applied".into()),
-            source: None,
-            destination: assigned.map(str::to_string),
-            settled: true,
-        }
     }
 
     /// What the server watch fans out for `events`, against `configs` and the pool `servers`

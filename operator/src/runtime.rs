@@ -56,7 +56,9 @@ const SHARED_BUFFER: usize = 1024;
 /// One watch of kind `K`: its store, a subscription for a controller, and the root event
 /// stream, which must be driven (by [`drive`]) for either to move. Subscribers see applied
 /// objects only (kube-runtime dispatches no deletes), so whoever needs deletions drives the
-/// root stream.
+/// root stream. Only kinds whose deletion the controller need not see are subscribed: servers
+/// and configs hold finalizers, so their last reconcile comes from the update that set
+/// deletionTimestamp.
 fn shared<K>(
     api: Api<K>,
     config: watcher::Config,
