@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
+use dco_api::assign::Servers;
 use dco_api::{
     CRDConversionConfig, ConversionWebhookServer, ConversionWebhookServerSpec, LABEL_INSTANCE,
     XRDConversionConfig,
@@ -186,10 +187,20 @@ pub fn config_servers(changes: &[Change<ConfigRef>]) -> Vec<ObjectRef<Conversion
     names.into_iter().map(|n| ObjectRef::new(n)).collect()
 }
 
-/// The configs whose handover may progress on `server`'s served-target Leases: those it is
-/// involved in that have not settled (a settled config waits for nothing from a Lease).
-pub fn progressing(configs: &[ConfigRef], server: &str) -> Vec<String> {
-    configs.iter().filter(|c| !c.settled && c.involves(server)).map(|c| c.name.clone()).collect()
+/// The configs whose handover may progress on what `server` serves: those it takes part in
+/// (or that now resolve to it) and that are not settled where they resolve — mid-move, or
+/// still settled on their old server while the machine waits for the new one to be Available
+/// (config/mod.rs `machine_may_run`). A config settled where it resolves waits for nothing.
+pub fn progressing(configs: &[ConfigRef], servers: &Servers, server: &str) -> Vec<String> {
+    configs
+        .iter()
+        .filter(|c| {
+            let now = servers.resolve(&c.target, c.pin.as_deref()).ok().map(|a| a.server);
+            let waiting = !c.settled || now != c.destination;
+            waiting && (c.involves(server) || now.as_deref() == Some(server))
+        })
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 /// What one event wakes.
@@ -230,7 +241,10 @@ impl Fanout {
                 let pool = self.ctx.servers();
                 self.configs(|configs| assigned::affected_by(configs, &pool, &server)).await
             }
-            Wake::Progress(server) => self.configs(|configs| progressing(configs, &server)).await,
+            Wake::Progress(server) => {
+                let pool = self.ctx.servers();
+                self.configs(|configs| progressing(configs, &pool, &server)).await
+            }
             Wake::Server(r) => self.cws.send(r).await.is_ok(),
         }
     }
@@ -293,7 +307,7 @@ mod tests {
     use super::*;
     use crate::assigned::tests::cfg;
     use dco_api::ServerStatus;
-    use dco_api::assign::{ServerInfo, Servers};
+    use dco_api::assign::ServerInfo;
     use k8s_openapi::ByteString;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
     use k8s_openapi::jiff::Timestamp;
@@ -442,18 +456,26 @@ mod tests {
     }
 
     #[test]
-    fn leases_wake_only_the_unsettled_configs_a_server_takes_part_in() {
+    fn leases_wake_only_the_configs_waiting_on_a_server() {
+        let pool = Servers::new(["a", "b", "c"].map(|n| ServerInfo {
+            name: n.into(),
+            default: false,
+            pool_weight: None,
+        }));
         let mut moving = cfg("moving", "t1", Some("b"), Some("a"));
         moving.source = Some("a".into());
         moving.destination = Some("b".into());
         moving.settled = false;
+        // Re-pinned to b, its machine not started yet (b not Available): still settled on a.
+        let repinned = cfg("repinned", "t4", Some("b"), Some("a"));
         let configs = [
             moving,
+            repinned,
             cfg("settled-on-b", "t2", Some("b"), Some("b")),
-            cfg("elsewhere", "t3", None, Some("c")),
+            cfg("elsewhere", "t3", Some("c"), Some("c")),
         ];
-        assert_eq!(progressing(&configs, "b"), ["moving"]);
-        assert_eq!(progressing(&configs, "a"), ["moving"]);
-        assert!(progressing(&configs, "c").is_empty());
+        assert_eq!(progressing(&configs, &pool, "b"), ["moving", "repinned"]);
+        assert_eq!(progressing(&configs, &pool, "a"), ["moving", "repinned"]);
+        assert!(progressing(&configs, &pool, "c").is_empty());
     }
 }
