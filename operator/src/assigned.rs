@@ -1,5 +1,6 @@
 //! Which configs belong to which server: the assignments a server's status lists, what holds
-//! a server's deletion, and which configs a server change must re-reconcile (rebalancing).
+//! a server's deletion, and which configs a server change must re-reconcile (rebalancing;
+//! which changes count is rebalance.rs).
 //! Pure functions over a snapshot of the configs, so the rules are tested without a cluster.
 
 use dco_api::assign::Servers;
@@ -112,10 +113,10 @@ pub fn deletion_blockers(configs: &[ConfigRef], servers: &Servers, server: &str)
     out
 }
 
-/// The configs a change of `server` (its spec, status or certificate) must reconcile again:
-/// those whose resolution now differs from the persisted one (rebalancing: a new pool member
-/// enqueues what it wins, a removed one what it held), and those involving the server (their
-/// handover may progress on its served targets, or its CA changed).
+/// The configs a change of `server` (its spec, deletion, existence or CA, never its status
+/// alone: rebalance.rs) must reconcile again: those whose resolution now differs from the
+/// persisted one (rebalancing: a new pool member enqueues what it wins, a removed one what it
+/// held), and those involving the server (its CA is in their wiring, it may hold a move).
 pub fn affected_by(configs: &[ConfigRef], servers: &Servers, server: &str) -> Vec<String> {
     configs
         .iter()
@@ -128,11 +129,12 @@ pub fn affected_by(configs: &[ConfigRef], servers: &Servers, server: &str) -> Ve
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use dco_api::assign::ServerInfo;
 
-    fn cfg(name: &str, target: &str, pin: Option<&str>, assigned: Option<&str>) -> ConfigRef {
+    /// A settled config of `target`, assigned (and moved) to `assigned`.
+    pub(crate) fn cfg(name: &str, target: &str, pin: Option<&str>, assigned: Option<&str>) -> ConfigRef {
         ConfigRef {
             kind: "CRDConversionConfig",
             name: name.into(),

@@ -50,7 +50,8 @@ impl Default for Settings {
     }
 }
 
-/// The caches (reflector stores) the reconcilers read instead of calling the apiserver.
+/// The caches the reconcilers read instead of calling the apiserver: the stores of the one
+/// watch per kind that runtime.rs opens (the controllers and the fan-out run on the same).
 #[derive(Clone)]
 pub struct Stores {
     pub servers: Store<ConversionWebhookServer>,

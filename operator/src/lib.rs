@@ -9,6 +9,7 @@ pub mod context;
 pub mod error;
 pub mod leases;
 pub mod metrics;
+pub mod rebalance;
 pub mod runtime;
 pub mod server;
 pub mod telemetry;

@@ -1,36 +1,33 @@
-//! Wiring: the caches, the three controllers and what wakes them, the rebalancing fan-out,
-//! and the health/metrics endpoint.
+//! Wiring: one watch per kind, the caches and the three controllers on them, what wakes each
+//! (the rules in rebalance.rs), and the health/metrics endpoint.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use dco_api::{
-    CRDConversionConfig, ConversionWebhookServer, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY,
-    XRDConversionConfig,
+    CRDConversionConfig, ConversionWebhookServer, LABEL_MANAGED_BY, MANAGED_BY, XRDConversionConfig,
 };
 use futures::{Stream, StreamExt, future, stream};
-use governor::{Quota, RateLimiter};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store, store::Writer};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use crate::assigned::{self, ConfigRef};
+use crate::assigned::ConfigRef;
 use crate::cli::Args;
-use crate::config::{self, target};
+use crate::config::{self, ConfigKind, target};
 use crate::context::{Context, Settings, Stores};
 use crate::leases::lease_triggers;
 use crate::metrics::Metrics;
+use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
 use crate::server;
-
-/// The CRD whose presence means XRDs can be watched.
-const XRD_CRD: &str = "compositeresourcedefinitions.apiextensions.crossplane.io";
+use dco_api::target::{XRD_CRD_NAME, slim};
 
 /// The watch config of the kinds `--selector` narrows (servers and configs).
 fn scoped(selector: &Option<String>) -> watcher::Config {
@@ -44,93 +41,71 @@ fn managed() -> watcher::Config {
     watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"))
 }
 
-/// Drop what no reconcile reads, so large objects cost less memory.
-fn slim<K: Resource>(o: &mut K) {
-    o.meta_mut().managed_fields = None;
-}
+/// The buffer of a shared reflector's subscribers: a subscriber that lags this far behind
+/// holds the watch (and so the store) back until it catches up.
+const SHARED_BUFFER: usize = 1024;
 
-fn instance_of<K: Resource>(o: &K) -> Option<ObjectRef<ConversionWebhookServer>> {
-    o.meta().labels.as_ref()?.get(LABEL_INSTANCE).map(|i| ObjectRef::new(i))
-}
-
-/// A config event → the servers whose status (assignments) or deletion depends on it.
-fn config_servers(c: &ConfigRef) -> Vec<ObjectRef<ConversionWebhookServer>> {
-    let mut names: Vec<&String> =
-        [&c.pin, &c.assigned, &c.source, &c.destination].into_iter().flatten().collect();
-    names.sort();
-    names.dedup();
-    names.into_iter().map(|n| ObjectRef::new(n)).collect()
-}
-
-/// Server and certificate changes → the configs to reconcile again, per kind.
-async fn fan_out<S1, S2>(
-    ctx: Arc<Context>,
-    servers: S1,
-    secrets: S2,
-    ccc: mpsc::Sender<ObjectRef<CRDConversionConfig>>,
-    xcc: mpsc::Sender<ObjectRef<XRDConversionConfig>>,
-) where
-    S1: Stream<Item = Result<watcher::Event<ConversionWebhookServer>, watcher::Error>> + Send,
-    S2: Stream<Item = Result<watcher::Event<Secret>, watcher::Error>> + Send,
+/// One watch of kind `K`: its store, a subscription for a controller, and the root event
+/// stream, which must be driven (by [`drive`]) for either to move. Subscribers see applied
+/// objects only (kube-runtime dispatches no deletes), so whoever needs deletions drives the
+/// root stream. Only kinds whose deletion the controller need not see are subscribed: servers
+/// and configs hold finalizers, so their last reconcile comes from the update that set
+/// deletionTimestamp.
+fn shared<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (Store<K>, ReflectHandle<K>, impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    fn changed<K>(ev: watcher::Event<K>, of: fn(&K) -> Option<String>) -> Option<String> {
+    let (store, writer) = reflector::store_shared(SHARED_BUFFER);
+    let subscriber = writer.subscribe().expect("a store_shared writer has subscribers");
+    (store, subscriber, watch(api, config, writer))
+}
+
+/// The watch of kind `K`, reflected into `writer`'s store (and to its subscribers, if shared).
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    watcher(api, config).modify(slim::<K>).default_backoff().reflect_shared(writer)
+}
+
+/// Drive a root event stream: `changed` picks what each event must wake.
+async fn drive<K>(
+    kind: &'static str,
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>>,
+    mut changed: impl FnMut(&watcher::Event<K>) -> Vec<Wake>,
+    fanout: Fanout,
+) {
+    let mut events = std::pin::pin!(events);
+    while let Some(ev) = events.next().await {
         match ev {
-            watcher::Event::Apply(o) | watcher::Event::Delete(o) => of(&o),
-            _ => None,
-        }
-    }
-    let servers = servers.map(move |e| match e {
-        Ok(ev) => changed(ev, |s: &ConversionWebhookServer| Some(s.name_any())),
-        Err(e) => {
-            tracing::warn!(error = %e, "ConversionWebhookServer watch failed; retrying");
-            None
-        }
-    });
-    let secrets = secrets.map(move |e| match e {
-        Ok(ev) => changed(ev, |s: &Secret| instance_of(s).map(|r| r.name)),
-        Err(e) => {
-            tracing::warn!(error = %e, "Secret watch failed; retrying (the operator needs list/watch on secrets)");
-            None
-        }
-    });
-    let mut changes = std::pin::pin!(stream::select(servers, secrets).filter_map(future::ready));
-    while let Some(server) = changes.next().await {
-        let pool = ctx.servers();
-        for name in assigned::affected_by(&refs(&ctx.stores.cccs), &pool, &server) {
-            if ccc.send(ObjectRef::new(&name)).await.is_err() {
-                return;
+            Ok(ev) => {
+                for w in changed(&ev) {
+                    if !fanout.wake(w).await {
+                        return;
+                    }
+                }
             }
-        }
-        for name in assigned::affected_by(&refs(&ctx.stores.xccs), &pool, &server) {
-            if xcc.send(ObjectRef::new(&name)).await.is_err() {
-                return;
+            Err(e) => {
+                tracing::warn!(kind, error = %e, "watch failed; retrying (the operator needs list/watch on it)")
             }
         }
     }
 }
 
-fn refs<K>(store: &Store<K>) -> Vec<ConfigRef>
-where
-    K: config::ConfigKind,
-{
-    store.state().iter().map(|c| ConfigRef::of(c.as_ref())).collect()
-}
-
-/// Reconcile requests from a channel, paced (rebalancing may enqueue many configs at once).
-fn paced<K>(rx: mpsc::Receiver<ObjectRef<K>>, qps: u32) -> impl Stream<Item = ObjectRef<K>> + Send
-where
-    K: Resource + Send + 'static,
-    K::DynamicType: Send,
-{
-    let quota = Quota::per_second(NonZeroU32::new(qps.max(1)).unwrap_or(NonZeroU32::MIN));
-    let limiter = Arc::new(RateLimiter::direct(quota));
-    stream::unfold(rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }).then(move |r| {
-        let l = limiter.clone();
-        async move {
-            l.until_ready().await;
-            r
-        }
-    })
+/// A config's changes → the servers whose status or deletion reads it (`ConfigRef`).
+fn config_changes<K: ConfigKind>() -> impl FnMut(&watcher::Event<K>) -> Vec<Wake> {
+    let mut changes = Changes::default();
+    move |ev| {
+        let changed = changes.observe(ev, |c: &K| Some(ConfigRef::of(c)));
+        rebalance::config_servers(&changed).into_iter().map(Wake::Server).collect()
+    }
 }
 
 fn configs_of_target<K>(store: &Store<K>, target: &str) -> Vec<ObjectRef<K>>
@@ -215,95 +190,118 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
     tokio::spawn(serve_health(args.metrics_listen, metrics.clone(), ready.clone()));
 
-    // Caches shared by the reconcilers. Each stream is driven by exactly one consumer.
-    let (leases, leases_w) = reflector::store();
-    let lease_events = reflector::reflector(
-        leases_w,
-        watcher(Api::<Lease>::all(client.clone()), managed()).modify(slim::<Lease>).default_backoff(),
-    );
+    // One watch per kind; the stores the reconcilers read are these reflectors' own.
+    let (servers, server_sub, server_events) =
+        shared(Api::<ConversionWebhookServer>::all(client.clone()), scoped(&args.selector));
+    let (cccs, ccc_sub, ccc_events) =
+        shared(Api::<CRDConversionConfig>::all(client.clone()), scoped(&args.selector));
+    let (xccs, xcc_sub, xcc_events) =
+        shared(Api::<XRDConversionConfig>::all(client.clone()), scoped(&args.selector));
+    // Secrets and Leases have no subscriber: a subscription sees no deletions (kube-runtime's
+    // reflector/store.rs `dispatch_event`), and a deleted serving Secret must wake its server.
     let (secrets, secrets_w) = reflector::store();
-    let secret_events = reflector::reflector(
-        secrets_w,
-        watcher(Api::<Secret>::all(client.clone()), managed()).modify(slim::<Secret>).default_backoff(),
-    );
-    let (servers, servers_w) = reflector::store();
-    let server_events = reflector::reflector(
-        servers_w,
-        watcher(Api::<ConversionWebhookServer>::all(client.clone()), scoped(&args.selector))
-            .modify(slim::<ConversionWebhookServer>)
-            .default_backoff(),
-    );
-
-    let ccc_ctl = Controller::new(Api::<CRDConversionConfig>::all(client.clone()), scoped(&args.selector));
-    let xcc_ctl = Controller::new(Api::<XRDConversionConfig>::all(client.clone()), scoped(&args.selector));
+    let secret_events = watch(Api::<Secret>::all(client.clone()), managed(), secrets_w);
+    // Leases are facts, read whole, through `lease_triggers`.
+    let (leases, leases_w) = reflector::store();
+    let lease_events = watch(Api::<Lease>::all(client.clone()), managed(), leases_w);
     let stores = Stores {
         servers: servers.clone(),
         leases: leases.clone(),
         secrets: secrets.clone(),
-        xccs: xcc_ctl.store(),
-        cccs: ccc_ctl.store(),
+        xccs: xccs.clone(),
+        cccs: cccs.clone(),
     };
     let ctx = Arc::new(Context::new(client.clone(), settings, stores.clone(), metrics));
 
+    // Who wakes whom, apart from each controller's own objects (see rebalance.rs):
+    // server spec/deletion/existence and CA → the configs it affects (paced); its Leases and
+    // its served status → the unsettled configs it takes part in; a config's ConfigRef → its
+    // servers. Nothing wakes a config because a server's status listed it.
     let (ccc_tx, ccc_rx) = mpsc::channel(4096);
     let (xcc_tx, xcc_rx) = mpsc::channel(4096);
-    tokio::spawn(fan_out(ctx.clone(), server_events, secret_events, ccc_tx, xcc_tx));
-
-    // Reconciles must not start on empty caches (an empty server cache reads as "no server").
-    let lease_trigger = lease_triggers(lease_events);
-    let (lt_tx, mut lt_rx) = mpsc::channel(4096);
+    let (cws_tx, cws_rx) = mpsc::channel::<ObjectRef<ConversionWebhookServer>>(4096);
+    let fanout = Fanout::new(ctx.clone(), ccc_tx, xcc_tx, cws_tx);
+    tokio::spawn(drive("CRDConversionConfig", ccc_events, config_changes(), fanout.clone()));
+    tokio::spawn(drive("XRDConversionConfig", xcc_events, config_changes(), fanout.clone()));
+    let (mut spec, mut served) = (Changes::default(), Changes::default());
+    let server_changes = move |ev: &watcher::Event<ConversionWebhookServer>| {
+        let mut out: Vec<Wake> = rebalance::servers_of(&spec.observe(ev, ServerView::of), |v| &v.name)
+            .into_iter()
+            .map(Wake::Rebalance)
+            .collect();
+        out.extend(
+            rebalance::servers_of(&served.observe(ev, ServedView::of), |v| &v.name)
+                .into_iter()
+                .map(Wake::Progress),
+        );
+        out
+    };
+    tokio::spawn(drive("ConversionWebhookServer", server_events, server_changes, fanout.clone()));
+    let mut ca = Changes::default();
+    let secret_changes = move |ev: &watcher::Event<Secret>| {
+        let mut out: Vec<Wake> = rebalance::servers_of(&ca.observe(ev, CaView::of), |v| &v.server)
+            .into_iter()
+            .map(Wake::Rebalance)
+            .collect();
+        // Like `Controller::watches`: every touched Secret wakes its owner, deletions too.
+        if let watcher::Event::Apply(s) | watcher::Event::Delete(s) = ev {
+            out.extend(rebalance::owner_of(s).map(Wake::Server));
+        }
+        out
+    };
+    tokio::spawn(drive("Secret", secret_events, secret_changes, fanout.clone()));
+    let lease_fanout = fanout.clone();
     tokio::spawn(async move {
-        let mut s = std::pin::pin!(lease_trigger);
-        while let Some(r) = s.next().await {
-            if lt_tx.send(r).await.is_err() {
+        let mut triggers = std::pin::pin!(lease_triggers(lease_events));
+        while let Some(server) = triggers.next().await {
+            let progress = Wake::Progress(server.name.clone());
+            if !lease_fanout.wake(progress).await || !lease_fanout.wake(Wake::Server(server)).await {
                 return;
             }
         }
     });
-    let lease_refs = stream::poll_fn(move |cx| lt_rx.poll_recv(cx));
+    drop(fanout);
+
+    // Reconciles must not start on empty caches (an empty server cache reads as "no server",
+    // an empty config cache as "nothing assigned").
     tokio::try_join!(
         async { servers.wait_until_ready().await.context("server cache") },
         async { secrets.wait_until_ready().await.context("secret cache") },
         async { leases.wait_until_ready().await.context("lease cache") },
+        async { cccs.wait_until_ready().await.context("CRDConversionConfig cache") },
+        async { xccs.wait_until_ready().await.context("XRDConversionConfig cache") },
     )?;
     ready.store(true, std::sync::atomic::Ordering::SeqCst);
     tracing::info!("caches synced; starting the controllers");
 
-    let cws_ctl =
-        Controller::new(Api::<ConversionWebhookServer>::all(client.clone()), scoped(&args.selector))
-            .watches(Api::<Deployment>::all(client.clone()), managed(), |d| instance_of(&d))
-            .watches(Api::<Service>::all(client.clone()), managed(), |s| instance_of(&s))
-            .watches(Api::<Secret>::all(client.clone()), managed(), |s| instance_of(&s))
-            .watches(Api::<CRDConversionConfig>::all(client.clone()), scoped(&args.selector), |c| {
-                config_servers(&ConfigRef::of(&c))
-            })
-            .watches(Api::<XRDConversionConfig>::all(client.clone()), scoped(&args.selector), |c| {
-                config_servers(&ConfigRef::of(&c))
-            })
-            .reconcile_on(lease_refs)
-            .shutdown_on_signal()
-            .run(server::reconcile, server::error_policy, ctx.clone())
-            .for_each(log_results("conversionwebhookserver"));
+    let cws_ctl = Controller::for_shared_stream(server_sub, servers.clone())
+        .watches(Api::<Deployment>::all(client.clone()), managed(), |d| rebalance::owner_of(&d))
+        .watches(Api::<Service>::all(client.clone()), managed(), |s| rebalance::owner_of(&s))
+        .reconcile_on(stream::unfold(cws_rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
+        .shutdown_on_signal()
+        .run(server::reconcile, server::error_policy, ctx.clone())
+        .for_each(log_results("conversionwebhookserver"));
 
-    let ccc_store = stores.cccs.clone();
-    let ccc_run = ccc_ctl
+    let ccc_store = cccs.clone();
+    let ccc_run = Controller::for_shared_stream(ccc_sub, cccs)
         .watches(
             Api::<CustomResourceDefinition>::all(client.clone()),
             watcher::Config::default(),
             move |crd| configs_of_target(&ccc_store, &crd.name_any()),
         )
-        .reconcile_on(paced(ccc_rx, args.rebalance_qps))
+        .reconcile_on(rebalance::paced(ccc_rx, args.rebalance_qps))
         .shutdown_on_signal()
         .run(config::reconcile::<CRDConversionConfig>, config::error_policy, ctx.clone())
         .for_each(log_results("crdconversionconfig"));
 
     let xrds_installed = Api::<CustomResourceDefinition>::all(client.clone())
-        .get_opt(XRD_CRD)
+        .get_opt(XRD_CRD_NAME)
         .await
         .map(|c| c.is_some())
         .unwrap_or(false);
-    let xcc_store = stores.xccs.clone();
-    let mut xcc_ctl = xcc_ctl.reconcile_on(paced(xcc_rx, args.rebalance_qps));
+    let xcc_store = xccs.clone();
+    let mut xcc_ctl = Controller::for_shared_stream(xcc_sub, xccs)
+        .reconcile_on(rebalance::paced(xcc_rx, args.rebalance_qps));
     if xrds_installed {
         let ar = target::xrd_resource();
         xcc_ctl = xcc_ctl.watches_with(
@@ -314,7 +312,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     } else {
         tracing::info!(
-            "Crossplane is not installed ({XRD_CRD} not found); XRDConversionConfigs are re-checked every --resync"
+            "Crossplane is not installed ({XRD_CRD_NAME} not found); XRDConversionConfigs are re-checked every --resync"
         );
     }
     let xcc_run = xcc_ctl
