@@ -1,14 +1,12 @@
 //! What a change of one object must wake elsewhere, decided on the fields that matter only.
 //!
-//! A server's status is written by its own reconcile (`server::finish_status` lists the
-//! configs it serves, with their phase), so waking configs on every server event made each
-//! config change re-reconcile every config of its servers. Here a server fans out only when
-//! what the resolver or a config reads of it changes (spec, deletion, existence), or its
-//! serving CA. Handover progress is woken apart (`progress`), for the unsettled configs a
-//! server takes part in only: on its Leases, and on the part of its status the handover
-//! machine reads (config/mod.rs: `serving(status_of(destination))`, `source_serving`), since
-//! that part is written by the server's reconcile after the Lease event, and a config woken
-//! by the Lease alone may read it before.
+//! A server's status is written by its own reconcile (server/status.rs lists the configs it
+//! serves, with their phase), so waking configs on every server event made each config change
+//! re-reconcile every config of its servers. Here a server fans out only when what the
+//! resolver or a config reads of it changes (spec, deletion, existence), or its serving CA.
+//! Handover progress is woken apart (`progress`), for the unsettled configs a server takes
+//! part in only: on its Leases, and on the part of its status a move reads ([`ServedView`]:
+//! ready replicas and `Available`, config/facts.rs).
 
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU32;
@@ -119,29 +117,27 @@ impl ServerView {
     }
 }
 
-/// What the handover machine reads of a server's status (`serving::serving`,
-/// `serving::source_serving`, the destination's `Available` in config/mod.rs) — not
-/// `assignedConfigs` or condition messages, which a config change itself rewrites.
+/// What the handover machine reads of a server's status: its ready replicas (the count a
+/// destination's Leases must match, `leases::replicas`) and `Available` (whether it may be
+/// wired to, config/facts.rs) — not `servedTargets` (a move reads the Leases themselves, and
+/// Lease changes wake it already), `assignedConfigs` or condition messages, which a config
+/// change itself rewrites.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServedView {
     pub name: String,
     pub ready_replicas: i32,
-    pub reporting_replicas: i32,
-    pub served_targets: Vec<String>,
-    pub truncated: bool,
     pub available: bool,
 }
 
 impl ServedView {
     pub fn of(s: &ConversionWebhookServer) -> Option<Self> {
-        let st = s.status.clone().unwrap_or_default();
+        let st = s.status.as_ref();
         Some(ServedView {
             name: s.name_any(),
-            ready_replicas: st.ready_replicas,
-            reporting_replicas: st.reporting_replicas,
-            served_targets: st.served_targets,
-            truncated: st.served_targets_truncated,
-            available: dco_state::conditions::is_true(&st.conditions, crate::server::condition::AVAILABLE),
+            ready_replicas: st.map_or(0, |st| st.ready_replicas),
+            available: st.is_some_and(|st| {
+                dco_state::conditions::is_true(&st.conditions, crate::server::condition::AVAILABLE)
+            }),
         })
     }
 }
