@@ -13,7 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store, store::Writer};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -41,26 +41,45 @@ fn managed() -> watcher::Config {
     watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"))
 }
 
-/// The buffer of a shared reflector's subscribers: a subscriber that lags this far behind
-/// holds the watch (and so the store) back until it catches up.
-const SHARED_BUFFER: usize = 1024;
-
-/// One watch of kind `K`: its store, a subscription for a controller, and the root event
-/// stream, which must be driven (by [`drive`]) for either to move. Subscribers see applied
-/// objects only (kube-runtime dispatches no deletes), so whoever needs deletions drives the
-/// root stream. Only kinds whose deletion the controller need not see are subscribed: servers
-/// and configs hold finalizers, so their last reconcile comes from the update that set
-/// deletionTimestamp.
+/// One watch of kind `K`: its store, the stream of its objects that triggers its controller,
+/// the sender that feeds that stream (the root event stream's [`drive`] passes every applied
+/// object on), and the root event stream, which must be driven for any of them to move.
+///
+/// Not kube-runtime's shared subscriber: its `ReflectHandle` returns `Pending` without a
+/// waker when an object it was told about is already gone from the store (deleted before the
+/// controller read the event), which stalls the controller until some unrelated event wakes
+/// it. Here a gone object is skipped and the next one read. The channel is unbounded: the
+/// controllers start only once every store has listed, so a bounded one would hold the first
+/// list (and so the start) back as soon as there are more objects than it holds; what waits
+/// in it is one small reference per event, and the controller merges repeats.
+#[allow(clippy::type_complexity)]
 fn shared<K>(
     api: Api<K>,
     config: watcher::Config,
-) -> (Store<K>, ReflectHandle<K>, impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send)
+) -> (
+    Store<K>,
+    impl Stream<Item = Arc<K>> + Send,
+    mpsc::UnboundedSender<ObjectRef<K>>,
+    impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store_shared(SHARED_BUFFER);
-    let subscriber = writer.subscribe().expect("a store_shared writer has subscribers");
-    (store, subscriber, watch(api, config, writer))
+    let (store, writer) = reflector::store();
+    let (tx, rx) = mpsc::unbounded_channel::<ObjectRef<K>>();
+    (store.clone(), triggers(store, rx), tx, watch(api, config, writer))
+}
+
+/// The objects named on `rx`, as `store` holds them now; one gone meanwhile is skipped.
+fn triggers<K>(
+    store: Store<K>,
+    rx: mpsc::UnboundedReceiver<ObjectRef<K>>,
+) -> impl Stream<Item = Arc<K>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    stream::unfold(rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) })
+        .filter_map(move |r| future::ready(store.get(&r)))
 }
 
 /// The watch of kind `K`, reflected into `writer`'s store (and to its subscribers, if shared).
@@ -75,17 +94,26 @@ where
     watcher(api, config).modify(slim::<K>).default_backoff().reflect_shared(writer)
 }
 
-/// Drive a root event stream: `changed` picks what each event must wake.
+/// Drive a root event stream: every applied object goes to `triggers` (its controller's
+/// primary stream, when it has one), and `changed` picks what else each event must wake.
 async fn drive<K>(
     kind: &'static str,
     events: impl Stream<Item = watcher::Result<watcher::Event<K>>>,
+    triggers: Option<mpsc::UnboundedSender<ObjectRef<K>>>,
     mut changed: impl FnMut(&watcher::Event<K>) -> Vec<Wake>,
     fanout: Fanout,
-) {
+) where
+    K: Resource<DynamicType = ()>,
+{
     let mut events = std::pin::pin!(events);
     while let Some(ev) = events.next().await {
         match ev {
             Ok(ev) => {
+                if let (Some(tx), watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = (&triggers, &ev)
+                    && tx.send(ObjectRef::from_obj(o)).is_err()
+                {
+                    return;
+                }
                 for w in changed(&ev) {
                     if !fanout.wake(w).await {
                         return;
@@ -191,14 +219,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(serve_health(args.metrics_listen, metrics.clone(), ready.clone()));
 
     // One watch per kind; the stores the reconcilers read are these reflectors' own.
-    let (servers, server_sub, server_events) =
+    let (servers, server_sub, server_tx, server_events) =
         shared(Api::<ConversionWebhookServer>::all(client.clone()), scoped(&args.selector));
-    let (cccs, ccc_sub, ccc_events) =
+    let (cccs, ccc_sub, ccc_trigger_tx, ccc_events) =
         shared(Api::<CRDConversionConfig>::all(client.clone()), scoped(&args.selector));
-    let (xccs, xcc_sub, xcc_events) =
+    let (xccs, xcc_sub, xcc_trigger_tx, xcc_events) =
         shared(Api::<XRDConversionConfig>::all(client.clone()), scoped(&args.selector));
-    // Secrets and Leases have no subscriber: a subscription sees no deletions (kube-runtime's
-    // reflector/store.rs `dispatch_event`), and a deleted serving Secret must wake its server.
+    // Secrets and Leases trigger no controller of their own: a deleted serving Secret wakes
+    // its server through `drive`, which sees deletions too.
     let (secrets, secrets_w) = reflector::store();
     let secret_events = watch(Api::<Secret>::all(client.clone()), managed(), secrets_w);
     // Leases are facts, read whole, through `lease_triggers`.
@@ -221,8 +249,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (xcc_tx, xcc_rx) = mpsc::channel(4096);
     let (cws_tx, cws_rx) = mpsc::channel::<ObjectRef<ConversionWebhookServer>>(4096);
     let fanout = Fanout::new(ctx.clone(), ccc_tx, xcc_tx, cws_tx);
-    tokio::spawn(drive("CRDConversionConfig", ccc_events, config_changes(), fanout.clone()));
-    tokio::spawn(drive("XRDConversionConfig", xcc_events, config_changes(), fanout.clone()));
+    tokio::spawn(drive(
+        "CRDConversionConfig",
+        ccc_events,
+        Some(ccc_trigger_tx),
+        config_changes(),
+        fanout.clone(),
+    ));
+    tokio::spawn(drive(
+        "XRDConversionConfig",
+        xcc_events,
+        Some(xcc_trigger_tx),
+        config_changes(),
+        fanout.clone(),
+    ));
     let (mut spec, mut served) = (Changes::default(), Changes::default());
     let server_changes = move |ev: &watcher::Event<ConversionWebhookServer>| {
         let mut out: Vec<Wake> = rebalance::servers_of(&spec.observe(ev, ServerView::of), |v| &v.name)
@@ -236,7 +276,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
         out
     };
-    tokio::spawn(drive("ConversionWebhookServer", server_events, server_changes, fanout.clone()));
+    tokio::spawn(drive(
+        "ConversionWebhookServer",
+        server_events,
+        Some(server_tx),
+        server_changes,
+        fanout.clone(),
+    ));
     let mut ca = Changes::default();
     let secret_changes = move |ev: &watcher::Event<Secret>| {
         let mut out: Vec<Wake> = rebalance::servers_of(&ca.observe(ev, CaView::of), |v| &v.server)
@@ -249,7 +295,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         out
     };
-    tokio::spawn(drive("Secret", secret_events, secret_changes, fanout.clone()));
+    tokio::spawn(drive("Secret", secret_events, None, secret_changes, fanout.clone()));
     let lease_fanout = fanout.clone();
     tokio::spawn(async move {
         let mut triggers = std::pin::pin!(lease_triggers(lease_events));
@@ -323,4 +369,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::join!(cws_ctl, ccc_run, xcc_run);
     tracing::info!("controllers stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(name: &str) -> ConversionWebhookServer {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+            "metadata": {"name": name}, "spec": {},
+        }))
+        .unwrap()
+    }
+
+    /// An object deleted before its controller read the trigger is skipped, and the stream
+    /// goes on to the next one instead of stalling (what kube-runtime's subscriber does).
+    #[tokio::test]
+    async fn a_trigger_for_a_deleted_object_is_skipped() {
+        let (store, mut writer) = reflector::store();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut triggers = std::pin::pin!(triggers(store, rx));
+        writer.apply_watcher_event(&watcher::Event::Apply(server("a")));
+        tx.send(ObjectRef::new("a")).unwrap();
+        writer.apply_watcher_event(&watcher::Event::Delete(server("a")));
+        let later = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            writer.apply_watcher_event(&watcher::Event::Apply(server("b")));
+            tx.send(ObjectRef::new("b")).unwrap();
+            tx
+        });
+        let next = tokio::time::timeout(std::time::Duration::from_secs(5), triggers.next()).await;
+        assert_eq!(next.expect("the stream went on").map(|s| s.name_any()).as_deref(), Some("b"));
+        drop(later.await);
+    }
 }
