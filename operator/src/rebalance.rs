@@ -186,7 +186,8 @@ pub fn config_servers(changes: &[Change<ConfigRef>]) -> Vec<ObjectRef<Conversion
 /// The configs whose handover may progress on what `server` serves: those it takes part in
 /// (or that now resolve to it) and that are not settled where they resolve — mid-move, or
 /// still settled on their old server while the machine waits for the new one to be Available
-/// (the handover's gate, `dco_state::handover::step`). A config settled where it resolves waits for nothing.
+/// (the handover's gate, `dco_state::handover::step`). A config settled where it resolves
+/// waits for nothing.
 pub fn progressing(configs: &[ConfigRef], servers: &Servers, server: &str) -> Vec<String> {
     configs
         .iter()
