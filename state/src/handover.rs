@@ -170,6 +170,75 @@ impl Machine for Handover {
     }
 }
 
+/// The handover as the machine reasons about it: what exists only in some states lives in
+/// their variants — a destination from Compiling on, the proof of the destination's readiness
+/// from DestinationReady on. `HandoverStatus` (`status.handover`) is its wire form, which also
+/// carries what every state has (`since`, `attempt`, `traceparent`, `message`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Move<'a> {
+    /// No move has started.
+    Unassigned,
+    /// A move waits for every live replica of the destination to report the target.
+    Compiling(Route<'a>),
+    /// The destination serves (or could not say so: [`Proof::Unverified`]); wiring next.
+    DestinationReady(Route<'a>, Proof),
+    /// The target names the destination; the source has not let go yet.
+    Patched(Route<'a>, Proof),
+    /// Settled on the destination.
+    SourceDropped(Route<'a>, Proof),
+}
+
+/// Where a move goes, and where from (`None`: nothing served the target before).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route<'a> {
+    pub source: Option<&'a str>,
+    pub destination: &'a str,
+}
+
+/// How the destination's readiness was established.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// Through its served-target Leases (or nothing had to be handed over).
+    Verified,
+    /// A server that publishes no Leases: assumed, and said so in `HandoverReady`.
+    Unverified,
+}
+
+impl<'a> Move<'a> {
+    /// Reads the wire form. A moving state without a destination (a status edited by hand)
+    /// reads as Unassigned, so a fresh move starts rather than one to nowhere.
+    pub fn of(status: &'a HandoverStatus) -> Self {
+        let Some(destination) = status.destination.as_deref() else { return Move::Unassigned };
+        let route = Route { source: status.source.as_deref(), destination };
+        let proof = if status.unverified { Proof::Unverified } else { Proof::Verified };
+        match status.state {
+            S::Unassigned => Move::Unassigned,
+            S::Compiling => Move::Compiling(route),
+            S::DestinationReady => Move::DestinationReady(route, proof),
+            S::Patched => Move::Patched(route, proof),
+            S::SourceDropped => Move::SourceDropped(route, proof),
+        }
+    }
+
+    /// Writes this state into `status`, keeping its bookkeeping.
+    pub fn write(self, status: &mut HandoverStatus) {
+        let (state, route, proof) = match self {
+            Move::Unassigned => {
+                status.state = S::Unassigned;
+                return;
+            }
+            Move::Compiling(r) => (S::Compiling, r, Proof::Verified),
+            Move::DestinationReady(r, p) => (S::DestinationReady, r, p),
+            Move::Patched(r, p) => (S::Patched, r, p),
+            Move::SourceDropped(r, p) => (S::SourceDropped, r, p),
+        };
+        status.state = state;
+        status.source = route.source.map(str::to_string);
+        status.destination = Some(route.destination.to_string());
+        status.unverified = proof == Proof::Unverified;
+    }
+}
+
 fn stay(
     state: &HandoverStatus,
     status: bool,
@@ -183,14 +252,14 @@ fn stay(
 
 fn go(
     state: &HandoverStatus,
-    to: S,
+    to: Move<'_>,
     facts: &Facts,
     event: &'static str,
     note: String,
     condition: ConditionUpdate,
 ) -> Step<HandoverStatus, Action> {
     let mut next = state.clone();
-    next.state = to;
+    to.write(&mut next);
     next.since = Some(facts.now.clone());
     next.message = Some(note.clone());
     Step { next, actions: vec![], condition, event: Some(EventNote { warning: false, reason: event, note }) }
@@ -198,16 +267,13 @@ fn go(
 
 /// A new move from Compiling, with `source` = the server the target names now.
 fn start(state: &HandoverStatus, dest: &str, facts: &Facts, restarted: bool) -> Step<HandoverStatus, Action> {
-    let next = HandoverStatus {
-        state: S::Compiling,
-        source: facts.wired_to.clone(),
-        destination: Some(dest.to_string()),
+    let mut next = HandoverStatus {
         since: Some(facts.now.clone()),
         attempt: state.attempt.saturating_add(1),
         traceparent: Some(facts.new_traceparent.clone()),
-        message: None,
-        unverified: false,
+        ..HandoverStatus::default()
     };
+    Move::Compiling(Route { source: facts.wired_to.as_deref(), destination: dest }).write(&mut next);
     let from = facts.wired_to.as_ref().map_or("nothing".to_string(), |s| format!("server {s}"));
     let (reason, note) = if restarted {
         (
@@ -241,58 +307,56 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
         Ok(d) => d.as_str(),
         Err(why) => return stay(state, false, reason::NO_SERVER, why.clone()),
     };
-    let current = state.destination.as_deref();
     let blocked =
         |state: &HandoverStatus| facts.gate().err().map(|(reason, why)| stay(state, false, reason, why));
+    let wired_to_dest = facts.wired_to.as_deref() == Some(dest);
 
-    match state.state {
-        S::Unassigned => match &facts.compiled {
+    match Move::of(state) {
+        Move::Unassigned => match &facts.compiled {
             Ok(()) => blocked(state).unwrap_or_else(|| start(state, dest, facts, false)),
             Err(why) => stay(state, false, reason::COMPILE_FAILED, why.clone()),
         },
-        S::Compiling | S::DestinationReady if current != Some(dest) => {
+        Move::Compiling(r) | Move::DestinationReady(r, _) if r.destination != dest => {
             blocked(state).unwrap_or_else(|| start(state, dest, facts, true))
         }
-        S::Patched | S::SourceDropped if current != Some(dest) => {
+        Move::Patched(r, _) | Move::SourceDropped(r, _) if r.destination != dest => {
             blocked(state).unwrap_or_else(|| start(state, dest, facts, false))
         }
-        S::Compiling => {
+        Move::Compiling(route) => {
             if let Err(why) = &facts.compiled {
                 return stay(state, false, reason::COMPILE_FAILED, why.clone());
             }
             if let Some(s) = blocked(state) {
                 return s;
             }
-            let source = state.source.as_deref();
-            if source.is_none() || source == Some(dest) {
+            let ready = |proof| Move::DestinationReady(route, proof);
+            if route.source.is_none() || route.source == Some(dest) {
                 let note = format!("first wiring of the target to server {dest}: nothing to hand over");
                 return go(
                     state,
-                    S::DestinationReady,
+                    ready(Proof::Verified),
                     facts,
                     reason::DESTINATION_READY,
-                    note.clone(),
+                    note,
                     patching(dest),
                 );
             }
             match facts.replicas(dest).as_destination() {
                 Serves => {
                     let note = format!("every live replica of server {dest} reports a compiled plan");
-                    go(state, S::DestinationReady, facts, reason::DESTINATION_READY, note, patching(dest))
+                    go(state, ready(Proof::Verified), facts, reason::DESTINATION_READY, note, patching(dest))
                 }
                 NoLeases => {
                     let note =
                         format!("server {dest} publishes no served-target Leases; proceeding unverified");
-                    let mut s = go(
+                    go(
                         state,
-                        S::DestinationReady,
+                        ready(Proof::Unverified),
                         facts,
                         reason::DESTINATION_READY,
                         note,
                         patching(dest),
-                    );
-                    s.next.unverified = true;
-                    s
+                    )
                 }
                 NotServing => stay(
                     state,
@@ -308,15 +372,15 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
                 ),
             }
         }
-        S::DestinationReady => {
-            if facts.wired_to.as_deref() == Some(dest) {
+        Move::DestinationReady(route, proof) => {
+            if wired_to_dest {
                 let note = format!("the target's spec.conversion now names server {dest}");
                 let cond = ConditionUpdate {
                     status: false,
                     reason: reason::AWAITING_SOURCE_DROP,
-                    message: awaiting_source(state.source.as_deref()),
+                    message: awaiting_source(route.source),
                 };
-                return go(state, S::Patched, facts, reason::PATCHED, note, cond);
+                return go(state, Move::Patched(route, proof), facts, reason::PATCHED, note, cond);
             }
             if let Some(s) = blocked(state) {
                 return s;
@@ -325,39 +389,30 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
             s.actions.push(Action::WireTo(dest.to_string()));
             s
         }
-        S::Patched => {
-            let source = state.source.as_deref().filter(|s| *s != dest);
-            let Some(source) = source else {
-                return go(
-                    state,
-                    S::SourceDropped,
-                    facts,
-                    reason::SOURCE_DROPPED,
-                    settled_note(dest),
-                    ready(state),
-                );
+        Move::Patched(route, proof) => {
+            let dropped = |proof, note| {
+                let to = Move::SourceDropped(route, proof);
+                go(state, to, facts, reason::SOURCE_DROPPED, note, ready(route, proof))
+            };
+            let Some(source) = route.source.filter(|s| *s != dest) else {
+                return dropped(proof, settled_note(dest));
             };
             match facts.replicas(source).as_source() {
-                NotServing => {
-                    let note =
-                        format!("server {source} no longer holds the target; the move to {dest} is complete");
-                    go(state, S::SourceDropped, facts, reason::SOURCE_DROPPED, note, ready(state))
-                }
-                NoLeases => {
-                    let note = format!("server {source} publishes no Leases; assuming it dropped the target");
-                    let mut s =
-                        go(state, S::SourceDropped, facts, reason::SOURCE_DROPPED, note, ready(state));
-                    s.next.unverified = true;
-                    s.condition = ready(&s.next);
-                    s
-                }
+                NotServing => dropped(
+                    proof,
+                    format!("server {source} no longer holds the target; the move to {dest} is complete"),
+                ),
+                NoLeases => dropped(
+                    Proof::Unverified,
+                    format!("server {source} publishes no Leases; assuming it dropped the target"),
+                ),
                 Serves | CannotTell(_) => {
                     stay(state, false, reason::AWAITING_SOURCE_DROP, awaiting_source(Some(source)))
                 }
             }
         }
-        S::SourceDropped => {
-            if facts.wired_to.as_deref() != Some(dest) {
+        Move::SourceDropped(route, proof) => {
+            if !wired_to_dest {
                 if let Some(s) = blocked(state) {
                     return s;
                 }
@@ -366,8 +421,8 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
                     "the target's spec.conversion names {}, not server {dest}; re-wiring",
                     facts.wired_to.as_deref().unwrap_or("no webhook")
                 );
-                let mut s =
-                    go(state, S::DestinationReady, facts, reason::WIRING_DRIFTED, note, patching(dest));
+                let to = Move::DestinationReady(route, proof);
+                let mut s = go(state, to, facts, reason::WIRING_DRIFTED, note, patching(dest));
                 if let Some(e) = s.event.as_mut() {
                     e.warning = true;
                 }
@@ -380,7 +435,7 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
             } else {
                 vec![]
             };
-            Step { next: state.clone(), actions, condition: ready(state), event: None }
+            Step { next: state.clone(), actions, condition: ready(route, proof), event: None }
         }
     }
 }
@@ -406,9 +461,10 @@ fn settled_note(dest: &str) -> String {
     format!("server {dest} serves the target; nothing to drop")
 }
 
-fn ready(state: &HandoverStatus) -> ConditionUpdate {
-    let dest = state.destination.as_deref().unwrap_or("?");
-    if state.unverified {
+/// `HandoverReady=True`: settled on `route`'s destination.
+fn ready(route: Route<'_>, proof: Proof) -> ConditionUpdate {
+    let dest = route.destination;
+    if proof == Proof::Unverified {
         ConditionUpdate {
             status: true,
             reason: reason::UNVERIFIED,

@@ -304,7 +304,7 @@ fn every_state_under_every_facts() {
     let mut checked = 0u32;
     for state in states {
         for source in names {
-            for current in [Some("a"), Some("b")] {
+            for current in [None, Some("a"), Some("b")] {
                 let before = HandoverStatus {
                     state,
                     source: source.map(str::to_string),
@@ -344,7 +344,7 @@ fn every_state_under_every_facts() {
             }
         }
     }
-    assert_eq!(checked, 5 * 3 * 2 * 3 * 8 * 4 * 2 * 16);
+    assert_eq!(checked, 5 * 3 * 3 * 3 * 8 * 4 * 2 * 16);
 }
 
 fn bools3() -> impl Iterator<Item = (bool, bool, bool)> {
@@ -438,4 +438,26 @@ fn check(before: &HandoverStatus, f: &Facts) {
     if settled.actions.is_empty() {
         assert_eq!(step(&settled.state, f).next, settled.state, "{ctx}");
     }
+}
+
+/// The typed form and the wire form say the same: every state a machine can write reads back
+/// as itself, and a moving state without a destination reads as no move at all.
+#[test]
+fn the_typed_move_round_trips_through_its_wire_form() {
+    let routes = [Route { source: None, destination: "a" }, Route { source: Some("b"), destination: "a" }];
+    let mut moves = vec![Move::Unassigned];
+    for r in routes {
+        moves.push(Move::Compiling(r));
+        for p in [Proof::Verified, Proof::Unverified] {
+            moves.extend([Move::DestinationReady(r, p), Move::Patched(r, p), Move::SourceDropped(r, p)]);
+        }
+    }
+    for m in moves {
+        let mut status = HandoverStatus { attempt: 4, since: Some("t".into()), ..HandoverStatus::default() };
+        m.write(&mut status);
+        assert_eq!(Move::of(&status), m);
+        assert_eq!((status.attempt, status.since.as_deref()), (4, Some("t")), "bookkeeping is kept");
+    }
+    let lost = HandoverStatus { state: S::Patched, source: Some("b".into()), ..HandoverStatus::default() };
+    assert_eq!(Move::of(&lost), Move::Unassigned);
 }
