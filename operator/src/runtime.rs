@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -28,6 +28,9 @@ use crate::metrics::Metrics;
 use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
 use crate::server;
 use dco_api::target::{XRD_CRD_NAME, slim};
+
+/// Objects per page of the target (CRD, XRD) metadata lists; see `run`.
+const TARGET_PAGE: u32 = 20;
 
 /// The watch config of the kinds `--selector` narrows (servers and configs).
 fn scoped(selector: &Option<String>) -> watcher::Config {
@@ -329,10 +332,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .for_each(log_results("conversionwebhookserver"));
 
     let ccc_store = cccs.clone();
+    // Targets are watched as metadata only: an event names the CRD, and the reconcile reads
+    // the one it needs (config/driver.rs), so the schemas of every CRD in the cluster never
+    // reach the operator. A CRD's metadata alone can be as large as its schema (managedFields
+    // list every field; `kubectl apply` adds the whole object as an annotation), so the list
+    // is read in small pages: measured with 150 CRDs of 134 KB, 46.9 MB resident at 20 a page,
+    // 57.3 MB at the default 500, 150.7 MB with full objects.
     let ccc_run = Controller::for_shared_stream(ccc_sub, cccs)
         .watches(
-            Api::<CustomResourceDefinition>::all(client.clone()),
-            watcher::Config::default(),
+            Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
+            watcher::Config::default().page_size(TARGET_PAGE),
             move |crd| configs_of_target(&ccc_store, &crd.name_any()),
         )
         .reconcile_on(rebalance::paced(ccc_rx, args.rebalance_qps))
@@ -341,7 +350,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .for_each(log_results("crdconversionconfig"));
 
     let xrds_installed = Api::<CustomResourceDefinition>::all(client.clone())
-        .get_opt(XRD_CRD_NAME)
+        .get_metadata_opt(XRD_CRD_NAME)
         .await
         .map(|c| c.is_some())
         .unwrap_or(false);
@@ -351,9 +360,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if xrds_installed {
         let ar = target::xrd_resource();
         xcc_ctl = xcc_ctl.watches_with(
-            Api::<DynamicObject>::all_with(client.clone(), &ar),
+            Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &ar),
             ar,
-            watcher::Config::default(),
+            watcher::Config::default().page_size(TARGET_PAGE),
             move |xrd| configs_of_target(&xcc_store, &xrd.name_any()),
         );
     } else {
