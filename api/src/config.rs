@@ -124,12 +124,15 @@ pub enum TargetKind {
 /// What both config kinds have in common, so the resolver, the engine and the webhook can
 /// treat them alike.
 pub trait ConversionConfig {
+    /// The config's own kind, for messages and metric labels without allocating.
+    const KIND: &'static str;
     fn target_kind(&self) -> TargetKind;
     fn target_name(&self) -> &str;
     fn conversion(&self) -> &ConversionSpec;
 }
 
 impl ConversionConfig for XRDConversionConfig {
+    const KIND: &'static str = "XRDConversionConfig";
     fn target_kind(&self) -> TargetKind {
         TargetKind::Xrd
     }
@@ -142,6 +145,7 @@ impl ConversionConfig for XRDConversionConfig {
 }
 
 impl ConversionConfig for CRDConversionConfig {
+    const KIND: &'static str = "CRDConversionConfig";
     fn target_kind(&self) -> TargetKind {
         TargetKind::Crd
     }

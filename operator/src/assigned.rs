@@ -33,7 +33,7 @@ impl ConfigRef {
         let status = c.config_status();
         let handover = status.and_then(|s| s.handover.as_ref());
         ConfigRef {
-            kind: leak_kind::<K>(),
+            kind: K::KIND,
             name: c.name_any(),
             target: c.target_name().to_string(),
             pin: c.conversion().webhook_server_ref.as_ref().map(|r| r.name.clone()),
@@ -50,15 +50,6 @@ impl ConfigRef {
     pub fn involves(&self, server: &str) -> bool {
         let is = |o: &Option<String>| o.as_deref() == Some(server);
         is(&self.pin) || is(&self.assigned) || is(&self.destination) || (is(&self.source) && !self.settled)
-    }
-}
-
-fn leak_kind<K: Resource<DynamicType = ()>>() -> &'static str {
-    // The two config kinds have static names; matching avoids allocating per call.
-    match K::kind(&()).as_ref() {
-        "XRDConversionConfig" => "XRDConversionConfig",
-        "CRDConversionConfig" => "CRDConversionConfig",
-        _ => "ConversionConfig",
     }
 }
 

@@ -16,7 +16,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::facts::{self, Observed};
-use super::{ConfigKind, kind_static, status, target};
+use super::{ConfigKind, status, target};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::metrics::TransitionLabels;
@@ -168,7 +168,7 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
             to: t.to.state,
             since: t.from.since.as_deref().and_then(since),
             at: std::time::SystemTime::now(),
-            config: format!("{}/{}", kind_static::<K>(), cfg.name_any()),
+            config: format!("{}/{}", K::KIND, cfg.name_any()),
             target: cfg.target_name(),
             source: t.to.source.as_deref(),
             destination: t.to.destination.as_deref(),
@@ -177,6 +177,6 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
     }
 
     fn status_failed(&self, cfg: &K, e: kube::Error) -> Error {
-        Error::kube("write status of", kind_static::<K>(), cfg.name_any())(e)
+        Error::kube("write status of", K::KIND, cfg.name_any())(e)
     }
 }

@@ -71,13 +71,11 @@ fn controller_name<K: ConfigKind>() -> String {
     K::kind(&()).to_lowercase()
 }
 
-#[instrument(skip(cfg, ctx), fields(kind = %K::kind(&()), config = %cfg.name_any(), target = %cfg.target_name()))]
+#[instrument(skip(cfg, ctx), fields(kind = K::KIND, config = %cfg.name_any(), target = %cfg.target_name()))]
 pub async fn reconcile<K: ConfigKind>(cfg: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
     let api: Api<K> = Api::all(ctx.client.clone());
     let name = cfg.name_any();
-    let kind: &'static str =
-        if K::kind(&()) == "XRDConversionConfig" { "XRDConversionConfig" } else { "CRDConversionConfig" };
     let out = finalizer(&api, FINALIZER_SAFE_REVERT, cfg, |event| async {
         match event {
             Finalizer::Apply(c) => apply(c.as_ref(), &ctx).await,
@@ -85,7 +83,7 @@ pub async fn reconcile<K: ConfigKind>(cfg: Arc<K>, ctx: Arc<Context>) -> Result<
         }
     })
     .await
-    .map_err(|e| Error::Finalizer { kind, name, source: Box::new(e) });
+    .map_err(|e| Error::Finalizer { kind: K::KIND, name, source: Box::new(e) });
     ctx.metrics.reconciled(&controller_name::<K>(), started.elapsed());
     out
 }
@@ -106,13 +104,9 @@ pub fn error_policy<K: ConfigKind>(cfg: Arc<K>, error: &Error, ctx: Arc<Context>
 async fn write_status<K: ConfigKind>(ctx: &Context, cfg: &K, status: &ConfigStatus) -> Result<()> {
     dco_state::status::apply(&ctx.client, cfg, status, FIELD_MANAGER).await.map_err(Error::kube(
         "write status of",
-        kind_static::<K>(),
+        K::KIND,
         cfg.name_any(),
     ))
-}
-
-pub(crate) fn kind_static<K: ConfigKind>() -> &'static str {
-    if K::kind(&()) == "XRDConversionConfig" { "XRDConversionConfig" } else { "CRDConversionConfig" }
 }
 
 async fn apply<K: ConfigKind>(cached: &K, ctx: &Context) -> Result<Action> {
@@ -121,7 +115,7 @@ async fn apply<K: ConfigKind>(cached: &K, ctx: &Context) -> Result<Action> {
     // from a stale state would start a bogus move (with the new server as its "source").
     let api: Api<K> = Api::all(ctx.client.clone());
     let name = cached.name_any();
-    let Some(fresh) = api.get_opt(&name).await.map_err(Error::kube("read", kind_static::<K>(), name))? else {
+    let Some(fresh) = api.get_opt(&name).await.map_err(Error::kube("read", K::KIND, name))? else {
         return Ok(Action::await_change());
     };
     let driven = dco_state::drive::drive(&mut driver::ConfigDriver::<K>::new(ctx), &fresh).await?;
@@ -158,7 +152,7 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
         );
         write_status(ctx, cfg, &st).await?;
         ctx.event(cfg, true, "DeletionBlocked", "Delete", msg.clone()).await;
-        return Err(Error::DeletionBlocked(format!("{} {}: {msg}", K::kind(&()), cfg.name_any())));
+        return Err(Error::DeletionBlocked(format!("{} {}: {msg}", K::KIND, cfg.name_any())));
     }
     st.phase = Some(Phase::Reverting);
     write_status(ctx, cfg, &st).await?;
