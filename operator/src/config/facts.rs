@@ -162,6 +162,15 @@ fn destination_wiring<K: ConversionConfig>(
     wiring_for(ctx, &server, cfg.target_name(), &cfg.conversion().conversion_review_versions)
 }
 
+/// Why a target that does not exist holds everything up, and what to do.
+pub fn target_missing(target_desc: &str) -> String {
+    format!("{target_desc} does not exist; create it or fix the config's target name")
+}
+
+pub fn target_not_established(target_desc: &str) -> String {
+    format!("{target_desc} is not Established yet; waiting for the apiserver to accept it")
+}
+
 /// Observe everything one settle of `state` needs.
 pub fn observe<K: ConversionConfig + Resource>(
     ctx: &Context,
@@ -210,10 +219,8 @@ pub fn observe<K: ConversionConfig + Resource>(
         .collect();
 
     let target_ready = match &live {
-        None => Err(format!("{target_desc} does not exist; create it or fix the config's target name")),
-        Some(_) if !established => {
-            Err(format!("{target_desc} is not Established yet; waiting for the apiserver to accept it"))
-        }
+        None => Err(target_missing(&target_desc)),
+        Some(_) if !established => Err(target_not_established(&target_desc)),
         Some(_) => Ok(()),
     };
     let facts = Facts {

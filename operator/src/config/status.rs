@@ -11,7 +11,7 @@ use dco_state::handover::{self, Action};
 use dco_state::machine::Settled;
 
 use super::condition;
-use super::facts::Observed;
+use super::facts::{self, Observed};
 
 /// How often an unsettled handover is looked at without an event.
 pub const UNSETTLED_REQUEUE: Duration = Duration::from_secs(5);
@@ -47,7 +47,7 @@ pub fn render(
     st.handover = Some(settled.state.clone());
 
     let (Some(live), Some(compiled)) = (&o.target, &o.compiled) else {
-        let msg = format!("{desc} does not exist; create it or fix the config's target name");
+        let msg = facts::target_missing(desc);
         set(&mut st, condition::TARGET_HEALTHY, false, "TargetNotFound", msg.clone());
         st.phase = Some(if st.last_applied_plan_hash.is_some() { Phase::Stale } else { Phase::Pending });
         st.message = Some(msg);
@@ -70,7 +70,7 @@ pub fn render(
     if o.established {
         set(&mut st, condition::TARGET_HEALTHY, true, "Established", format!("{desc} is established"));
     } else {
-        let msg = format!("{desc} is not Established yet; waiting for the apiserver to accept it");
+        let msg = facts::target_not_established(desc);
         set(&mut st, condition::TARGET_HEALTHY, false, "NotEstablished", msg);
     }
     let server_msg = match (&o.dest_wiring, &o.resolved) {
