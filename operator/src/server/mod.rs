@@ -46,8 +46,8 @@ pub mod condition {
 
 /// Every config of both kinds, as the assignment rules see them.
 pub fn config_refs(ctx: &Context) -> Vec<ConfigRef> {
-    let mut out: Vec<ConfigRef> = ctx.stores.cccs.state().iter().map(|c| ConfigRef::of(c.as_ref())).collect();
-    out.extend(ctx.stores.xccs.state().iter().map(|c| ConfigRef::of(c.as_ref())));
+    let mut out = crate::rebalance::refs(&ctx.stores.cccs);
+    out.extend(crate::rebalance::refs(&ctx.stores.xccs));
     out
 }
 
