@@ -6,10 +6,10 @@ use std::time::Duration;
 use dco_api::assign::{ServerInfo, Servers};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 
 use crate::metrics::Metrics;
 use crate::server::certs::{self, Lifetimes};
@@ -111,7 +111,7 @@ impl Context {
         })
     }
 
-    /// Publish an Event about `obj`; failing to record one never fails a reconcile.
+    /// Publish an Event about `obj` (`dco_state::drive::publish`).
     pub async fn event<K: Resource<DynamicType = ()>>(
         &self,
         obj: &K,
@@ -120,16 +120,6 @@ impl Context {
         action: &str,
         note: String,
     ) {
-        let reference: ObjectReference = obj.object_ref(&());
-        let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.to_string(),
-            note: Some(note),
-            action: action.to_string(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(object = %obj.name_any(), reason, error = %e, "cannot record an Event");
-        }
+        dco_state::drive::publish(&self.recorder, obj, warning, reason, action, note).await;
     }
 }

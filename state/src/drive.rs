@@ -127,10 +127,11 @@ pub async fn drive<D: Driver>(
     for t in &settled.transitions {
         driver.count(t);
         driver.trace(obj, t);
-        publish(driver, obj, &t.event, &driver.event_action(t)).await;
+        let e = &t.event;
+        publish(driver.recorder(), obj, e.warning, e.reason, &driver.event_action(t), e.note.clone()).await;
     }
     for note in &notes {
-        publish(driver, obj, note, note.reason).await;
+        publish(driver.recorder(), obj, note.warning, note.reason, note.reason, note.note.clone()).await;
     }
     let status = driver.render(obj, &observed, &settled);
     crate::status::apply(driver.client(), obj, &status, driver.field_manager())
@@ -140,17 +141,25 @@ pub async fn drive<D: Driver>(
     Ok(Driven { settled, requeue, rounds })
 }
 
-/// Publishes an Event about `obj`; failing to record one never fails a reconcile.
-pub async fn publish<D: Driver>(driver: &D, obj: &D::Object, note: &EventNote, action: &str) {
+/// Publishes an Event about `obj`; failing to record one never fails a reconcile. Every
+/// Event of the operator goes through here, from `drive` and from the controllers.
+pub async fn publish<K: Resource<DynamicType = ()>>(
+    recorder: &Recorder,
+    obj: &K,
+    warning: bool,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let ev = Event {
-        type_: if note.warning { EventType::Warning } else { EventType::Normal },
-        reason: note.reason.to_string(),
-        note: Some(note.note.clone()),
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: reason.to_string(),
+        note: Some(note),
         action: action.to_string(),
         secondary: None,
     };
-    if let Err(e) = driver.recorder().publish(&ev, &obj.object_ref(&())).await {
-        tracing::warn!(object = %obj.name_any(), reason = note.reason, error = %e, "cannot record an Event");
+    if let Err(e) = recorder.publish(&ev, &obj.object_ref(&())).await {
+        tracing::warn!(object = %obj.name_any(), reason, error = %e, "cannot record an Event");
     }
 }
 
