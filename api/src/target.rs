@@ -65,6 +65,30 @@ pub fn xrd_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&gvk, XRD_PLURAL)
 }
 
+/// Targets are listed this many a page. A CRD's metadata alone can be as large as its schema
+/// (`managedFields` list every field; `kubectl apply` copies the whole object into an
+/// annotation), so a page of the default 500 is hundreds of MB to parse at once; 20 bound it
+/// to a few MB (measured in `docs/performance.md`, "resident memory with unrelated CRDs").
+pub const TARGET_PAGE: u32 = 20;
+
+/// The `ApiResource` of a target kind, for dynamic clients.
+pub fn resource(kind: TargetKind) -> ApiResource {
+    match kind {
+        TargetKind::Crd => ApiResource::erase::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >(&()),
+        TargetKind::Xrd => xrd_resource(),
+    }
+}
+
+/// What dco keeps of a target's metadata: no `managedFields` and no annotations. Nothing in
+/// dco reads a target's annotations, and `kubectl apply`'s last-applied copy of the object
+/// there is as large as the schema itself.
+pub fn slim_target<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+    o.meta_mut().annotations = None;
+}
+
 /// Drop `managedFields` from a watched object: nothing in dco reads them, and on large CRDs
 /// they are a good part of what a cache would hold.
 pub fn slim<K: Resource>(o: &mut K) {

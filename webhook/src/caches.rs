@@ -1,25 +1,28 @@
 //! The replica's watches (kube-runtime reflectors): ConversionWebhookServers (all: the pool
-//! and the default decide assignment), both config kinds and the targets (CRDs, and XRDs once
-//! Crossplane's CompositeResourceDefinition CRD exists), the last three narrowed by the
-//! instance's `cacheSelector`. Every event wakes the sync loop; the loop reads the stores.
+//! and the default decide assignment), both config kinds and the targets' metadata (CRDs, and
+//! XRDs once Crossplane's CompositeResourceDefinition CRD exists), the last three narrowed by
+//! the instance's `cacheSelector`. Targets are watched as metadata only; the ones a config
+//! names are read whole by `targets.rs`, after which the sync loop is woken and reads the
+//! stores.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dco_api::config::{ConversionConfig, TargetKind};
-use dco_api::target::{XRD_CRD_NAME, slim, xrd_resource};
+use dco_api::target::{TARGET_PAGE, XRD_CRD_NAME, slim, slim_target, xrd_resource};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
 use futures::{Stream, StreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::sync::{ConfigView, TargetView, World};
+use crate::sync::{ConfigView, World};
+use crate::targets::{self, Held, Wanted};
 
 /// How often to look for Crossplane when it is not installed yet.
 const XRD_PROBE_INTERVAL: Duration = Duration::from_secs(30);
@@ -68,6 +71,25 @@ where
     (reader, tokio::spawn(drive(stream, notify, what)))
 }
 
+/// The metadata of a target kind, slim (`slim_target`) and listed in small pages: the
+/// schemas of targets never come through a watch (`targets.rs` reads the named ones).
+fn target_metadata<K>(
+    api: Api<PartialObjectMeta<K>>,
+    dyntype: K::DynamicType,
+    cfg: watcher::Config,
+) -> (Store<PartialObjectMeta<K>>, impl Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<K>>>>)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let writer = reflector::store::Writer::new(dyntype);
+    let reader = writer.as_reader();
+    let events = watcher(api, cfg.page_size(TARGET_PAGE))
+        .modify(slim_target::<PartialObjectMeta<K>>)
+        .default_backoff();
+    (reader, reflector::reflector(writer, events))
+}
+
 async fn drive<S, K>(stream: S, notify: Arc<Notify>, what: &'static str)
 where
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
@@ -82,18 +104,114 @@ where
     }
 }
 
+type XrdSlot = Arc<Mutex<Option<Store<PartialObjectMeta<DynamicObject>>>>>;
+
+/// The stores that decide which targets are read whole.
+#[derive(Clone)]
+struct Named {
+    xccs: Store<XRDConversionConfig>,
+    cccs: Store<CRDConversionConfig>,
+    crds: Store<PartialObjectMeta<CustomResourceDefinition>>,
+    xrds: XrdSlot,
+}
+
+impl Named {
+    /// Every target a config in scope names that exists now, at its uid and generation.
+    fn wanted(&self) -> Vec<Wanted> {
+        let xrds = self.xrds.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let xrd = xrd_resource();
+        let mut wanted = Vec::new();
+        let names = self.cccs.state().into_iter().map(|c| (TargetKind::Crd, c.target_name().to_string()));
+        let names = names
+            .chain(self.xccs.state().into_iter().map(|c| (TargetKind::Xrd, c.target_name().to_string())));
+        for (kind, name) in names {
+            let meta = match kind {
+                TargetKind::Crd => {
+                    self.crds.get(&reflector::ObjectRef::new(&name)).map(|o| o.metadata.clone())
+                }
+                TargetKind::Xrd => xrds
+                    .as_ref()
+                    .and_then(|s| s.get(&reflector::ObjectRef::new_with(&name, xrd.clone())))
+                    .map(|o| o.metadata.clone()),
+            };
+            if let Some(m) = meta {
+                let uid = m.uid.unwrap_or_default();
+                wanted.push(Wanted { key: (kind, name), uid, generation: m.generation.unwrap_or(0) });
+            }
+        }
+        wanted.sort_by(|a, b| a.key.cmp(&b.key));
+        wanted.dedup_by(|a, b| a.key == b.key);
+        wanted
+    }
+}
+
+/// GETs in flight at once while reading targets whole (the first round reads every named one).
+const FETCH_CONCURRENCY: usize = 8;
+/// When a read failed, the next round runs this much later even without events.
+const FETCH_RETRY: Duration = Duration::from_secs(2);
+
+/// Keeps `held` to the targets `named` names, at their current generation: a round per wake
+/// (a config or target event), then a wake of the sync loop (`sync`). `fetched` turns true
+/// after the first round over the initial lists.
+async fn fetch_named(
+    client: Client,
+    named: Named,
+    held: Arc<Held>,
+    wake: Arc<Notify>,
+    sync: Arc<Notify>,
+    lists: impl std::future::Future<Output = ()>,
+    fetched: tokio::sync::watch::Sender<bool>,
+) {
+    lists.await;
+    loop {
+        let (stale, released) = held.stale(&named.wanted());
+        let reads = futures::stream::iter(stale)
+            .map(|w| {
+                let client = client.clone();
+                async move {
+                    let got = targets::fetch(&client, w.key.0, &w.key.1).await;
+                    (w, got)
+                }
+            })
+            .buffer_unordered(FETCH_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await;
+        let mut failed = false;
+        for (w, got) in reads {
+            match got {
+                Ok(object) => held.put(w.key, object),
+                Err(e) => {
+                    failed = true;
+                    tracing::warn!(target = w.key.1, kind = ?w.key.0, error = %e,
+                        "cannot read the target; keeping the copy held so far and retrying (needs get on its resource)");
+                }
+            }
+        }
+        if released {
+            tracing::debug!(held = held.len(), "released targets no config names any more");
+        }
+        if !*fetched.borrow() {
+            tracing::info!(held = held.len(), "read the named targets whole");
+            fetched.send_replace(true);
+            // The initial lists' pages are garbage now; give the memory back.
+            crate::alloc::release_free_memory();
+        }
+        sync.notify_one();
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(FETCH_RETRY), if failed => {}
+        }
+    }
+}
+
 /// The reflector stores of one scope.
 pub struct Caches {
     pub servers: Store<ConversionWebhookServer>,
-    xccs: Store<XRDConversionConfig>,
-    cccs: Store<CRDConversionConfig>,
-    crds: Store<CustomResourceDefinition>,
-    xrds: Arc<Mutex<Option<Store<DynamicObject>>>>,
-    xrds_settled: tokio::sync::watch::Receiver<bool>,
+    named: Named,
+    held: Arc<Held>,
+    fetched: tokio::sync::watch::Receiver<bool>,
     tasks: Vec<JoinHandle<()>>,
     pub scope: Scope,
-    /// Reuse of JSON renderings of targets whose fingerprint did not change.
-    rendered: Mutex<HashMap<(TargetKind, String), TargetView>>,
 }
 
 impl Drop for Caches {
@@ -113,131 +231,94 @@ pub fn watch_servers(
 }
 
 impl Caches {
+    /// Starts the scope's watches. Their events wake the target reader, which wakes `notify`
+    /// (the sync loop) once the targets they name are read.
     pub async fn start(
         client: &Client,
         servers: Store<ConversionWebhookServer>,
         scope: Scope,
         notify: Arc<Notify>,
     ) -> Caches {
+        let wake = Arc::new(Notify::new());
         let (xccs, t1) =
-            reflect(Api::all(client.clone()), scope.config(), notify.clone(), "XRDConversionConfigs");
+            reflect(Api::all(client.clone()), scope.config(), wake.clone(), "XRDConversionConfigs");
         let (cccs, t2) =
-            reflect(Api::all(client.clone()), scope.config(), notify.clone(), "CRDConversionConfigs");
-        let (crds, t3) =
-            reflect(Api::all(client.clone()), scope.config(), notify.clone(), "CustomResourceDefinitions");
-        let xrds = Arc::new(Mutex::new(None));
+            reflect(Api::all(client.clone()), scope.config(), wake.clone(), "CRDConversionConfigs");
+        let (crds, events) = target_metadata(Api::all(client.clone()), (), scope.config());
+        let t3 = tokio::spawn(drive(events, wake.clone(), "CustomResourceDefinitions"));
+        let xrds: XrdSlot = Arc::new(Mutex::new(None));
         let (settled, xrds_settled) = tokio::sync::watch::channel(false);
         let t4 = tokio::spawn(watch_xrds_when_installed(
             client.clone(),
             scope.clone(),
-            notify,
+            wake.clone(),
             xrds.clone(),
             settled,
         ));
-        Caches {
-            servers,
-            xccs,
-            cccs,
-            crds,
-            xrds,
-            xrds_settled,
-            tasks: vec![t1, t2, t3, t4],
-            scope,
-            rendered: Mutex::new(HashMap::new()),
-        }
+        let named = Named { xccs, cccs, crds, xrds };
+        let held = Arc::new(Held::default());
+        let lists = {
+            let (named, mut xrds_settled) = (named.clone(), xrds_settled);
+            async move {
+                let _ = named.xccs.wait_until_ready().await;
+                let _ = named.cccs.wait_until_ready().await;
+                let _ = named.crds.wait_until_ready().await;
+                let _ = xrds_settled.wait_for(|settled| *settled).await;
+            }
+        };
+        let (fetched_tx, fetched) = tokio::sync::watch::channel(false);
+        let t5 = tokio::spawn(fetch_named(
+            client.clone(),
+            named.clone(),
+            held.clone(),
+            wake,
+            notify,
+            lists,
+            fetched_tx,
+        ));
+        Caches { servers, named, held, fetched, tasks: vec![t1, t2, t3, t4, t5], scope }
     }
 
-    /// Resolves once every started watch has listed once. The XRD watch counts only when
-    /// Crossplane was found; its first list completes before it is published here.
+    /// Resolves once every started watch has listed once and the targets the configs name
+    /// were read. The XRD watch counts only when Crossplane was found; its first list
+    /// completes before it is published here.
     pub async fn wait_ready(&self) {
         let all = async {
             let _ = self.servers.wait_until_ready().await;
-            let _ = self.xccs.wait_until_ready().await;
-            let _ = self.cccs.wait_until_ready().await;
-            let _ = self.crds.wait_until_ready().await;
-            let _ = self.xrds_settled.clone().wait_for(|settled| *settled).await;
+            let _ = self.fetched.clone().wait_for(|f| *f).await;
         };
         let mut all = std::pin::pin!(all);
         loop {
             tokio::select! {
                 () = &mut all => return,
                 () = tokio::time::sleep(Duration::from_secs(10)) => tracing::info!(
-                    "still waiting for the initial lists of servers, configs and CRDs; not ready until they complete"),
+                    "still waiting for the initial lists of servers, configs and CRDs and the named targets; not ready until they complete"),
             }
         }
     }
 
-    /// Render the stores into the pass's input. Only targets some config names are rendered.
+    /// Render the stores into the pass's input: the configs and the targets held whole.
     pub fn world(&self) -> World {
         let servers = dco_api::assign::Servers::new(self.servers.state().iter().map(|s| s.as_ref().into()));
         let mut configs = Vec::new();
-        for c in self.xccs.state() {
+        for c in self.named.xccs.state() {
             configs.push(config_view("XRDConversionConfig", c.as_ref()));
         }
-        for c in self.cccs.state() {
+        for c in self.named.cccs.state() {
             configs.push(config_view("CRDConversionConfig", c.as_ref()));
         }
-        let xrds = self.xrds.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let mut rendered = self.rendered.lock().unwrap_or_else(PoisonError::into_inner);
         let mut targets = HashMap::new();
         for c in &configs {
             let key = (c.target_kind, c.target.clone());
-            let live = match c.target_kind {
-                TargetKind::Crd => {
-                    self.crds.get(&reflector::ObjectRef::new(&c.target)).map(|o| (fingerprint(o.as_ref()), o))
-                }
-                TargetKind::Xrd => None,
-            };
-            let view = match (c.target_kind, live) {
-                (TargetKind::Crd, Some((fp, crd))) => Some(cached(&mut rendered, &key, fp, || {
-                    let mut v = serde_json::to_value(crd.as_ref()).unwrap_or_default();
-                    set_type(&mut v, TargetKind::Crd);
-                    v
-                })),
-                (TargetKind::Xrd, _) => xrds.as_ref().and_then(|s| {
-                    let res = xrd_resource();
-                    let o = s.get(&reflector::ObjectRef::new_with(&c.target, res))?;
-                    Some(cached(&mut rendered, &key, fingerprint(o.as_ref()), || {
-                        let mut v = serde_json::to_value(o.as_ref()).unwrap_or_default();
-                        set_type(&mut v, TargetKind::Xrd);
-                        v
-                    }))
-                }),
-                _ => None,
-            };
-            if let Some(v) = view {
+            if let Some(v) = self.held.get(&key) {
                 targets.insert(key, v);
             }
         }
-        rendered.retain(|k, _| targets.contains_key(k));
         World { configs, targets, servers }
     }
 }
 
-fn cached(
-    rendered: &mut HashMap<(TargetKind, String), TargetView>,
-    key: &(TargetKind, String),
-    fp: String,
-    render: impl FnOnce() -> serde_json::Value,
-) -> TargetView {
-    if let Some(v) = rendered.get(key).filter(|v| v.fingerprint == fp) {
-        return v.clone();
-    }
-    let v = TargetView { value: Arc::new(render()), fingerprint: fp };
-    rendered.insert(key.clone(), v.clone());
-    v
-}
-
-/// The engine tells a CRD from an XRD by `apiVersion`/`kind`: set them whatever the cached
-/// object carried.
-fn set_type(v: &mut serde_json::Value, kind: TargetKind) {
-    if let Some(o) = v.as_object_mut() {
-        o.insert("apiVersion".into(), kind.api_version().into());
-        o.insert("kind".into(), kind.kind_name().into());
-    }
-}
-
-/// uid + generation: changes with every spec change (schemas, spec.conversion).
+/// uid + generation: changes with every spec change.
 fn fingerprint<K: Resource>(o: &K) -> String {
     format!("{}@{}", o.meta().uid.as_deref().unwrap_or(""), o.meta().generation.unwrap_or(0))
 }
@@ -260,7 +341,7 @@ async fn watch_xrds_when_installed(
     client: Client,
     scope: Scope,
     notify: Arc<Notify>,
-    slot: Arc<Mutex<Option<Store<DynamicObject>>>>,
+    slot: XrdSlot,
     settled: tokio::sync::watch::Sender<bool>,
 ) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -282,13 +363,7 @@ async fn watch_xrds_when_installed(
         tokio::time::sleep(XRD_PROBE_INTERVAL).await;
     }
     let res = xrd_resource();
-    let api: Api<DynamicObject> = Api::all_with(client, &res);
-    let writer = reflector::store::Writer::new(res);
-    let reader = writer.as_reader();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, scope.config()).modify(slim::<DynamicObject>).default_backoff(),
-    );
+    let (reader, stream) = target_metadata(Api::all_with(client, &res), res, scope.config());
     let driving = drive(stream, notify.clone(), "CompositeResourceDefinitions");
     let mut driving = std::pin::pin!(driving);
     tokio::select! {

@@ -26,4 +26,5 @@ pub mod run;
 pub mod serve;
 pub mod static_dir;
 pub mod sync;
+pub mod targets;
 pub mod tls;
