@@ -57,6 +57,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM
 
 kubectl apply --server-side --force-conflicts -f charts/dco/crds/ >/dev/null
 kubectl wait --for=condition=Established --timeout=60s \
