@@ -99,7 +99,7 @@ pub fn load(dir: &Path) -> Result<World, StaticError> {
                 }
                 (av, k) => match TargetKind::of_type(av, k) {
                     Some(tkind) => {
-                        targets.insert((tkind, name), TargetView { value: Arc::new(doc), fingerprint: fp });
+                        targets.insert((tkind, name), TargetView::new(&doc, fp));
                     }
                     None => {
                         tracing::info!(file = %file.display(), doc = i + 1, %api_version, %kind, "skipping a document that is neither a config nor a target")

@@ -16,7 +16,7 @@ use dco_api::config::{ConversionSpec, TargetKind};
 
 use crate::hold::{self, Decision, DropReason, Facts, HoldReason};
 use crate::metrics::{Metrics, TargetLabel};
-use crate::plan::Compiler;
+use crate::plan::{Compilation, Compiler};
 use crate::registry::{ConfigRef, Entry, Failure, Registry, Served};
 
 /// One config as the pass sees it.
@@ -32,12 +32,45 @@ pub struct ConfigView {
     pub fingerprint: String,
 }
 
-/// One target (CRD or XRD) as JSON with `apiVersion` and `kind` set.
+/// One target (CRD or XRD) as compact JSON with `apiVersion` and `kind` set. A parsed
+/// `serde_json::Value` takes ~10× the bytes of its text, and a target is held for as long as a
+/// config names it, so the text is kept and parsed again only to compile.
 #[derive(Clone, Debug)]
 pub struct TargetView {
-    pub value: Arc<serde_json::Value>,
+    json: Arc<str>,
+    /// `spec.conversion`'s webhook Service name (what the hold rule reads), read once.
+    service: Option<Arc<str>>,
     /// Changes whenever the schema or spec.conversion may have (uid + generation).
     pub fingerprint: String,
+}
+
+impl TargetView {
+    pub fn new(value: &serde_json::Value, fingerprint: String) -> TargetView {
+        TargetView {
+            json: value.to_string().into(),
+            service: hold::conversion_service_name(value).map(Arc::from),
+            fingerprint,
+        }
+    }
+
+    /// The name of the Service the target's `spec.conversion` calls, if any.
+    pub fn service_name(&self) -> Option<&str> {
+        self.service.as_deref()
+    }
+
+    /// The target parsed (for a compile).
+    pub fn value(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::from_str(&self.json)
+    }
+
+    /// Bytes of the kept text.
+    pub fn len(&self) -> usize {
+        self.json.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.json.is_empty()
+    }
 }
 
 /// Everything a pass needs.
@@ -124,7 +157,7 @@ impl Syncer {
                 assigned_here,
                 static_mode: self.identity.static_mode,
                 target_exists: live.is_some(),
-                names_our_service: live.and_then(|t| hold::conversion_service_name(&t.value))
+                names_our_service: live.and_then(TargetView::service_name)
                     == Some(self.identity.service_name.as_str()),
                 held: entry.is_some(),
                 drain_started: self.drains.get(target).copied(),
@@ -279,7 +312,16 @@ impl Syncer {
         if up_to_date {
             return changed_hold.then_some(next);
         }
-        let compiled = self.compiler.compile(&config.spec, &live.value);
+        let compiled = match live.value() {
+            Ok(target) => self.compiler.compile(&config.spec, &target),
+            // The text was written from a Value (`TargetView::new`): unreachable in practice.
+            Err(e) => Compilation {
+                plan: None,
+                errors: vec![format!("the held copy of the target does not parse: {e}")],
+                locations: vec![],
+                warnings: vec![],
+            },
+        };
         match compiled.plan {
             Some(plan) => {
                 report.compiled += 1;
@@ -409,7 +451,7 @@ mod tests {
             }],
             targets: HashMap::from([(
                 (TargetKind::Crd, TARGET.to_string()),
-                TargetView { value: Arc::new(crd), fingerprint: format!("t@{generation}@{service:?}") },
+                TargetView::new(&crd, format!("t@{generation}@{service:?}")),
             )]),
             servers: Servers::new([
                 ServerInfo { name: "a".into(), default: true, pool_weight: None },

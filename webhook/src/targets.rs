@@ -9,7 +9,7 @@
 //! decides what to read and what to release (pure, tested here), the fetcher reads it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use dco_api::config::TargetKind;
 use dco_api::target;
@@ -73,7 +73,7 @@ impl Held {
         };
         let uid = value.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_string();
         let generation = value.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
-        let view = TargetView { value: Arc::new(value), fingerprint: format!("{uid}@{generation}") };
+        let view = TargetView::new(&value, format!("{uid}@{generation}"));
         copies.insert(key, Copy { uid, generation, view });
     }
 
