@@ -132,6 +132,7 @@ add_targets() { # add_targets FROM COUNT
   local t0
   t0=$(date +%s%N)
   kubectl apply --server-side -f "$work/targets.json" >/dev/null
+  awk -v ns=$(( $(date +%s%N) - t0 )) -v n="$2" 'BEGIN { printf "kubectl applied %d CRDs and configs in %.1f s\n", n, ns / 1e9 }' >&2
   serve_time "$(($1 + $2))" "$t0"
 }
 s=$(add_targets 0 "$TARGETS_FIRST")

@@ -323,6 +323,89 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     })
     .await?;
 
+    // Only named targets are read whole (issue #13): an unrelated CRD is not held; a config
+    // created before its CRD is served once the CRD appears; a target no config names and no
+    // plan holds is released.
+    let held = || async {
+        let mut counts = Vec::new();
+        for pod in ready_pods(&pods, &instance).await? {
+            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).context("Pod without an IP")?;
+            let (_, body) = dco_tests::http_get(&format!("{ip}:8080"), "/metrics").await?;
+            let n = body
+                .lines()
+                .find_map(|l| l.strip_prefix("dco_webhook_targets_held "))
+                .context("no dco_webhook_targets_held")?;
+            counts.push(n.trim().parse::<i64>()?);
+        }
+        Ok::<_, anyhow::Error>(counts)
+    };
+    let unrelated = format!("unrelated.{group}");
+    let later = format!("gadgets.{group}");
+    let later_config = format!("{instance}-gadgets");
+    guard.0.push((ar::<CustomResourceDefinition>(), unrelated.clone()));
+    guard.0.push((ar::<CustomResourceDefinition>(), later.clone()));
+    guard.0.push((ccc_ar.clone(), later_config.clone()));
+    apply(&crds, &unrelated, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": unrelated},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "unrelated", "singular": "unrelated", "kind": "Unrelated", "listKind": "UnrelatedList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": schema("size")}]}})).await?;
+    apply(
+        &cccs,
+        &later_config,
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+        "metadata": {"name": later_config},
+        "spec": {"targetCRD": {"name": later}, "hubVersion": "v2", "webhookServerRef": {"name": instance},
+            "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
+                "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}}),
+    )
+    .await?;
+    dco_tests::wait_crd_established(&crds, &unrelated, Duration::from_secs(30)).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(held().await?, vec![1, 1], "only the one named CRD that exists is held whole");
+    let mut gadget_crd = crd(Some(&instance));
+    gadget_crd["metadata"]["name"] = json!(later);
+    gadget_crd["spec"]["names"] =
+        json!({"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"});
+    gadget_crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"] =
+        json!(format!("/convert/{later}"));
+    apply(&crds, &later, gadget_crd).await?;
+    wait_for(
+        "both replicas' Leases to carry the CRD created after its config",
+        Duration::from_secs(30),
+        || async {
+            let rs = reports(&leases, &instance).await?;
+            Ok((rs.len() == 2 && rs.values().all(|(_, r)| r.targets().is_some_and(|s| s.contains(&later))))
+                .then_some(()))
+        },
+    )
+    .await?;
+    assert_eq!(held().await?, vec![2, 2]);
+    let gadgets = |v: &str| -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(&group, v, "Gadget");
+        Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk_with_plural(&gvk, "gadgets"))
+    };
+    let g: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget",
+        "metadata": {"name": "g1"}, "spec": {"storageSize": 3, "color": "red"}}))?;
+    wait_for("a write at v1 of the CRD created after its config", Duration::from_secs(30), || async {
+        Ok(gadgets("v1").create(&PostParams::default(), &g).await.ok().map(|_| ()))
+    })
+    .await?;
+    assert_eq!(gadgets("v2").get("g1").await?.data["spec"], json!({"storageGB": 3, "color": "red"}));
+    // The config goes and spec.conversion stops naming the Service: the plan drains, then the
+    // copy is released.
+    cccs.delete(&later_config, &DeleteParams::default()).await?;
+    let mut gadget_unwired = crd(None);
+    gadget_unwired["metadata"]["name"] = json!(later);
+    gadget_unwired["spec"]["names"] =
+        json!({"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"});
+    apply(&crds, &later, gadget_unwired).await?;
+    wait_for("the replicas to release the copy of the unnamed target", Duration::from_secs(30), || async {
+        Ok((held().await? == vec![1, 1]).then_some(()))
+    })
+    .await?;
+
     // Move the assignment away while spec.conversion still names our Service: the plan stays.
     apply(&cccs, &config, cfg(&elsewhere)).await?;
     tokio::time::sleep(Duration::from_secs(6)).await; // three drain periods

@@ -21,6 +21,8 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::metrics::Metrics;
+use crate::registry::Registry;
 use crate::sync::{ConfigView, World};
 use crate::targets::{self, Held, Wanted};
 
@@ -106,25 +108,40 @@ where
 
 type XrdSlot = Arc<Mutex<Option<Store<PartialObjectMeta<DynamicObject>>>>>;
 
-/// The stores that decide which targets are read whole.
+/// What decides which targets are read whole: the configs in scope, the targets' metadata,
+/// and the registry (a plan held without a config — its config deleted while the target's
+/// `spec.conversion` still names this Service — still needs its target, `hold.rs`).
 #[derive(Clone)]
 struct Named {
     xccs: Store<XRDConversionConfig>,
     cccs: Store<CRDConversionConfig>,
     crds: Store<PartialObjectMeta<CustomResourceDefinition>>,
     xrds: XrdSlot,
+    registry: Arc<Registry>,
 }
 
 impl Named {
-    /// Every target a config in scope names that exists now, at its uid and generation.
+    /// The targets configs name or the registry holds, deduplicated.
+    fn names(&self) -> Vec<(TargetKind, String)> {
+        let mut names: Vec<(TargetKind, String)> = self
+            .cccs
+            .state()
+            .into_iter()
+            .map(|c| (TargetKind::Crd, c.target_name().to_string()))
+            .chain(self.xccs.state().into_iter().map(|c| (TargetKind::Xrd, c.target_name().to_string())))
+            .chain(self.registry.snapshot().values().map(|e| (e.target_kind, e.target.clone())))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Every target named (`names`) that exists now, at its uid and generation.
     fn wanted(&self) -> Vec<Wanted> {
         let xrds = self.xrds.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let xrd = xrd_resource();
         let mut wanted = Vec::new();
-        let names = self.cccs.state().into_iter().map(|c| (TargetKind::Crd, c.target_name().to_string()));
-        let names = names
-            .chain(self.xccs.state().into_iter().map(|c| (TargetKind::Xrd, c.target_name().to_string())));
-        for (kind, name) in names {
+        for (kind, name) in self.names() {
             let meta = match kind {
                 TargetKind::Crd => {
                     self.crds.get(&reflector::ObjectRef::new(&name)).map(|o| o.metadata.clone())
@@ -139,8 +156,6 @@ impl Named {
                 wanted.push(Wanted { key: (kind, name), uid, generation: m.generation.unwrap_or(0) });
             }
         }
-        wanted.sort_by(|a, b| a.key.cmp(&b.key));
-        wanted.dedup_by(|a, b| a.key == b.key);
         wanted
     }
 }
@@ -150,56 +165,70 @@ const FETCH_CONCURRENCY: usize = 8;
 /// When a read failed, the next round runs this much later even without events.
 const FETCH_RETRY: Duration = Duration::from_secs(2);
 
-/// Keeps `held` to the targets `named` names, at their current generation: a round per wake
-/// (a config or target event), then a wake of the sync loop (`sync`). `fetched` turns true
-/// after the first round over the initial lists.
-async fn fetch_named(
+/// Reads the named targets whole into `held`.
+struct Fetcher {
     client: Client,
     named: Named,
     held: Arc<Held>,
-    wake: Arc<Notify>,
-    sync: Arc<Notify>,
-    lists: impl std::future::Future<Output = ()>,
-    fetched: tokio::sync::watch::Sender<bool>,
-) {
-    lists.await;
-    loop {
-        let (stale, released) = held.stale(&named.wanted());
-        let reads = futures::stream::iter(stale)
-            .map(|w| {
-                let client = client.clone();
-                async move {
-                    let got = targets::fetch(&client, w.key.0, &w.key.1).await;
-                    (w, got)
-                }
-            })
-            .buffer_unordered(FETCH_CONCURRENCY)
-            .collect::<Vec<_>>()
-            .await;
-        let mut failed = false;
-        for (w, got) in reads {
-            match got {
-                Ok(object) => held.put(w.key, object),
-                Err(e) => {
-                    failed = true;
-                    tracing::warn!(target = w.key.1, kind = ?w.key.0, error = %e,
+    metrics: Arc<Metrics>,
+}
+
+impl Fetcher {
+    /// Keeps `held` to the targets `named` names, at their current generation: a round per wake
+    /// (a config or target event, or a registry change), then a wake of the sync loop (`sync`).
+    /// `fetched` turns true after the first round over the initial `lists`.
+    async fn run(
+        self,
+        wake: Arc<Notify>,
+        sync: Arc<Notify>,
+        lists: impl std::future::Future<Output = ()>,
+        fetched: tokio::sync::watch::Sender<bool>,
+    ) {
+        let Fetcher { client, named, held, metrics } = self;
+        lists.await;
+        let mut registry_changes = named.registry.subscribe();
+        loop {
+            let (stale, released) = held.stale(&named.wanted());
+            let reads = futures::stream::iter(stale)
+                .map(|w| {
+                    let client = client.clone();
+                    async move {
+                        let got = targets::fetch(&client, w.key.0, &w.key.1).await;
+                        (w, got)
+                    }
+                })
+                .buffer_unordered(FETCH_CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await;
+            let mut failed = false;
+            for (w, got) in reads {
+                match got {
+                    Ok(object) => held.put(w.key, object),
+                    Err(e) => {
+                        failed = true;
+                        tracing::warn!(target = w.key.1, kind = ?w.key.0, error = %e,
                         "cannot read the target; keeping the copy held so far and retrying (needs get on its resource)");
+                    }
                 }
             }
-        }
-        if released {
-            tracing::debug!(held = held.len(), "released targets no config names any more");
-        }
-        if !*fetched.borrow() {
-            tracing::info!(held = held.len(), "read the named targets whole");
-            fetched.send_replace(true);
-            // The initial lists' pages are garbage now; give the memory back.
-            crate::alloc::release_free_memory();
-        }
-        sync.notify_one();
-        tokio::select! {
-            () = wake.notified() => {}
-            () = tokio::time::sleep(FETCH_RETRY), if failed => {}
+            if released {
+                tracing::debug!(held = held.len(), "released targets no config names any more");
+            }
+            metrics.targets_held.set(i64::try_from(held.len()).unwrap_or(i64::MAX));
+            metrics.targets_held_bytes.set(i64::try_from(held.bytes()).unwrap_or(i64::MAX));
+            if !*fetched.borrow() {
+                tracing::info!(held = held.len(), "read the named targets whole");
+                fetched.send_replace(true);
+                // The initial lists' pages are garbage now; give the memory back.
+                crate::alloc::release_free_memory();
+            }
+            sync.notify_one();
+            tokio::select! {
+                () = wake.notified() => {}
+                // A plan dropped (or held without a config) changes what is named.
+                _ = registry_changes.changed() => {}
+                () = tokio::time::sleep(FETCH_RETRY), if failed => {}
+            }
         }
     }
 }
@@ -238,6 +267,8 @@ impl Caches {
         servers: Store<ConversionWebhookServer>,
         scope: Scope,
         notify: Arc<Notify>,
+        registry: Arc<Registry>,
+        metrics: Arc<Metrics>,
     ) -> Caches {
         let wake = Arc::new(Notify::new());
         let (xccs, t1) =
@@ -255,7 +286,7 @@ impl Caches {
             xrds.clone(),
             settled,
         ));
-        let named = Named { xccs, cccs, crds, xrds };
+        let named = Named { xccs, cccs, crds, xrds, registry };
         let held = Arc::new(Held::default());
         let lists = {
             let (named, mut xrds_settled) = (named.clone(), xrds_settled);
@@ -267,15 +298,8 @@ impl Caches {
             }
         };
         let (fetched_tx, fetched) = tokio::sync::watch::channel(false);
-        let t5 = tokio::spawn(fetch_named(
-            client.clone(),
-            named.clone(),
-            held.clone(),
-            wake,
-            notify,
-            lists,
-            fetched_tx,
-        ));
+        let fetcher = Fetcher { client: client.clone(), named: named.clone(), held: held.clone(), metrics };
+        let t5 = tokio::spawn(fetcher.run(wake, notify, lists, fetched_tx));
         Caches { servers, named, held, fetched, tasks: vec![t1, t2, t3, t4, t5], scope }
     }
 
@@ -308,8 +332,7 @@ impl Caches {
             configs.push(config_view("CRDConversionConfig", c.as_ref()));
         }
         let mut targets = HashMap::new();
-        for c in &configs {
-            let key = (c.target_kind, c.target.clone());
+        for key in self.named.names() {
             if let Some(v) = self.held.get(&key) {
                 targets.insert(key, v);
             }

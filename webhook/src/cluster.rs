@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 
 use crate::caches::{self, Caches, Scope};
 use crate::health::Health;
+use crate::metrics::Metrics;
 use crate::sync::Syncer;
 
 /// A full pass even without events, as a backstop against a missed wake-up.
@@ -41,6 +42,7 @@ pub async fn run(
     instance: String,
     syncer: Syncer,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
     stop: impl std::future::Future<Output = ()>,
 ) {
     let mut stop = std::pin::pin!(stop);
@@ -52,7 +54,11 @@ pub async fn run(
     }
     let scope = scope_of(&servers, &instance);
     tracing::info!(?scope, "starting watches");
-    let mut caches = Arc::new(Caches::start(&client, servers.clone(), scope, notify.clone()).await);
+    let registry = syncer.registry().clone();
+    let mut caches = Arc::new(
+        Caches::start(&client, servers.clone(), scope, notify.clone(), registry.clone(), metrics.clone())
+            .await,
+    );
     tokio::select! {
         () = caches.wait_ready() => {}
         () = &mut stop => return,
@@ -94,7 +100,15 @@ pub async fn run(
         let scope = scope_of(&servers, &instance);
         if scope != caches.scope {
             tracing::info!(old = ?caches.scope, new = ?scope, "the instance's cacheSelector changed; rebuilding the watches (the registry keeps serving meanwhile)");
-            let fresh = Caches::start(&client, servers.clone(), scope, notify.clone()).await;
+            let fresh = Caches::start(
+                &client,
+                servers.clone(),
+                scope,
+                notify.clone(),
+                registry.clone(),
+                metrics.clone(),
+            )
+            .await;
             tokio::select! {
                 () = fresh.wait_ready() => {}
                 () = &mut stop => return,

@@ -80,6 +80,10 @@ pub struct Metrics {
     pub connections_closed: Family<ReasonLabel, Counter>,
     /// Peak heap growth of each conversion, against `--conversion-memory-factor`'s budget.
     pub conversion_memory: Histogram,
+    /// Targets held whole (schemas) because a config in scope names them (`targets.rs`),
+    /// and the bytes of their kept JSON.
+    pub targets_held: Gauge,
+    pub targets_held_bytes: Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -124,6 +128,8 @@ impl Metrics {
         let connections_closed = Family::<ReasonLabel, Counter>::default();
         // 1 MiB .. 4 GiB by factors of 4.
         let conversion_memory = Histogram::new((0..12).map(|i| f64::from(1u32 << 20) * 4f64.powi(i)));
+        let targets_held = Gauge::default();
+        let targets_held_bytes = Gauge::default();
         registry.register("requests", "ConversionReview requests by target and result", requests.clone());
         registry.register(
             "request_duration_seconds",
@@ -170,9 +176,21 @@ impl Metrics {
             "Peak heap growth of each review's conversion (bounded by --conversion-memory-factor)",
             conversion_memory.clone(),
         );
+        registry.register(
+            "targets_held",
+            "Targets read whole because a config in scope names them; every other CRD and XRD is watched as metadata only",
+            targets_held.clone(),
+        );
+        registry.register(
+            "targets_held_bytes",
+            "Bytes of the JSON kept of the targets held whole",
+            targets_held_bytes.clone(),
+        );
         Metrics {
             registry,
             conversion_memory,
+            targets_held,
+            targets_held_bytes,
             inflight_bytes,
             budget_waits,
             connections,

@@ -130,6 +130,7 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
             instance.clone(),
             syncer,
             health.clone(),
+            metrics.clone(),
             stopped(stop_rx.clone()),
         ));
         match (args.pod_name.clone(), args.pod_namespace.clone()) {

@@ -86,6 +86,11 @@ impl Held {
         self.lock().len()
     }
 
+    /// Bytes of JSON kept for all held targets.
+    pub fn bytes(&self) -> usize {
+        self.lock().values().map(|c| c.view.len()).sum()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
