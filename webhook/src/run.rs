@@ -22,7 +22,8 @@ use crate::sync::{Identity, Syncer};
 use crate::tls::{CertFiles, CertStore};
 use crate::{cluster, serve, static_dir};
 
-/// How often static mode re-reads its directory.
+/// How often static mode re-reads its directory; it is parsed and passed again only when its
+/// files changed.
 const STATIC_RELOAD: Duration = Duration::from_secs(5);
 
 /// Resolves once `rx` turns true (or its sender is gone).
@@ -103,17 +104,31 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
 
     if let Some(dir) = args.static_dir.clone() {
         // Fail fast on a bad directory at start; later edits that break it keep the old plans.
-        let world = static_dir::load(&dir)?;
+        let files = static_dir::read(&dir)?;
+        let world = files.parse()?;
+        let mut seen = files.digest();
         let mut syncer = syncer;
         let report = syncer.pass(&world, Instant::now());
         tracing::info!(dir = %dir.display(), configs = world.configs.len(), compiled = report.compiled, failed = report.failed, "static mode: serving the directory");
         health.mark_synced();
+        // The documents and the compiles' scratch (~80 KB a target) are freed by now, but
+        // malloc keeps them resident in its arenas until trimmed.
+        drop((files, world));
+        crate::alloc::release_free_memory_soon();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(STATIC_RELOAD).await;
-                match static_dir::load(&dir) {
-                    Ok(world) => {
+                let world = static_dir::read(&dir).and_then(|files| {
+                    let digest = files.digest();
+                    if digest == seen { Ok(None) } else { files.parse().map(|w| Some((w, digest))) }
+                });
+                match world {
+                    Ok(None) => {}
+                    Ok(Some((world, digest))) => {
                         syncer.pass(&world, Instant::now());
+                        seen = digest;
+                        drop(world);
+                        crate::alloc::release_free_memory_soon();
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "static directory unreadable; keeping the current plans")
