@@ -3,7 +3,7 @@
 # on N copies of hack/bench/webhook-fixtures (`dco-webhook-load targets`, each its own group)
 # for each N in COUNTS, reads VmRSS from /proc once the directory is served and two reloads
 # (5 s each) have passed, and prints the RSS per target beyond the first against the bytes of
-# its input files (CRD + config).
+# its input files (CRD + config). peak_kb is VmHWM: the load's parsed documents, freed since.
 #
 #   hack/bench/held.sh                         # COUNTS="1 100 300 1000"
 #   COUNTS="1 300" BIN=target/bench hack/bench/held.sh   # another build's binaries
@@ -21,9 +21,9 @@ work=$(mktemp -d)
 trap 'kill "${server_pid:-}" 2>/dev/null || true; wait "${server_pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 "$BIN/dco-webhook-load" cert "$work"
 
-rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+kb() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
 
-printf '%6s %10s %14s %12s %8s\n' targets rss_kb input_B/target rss_B/target ratio
+printf '%6s %10s %10s %14s %12s %8s\n' targets peak_kb rss_kb input_B/target rss_B/target ratio
 first_n='' first_rss=''
 for n in $COUNTS; do
   dir="$work/targets-$n"
@@ -40,14 +40,14 @@ for n in $COUNTS; do
   served=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/metrics" | sed -n 's/^dco_webhook_registry_entries{state="served"} //p')
   [ "$served" = "$n" ] || { echo "served $served targets of $n"; cat "$work/server.log"; exit 1; }
   sleep "$SETTLE"
-  rss=$(rss_kb "$server_pid")
+  rss=$(kb "$server_pid" VmRSS) peak=$(kb "$server_pid" VmHWM)
   kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=''
   if [ -z "$first_n" ]; then
     first_n=$n first_rss=$rss
-    printf '%6d %10d %14d\n' "$n" "$rss" $((input / n))
+    printf '%6d %10d %10d %14d\n' "$n" "$peak" "$rss" $((input / n))
   else
-    awk -v n="$n" -v rss="$rss" -v in_b=$((input / n)) -v n0="$first_n" -v rss0="$first_rss" 'BEGIN {
+    awk -v n="$n" -v peak="$peak" -v rss="$rss" -v in_b=$((input / n)) -v n0="$first_n" -v rss0="$first_rss" 'BEGIN {
       per = (rss - rss0) * 1024 / (n - n0)
-      printf "%6d %10d %14d %12d %8.1f\n", n, rss, in_b, per, per / in_b }'
+      printf "%6d %10d %10d %14d %12d %8.1f\n", n, peak, rss, in_b, per, per / in_b }'
   fi
 done
