@@ -104,23 +104,21 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
 
     if let Some(dir) = args.static_dir.clone() {
         // Fail fast on a bad directory at start; later edits that break it keep the old plans.
-        let files = static_dir::read(&dir)?;
-        let world = files.parse()?;
-        let mut seen = files.digest();
+        let mut seen = static_dir::files_digest(&dir)?;
+        let world = static_dir::load(&dir)?;
         let mut syncer = syncer;
         let report = syncer.pass(&world, Instant::now());
         tracing::info!(dir = %dir.display(), configs = world.configs.len(), compiled = report.compiled, failed = report.failed, "static mode: serving the directory");
         health.mark_synced();
         // The documents and the compiles' scratch (~80 KB a target) are freed by now, but
         // malloc keeps them resident in its arenas until trimmed.
-        drop((files, world));
+        drop(world);
         crate::alloc::release_free_memory_soon();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(STATIC_RELOAD).await;
-                let world = static_dir::read(&dir).and_then(|files| {
-                    let digest = files.digest();
-                    if digest == seen { Ok(None) } else { files.parse().map(|w| Some((w, digest))) }
+                let world = static_dir::files_digest(&dir).and_then(|digest| {
+                    if digest == seen { Ok(None) } else { static_dir::load(&dir).map(|w| Some((w, digest))) }
                 });
                 match world {
                     Ok(None) => {}

@@ -56,11 +56,8 @@ fn digest(v: &serde_json::Value) -> String {
     format!("{:016x}", dco_api::hash::fnv1a64(v.to_string().as_bytes()))
 }
 
-/// The directory's files and their text, in name order.
-pub struct Files(Vec<(PathBuf, String)>);
-
-/// Read every config/target file of the directory.
-pub fn read(dir: &Path) -> Result<Files, StaticError> {
+/// The config and target files directly in `dir`, in name order.
+fn files(dir: &Path) -> Result<Vec<PathBuf>, StaticError> {
     let rd = std::fs::read_dir(dir).map_err(|source| StaticError::Dir { dir: dir.to_path_buf(), source })?;
     let mut files: Vec<PathBuf> = rd
         .filter_map(Result::ok)
@@ -68,79 +65,68 @@ pub fn read(dir: &Path) -> Result<Files, StaticError> {
         .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "yaml" || e == "yml" || e == "json"))
         .collect();
     files.sort();
-    let texts = files
-        .into_iter()
-        .map(|file| match std::fs::read_to_string(&file) {
-            Ok(text) => Ok((file, text)),
-            Err(source) => Err(StaticError::Read { file, source }),
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Files(texts))
+    Ok(files)
 }
 
-/// Load the directory into a pass input.
+/// Digest of the files' names and contents, read one at a time: the same digest loads the
+/// same [`World`], so a reload that finds it needs neither a parse nor a pass (whose
+/// transient documents, ~40 KB a target, would stay resident in malloc's arenas).
+pub fn files_digest(dir: &Path) -> Result<u64, StaticError> {
+    use dco_api::hash::{fnv1a64, mix64};
+    files(dir)?.into_iter().try_fold(0, |h, file| {
+        let bytes =
+            std::fs::read(&file).map_err(|source| StaticError::Read { file: file.clone(), source })?;
+        let h = mix64(h ^ fnv1a64(file.as_os_str().as_encoded_bytes()));
+        Ok(mix64(h ^ fnv1a64(&bytes)))
+    })
+}
+
+/// Load the directory into a pass input. All configs are served (static mode ignores
+/// assignment), so no servers are needed.
 pub fn load(dir: &Path) -> Result<World, StaticError> {
-    read(dir)?.parse()
-}
-
-impl Files {
-    /// Digest of the names and texts: the same digest is the same [`World`], so a reload that
-    /// finds it needs neither a parse nor a pass (whose transient documents, ~40 KB per target,
-    /// would otherwise stay resident in the allocator's arenas).
-    pub fn digest(&self) -> u64 {
-        use dco_api::hash::{fnv1a64, mix64};
-        self.0.iter().fold(0, |h, (file, text)| {
-            let h = mix64(h ^ fnv1a64(file.as_os_str().as_encoded_bytes()));
-            mix64(h ^ fnv1a64(text.as_bytes()))
-        })
-    }
-
-    /// The pass input. All configs are served (static mode ignores assignment), so no
-    /// servers are needed.
-    pub fn parse(&self) -> Result<World, StaticError> {
-        let mut configs = Vec::new();
-        let mut targets = HashMap::new();
-        for (file, text) in &self.0 {
-            for (i, doc) in documents(file, text)?.into_iter().enumerate() {
-                let api_version = doc.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("").to_string();
-                let kind = doc.get("kind").and_then(|v| v.as_str()).unwrap_or("").to_string();
-                let name = doc.pointer("/metadata/name").and_then(|v| v.as_str()).map(str::to_string);
-                let Some(name) = name else {
-                    return Err(StaticError::NoName { file: file.clone(), doc: i + 1, kind });
-                };
-                let fp = digest(&doc);
-                let bad = |message: String| StaticError::Config {
-                    file: file.clone(),
-                    doc: i + 1,
-                    kind: kind.clone(),
-                    name: name.clone(),
-                    message,
-                };
-                match (api_version.as_str(), kind.as_str()) {
-                    (dco_api::API_VERSION, "XRDConversionConfig") => {
-                        let c: XRDConversionConfig =
-                            serde_json::from_value(doc).map_err(|e| bad(e.to_string()))?;
-                        configs.push(view(&c, &kind, &name, fp));
-                    }
-                    (dco_api::API_VERSION, "CRDConversionConfig") => {
-                        let c: CRDConversionConfig =
-                            serde_json::from_value(doc).map_err(|e| bad(e.to_string()))?;
-                        configs.push(view(&c, &kind, &name, fp));
-                    }
-                    (av, k) => match TargetKind::of_type(av, k) {
-                        Some(tkind) => {
-                            targets
-                                .insert((tkind, name), TargetView { value: Arc::new(doc), fingerprint: fp });
-                        }
-                        None => {
-                            tracing::info!(file = %file.display(), doc = i + 1, %api_version, %kind, "skipping a document that is neither a config nor a target")
-                        }
-                    },
+    let mut configs = Vec::new();
+    let mut targets = HashMap::new();
+    for file in files(dir)? {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|source| StaticError::Read { file: file.clone(), source })?;
+        for (i, doc) in documents(&file, &text)?.into_iter().enumerate() {
+            let api_version = doc.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("").to_string();
+            let kind = doc.get("kind").and_then(|v| v.as_str()).unwrap_or("").to_string();
+            let name = doc.pointer("/metadata/name").and_then(|v| v.as_str()).map(str::to_string);
+            let Some(name) = name else {
+                return Err(StaticError::NoName { file: file.clone(), doc: i + 1, kind });
+            };
+            let fp = digest(&doc);
+            let bad = |message: String| StaticError::Config {
+                file: file.clone(),
+                doc: i + 1,
+                kind: kind.clone(),
+                name: name.clone(),
+                message,
+            };
+            match (api_version.as_str(), kind.as_str()) {
+                (dco_api::API_VERSION, "XRDConversionConfig") => {
+                    let c: XRDConversionConfig =
+                        serde_json::from_value(doc).map_err(|e| bad(e.to_string()))?;
+                    configs.push(view(&c, &kind, &name, fp));
                 }
+                (dco_api::API_VERSION, "CRDConversionConfig") => {
+                    let c: CRDConversionConfig =
+                        serde_json::from_value(doc).map_err(|e| bad(e.to_string()))?;
+                    configs.push(view(&c, &kind, &name, fp));
+                }
+                (av, k) => match TargetKind::of_type(av, k) {
+                    Some(tkind) => {
+                        targets.insert((tkind, name), TargetView { value: Arc::new(doc), fingerprint: fp });
+                    }
+                    None => {
+                        tracing::info!(file = %file.display(), doc = i + 1, %api_version, %kind, "skipping a document that is neither a config nor a target")
+                    }
+                },
             }
         }
-        Ok(World { configs, targets, servers: Default::default() })
     }
+    Ok(World { configs, targets, servers: Default::default() })
 }
 
 fn view<C: ConversionConfig>(c: &C, kind: &str, name: &str, fingerprint: String) -> ConfigView {
@@ -190,11 +176,11 @@ metadata: {name: ignored}
         assert_eq!(w.configs[0].target, "widgets.example.org");
         assert!(w.targets.contains_key(&(TargetKind::Crd, "widgets.example.org".to_string())));
 
-        let digest = read(&dir).unwrap().digest();
-        assert_eq!(read(&dir).unwrap().digest(), digest, "unchanged files, same digest");
+        let digest = files_digest(&dir).unwrap();
+        assert_eq!(files_digest(&dir).unwrap(), digest, "unchanged files, same digest");
 
         std::fs::write(dir.join("b.yaml"), "kind: CRDConversionConfig\napiVersion: conversion.dco.rs/v1alpha1\nmetadata: {name: broken}\nspec: {hubVersion: 3}\n").unwrap();
-        assert_ne!(read(&dir).unwrap().digest(), digest, "a new file, a new digest");
+        assert_ne!(files_digest(&dir).unwrap(), digest, "a new file, a new digest");
         let err = load(&dir).unwrap_err().to_string();
         assert!(err.contains("b.yaml") && err.contains("document 1") && err.contains("\"broken\""), "{err}");
         std::fs::write(dir.join("b.yaml"), "a: [unclosed").unwrap();
