@@ -78,6 +78,10 @@ pub async fn run(
         let next_wake = match report {
             Ok(r) => {
                 tracing::debug!(?r, took = ?started.elapsed(), "pass done");
+                if r.compiled + r.failed + r.dropped > 0 {
+                    // Hand back the compiles' scratch (freed, but resident in malloc's arenas).
+                    crate::alloc::release_free_memory_soon();
+                }
                 if first {
                     tracing::info!(compiled = r.compiled, failed = r.failed, took = ?started.elapsed(), "first pass done; ready");
                     health.mark_synced();

@@ -60,7 +60,7 @@ fn project<'a>(
     let mut proj = sonic_rs::Object::new();
     let mut split = Split::default();
     while let Some(k) = s.next_key(fields)? {
-        match touch.children.get(k.as_ref()) {
+        match touch.child(k.as_ref()) {
             None => {
                 let raw = s.value()?;
                 split.untouched.push((k, raw));

@@ -55,7 +55,11 @@ impl SpokePlan {
         .as_ref()
     }
 
-    pub(crate) fn new(version: String, scope: ScopePlan) -> SpokePlan {
+    pub(crate) fn new(version: String, mut scope: ScopePlan) -> SpokePlan {
+        // Held as long as the target is: no spare capacity from building it.
+        scope.rules.shrink_to_fit();
+        scope.drop_h2s.shrink_to_fit();
+        scope.drop_s2h.shrink_to_fit();
         let touch = Touch::of(&scope);
         let stream = [
             crate::stream::Level::of(&scope, crate::convert::Direction::HubToSpoke),
@@ -69,7 +73,9 @@ impl SpokePlan {
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Touch {
     pub whole: bool,
-    pub children: std::collections::BTreeMap<String, Touch>,
+    /// Sorted by key: a handful of keys a level, where a binary search is as quick as a map's
+    /// and a map's nodes cost ~600 bytes each, held per spoke of every target.
+    children: Vec<(String, Touch)>,
 }
 
 impl Touch {
@@ -99,7 +105,13 @@ impl Touch {
         for p in scope.drop_h2s.iter().chain(&scope.drop_s2h) {
             t.add(p.segments());
         }
+        t.shrink();
         Some(t)
+    }
+
+    pub(crate) fn child(&self, key: &str) -> Option<&Touch> {
+        let i = self.children.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
+        Some(&self.children[i].1)
     }
 
     fn add(&mut self, path: &[String]) {
@@ -108,10 +120,24 @@ impl Touch {
             if cur.whole {
                 return;
             }
-            cur = cur.children.entry(seg.clone()).or_default();
+            let i = match cur.children.binary_search_by(|(k, _)| k.cmp(seg)) {
+                Ok(i) => i,
+                Err(i) => {
+                    cur.children.insert(i, (seg.clone(), Touch::default()));
+                    i
+                }
+            };
+            cur = &mut cur.children[i].1;
         }
         cur.whole = true;
         cur.children.clear();
+    }
+
+    fn shrink(&mut self) {
+        self.children.shrink_to_fit();
+        for (_, t) in &mut self.children {
+            t.shrink();
+        }
     }
 }
 
@@ -152,9 +178,10 @@ impl Plan {
     pub(crate) fn new(
         target: &Target,
         spec: &ConversionSpec,
-        spokes: Vec<SpokePlan>,
+        mut spokes: Vec<SpokePlan>,
         lossless: bool,
     ) -> Plan {
+        spokes.shrink_to_fit();
         let mut h = Sha256::new();
         let spec_json = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
         let mut buf = String::new();

@@ -87,6 +87,8 @@ impl Builder {
             };
             level.keys.push((key, action));
         }
+        level.keys.shrink_to_fit();
+        level.targets.shrink_to_fit();
         // Two rules writing one key, or a move onto an object other rules descend into, are
         // left to the executor.
         let mut written: Vec<&str> = level.targets.iter().map(|(t, _)| t.as_str()).collect();

@@ -1,8 +1,9 @@
 //! Load generator for `dco-webhook --static-dir` (see hack/bench/webhook.sh).
 //!
-//! `cert` writes a self-signed serving certificate; `run` posts ConversionReviews of N
-//! objects of about K bytes each and reports latency percentiles and objects per second.
-//! Loopback only, bounded in request count and in time.
+//! `cert` writes a self-signed serving certificate; `targets` writes a static directory of N
+//! targets; `run` posts ConversionReviews of N objects of about K bytes each and reports
+//! latency percentiles and objects per second. Loopback only, bounded in request count and in
+//! time.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -22,8 +23,21 @@ struct Cli {
 enum Cmd {
     /// Write tls.crt and tls.key for localhost/127.0.0.1 into DIR.
     Cert { dir: PathBuf },
+    /// Write COUNT copies of the fixture target (a CRD and its config) into DIR, each with
+    /// its own group and names: a `--static-dir` holding many targets (hack/bench/held.sh).
+    Targets(TargetsArgs),
     /// Send reviews and report latency.
     Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct TargetsArgs {
+    dir: PathBuf,
+    #[arg(long)]
+    count: usize,
+    /// The fixture: a CRD of group bench.dco.rs and a config named widgets for it.
+    #[arg(long, default_value = "hack/bench/webhook-fixtures")]
+    fixtures: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -226,10 +240,37 @@ fn cert(dir: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Target `i` is the fixture with group `t{i}.bench.dco.rs` and config `widgets-t{i}`, so the
+/// files differ only in those names and their sizes stay the fixture's, plus a few bytes.
+fn targets(args: TargetsArgs) -> anyhow::Result<()> {
+    let read = |f: &str| {
+        let p = args.fixtures.join(f);
+        std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))
+    };
+    let (crd, config) = (read("widgets-crd.yaml")?, read("widgets-config.yaml")?);
+    if !config.contains("\n  name: widgets\n") || !crd.contains("bench.dco.rs") {
+        bail!(
+            "{} is not the widgets fixture (config name widgets, group bench.dco.rs)",
+            args.fixtures.display()
+        );
+    }
+    std::fs::create_dir_all(&args.dir)?;
+    for i in 0..args.count {
+        let group = format!("t{i}.bench.dco.rs");
+        let config = config
+            .replace("\n  name: widgets\n", &format!("\n  name: widgets-t{i}\n"))
+            .replace("bench.dco.rs", &group);
+        std::fs::write(args.dir.join(format!("t{i}-crd.yaml")), crd.replace("bench.dco.rs", &group))?;
+        std::fs::write(args.dir.join(format!("t{i}-config.yaml")), config)?;
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     match Cli::parse().cmd {
         Cmd::Cert { dir } => cert(dir),
+        Cmd::Targets(args) => targets(args),
         Cmd::Run(args) => {
             tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(args))
         }
