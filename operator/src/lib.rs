@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod rebalance;
 pub mod runtime;
 pub mod server;
+pub mod shard;
 pub mod telemetry;
 
 #[cfg(test)]
