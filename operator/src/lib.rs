@@ -6,6 +6,7 @@ pub mod assigned;
 pub mod cli;
 pub mod config;
 pub mod context;
+pub mod coordinator;
 pub mod error;
 pub mod leases;
 pub mod metrics;
