@@ -253,6 +253,7 @@ pub fn assign(members: &[String], shards: Shards) -> Vec<usize> {
     let salts: Vec<u64> = members.iter().map(|m| mix64(fnv1a64(m.as_bytes()))).collect();
     let mut pairs: Vec<(u64, usize, usize)> = (0..s)
         .flat_map(|i| {
+            // ⊕ 2^64/φ: mix64(0) = 0, which would make shard 0's scores the member salts.
             let key = mix64(i as u64 ^ 0x9e37_79b9_7f4a_7c15);
             salts.iter().enumerate().map(move |(j, salt)| (mix64(key ^ salt), i, j))
         })
