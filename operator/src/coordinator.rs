@@ -53,6 +53,21 @@ impl Settings {
     pub fn new(shards: Shards, lease_duration: SignedDuration, renew_interval: SignedDuration) -> Self {
         Settings { shards, lease_duration, renew_interval, renew_deadline: lease_duration * 2 / 3 }
     }
+
+    /// The flags make sense only as interval < deadline < duration: with an interval at or
+    /// past the deadline a healthy replica's owned set would lapse between its own ticks.
+    pub fn check(&self) -> Result<(), String> {
+        let positive = self.renew_interval > SignedDuration::ZERO;
+        if positive && self.renew_interval < self.renew_deadline && self.renew_deadline < self.lease_duration
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "--lease-renew-interval ({}) must be positive and below 2/3 of --lease-duration ({})",
+                self.renew_interval, self.lease_duration
+            ))
+        }
+    }
 }
 
 /// A member Lease as read: `dco-operator-member-<id>`.
@@ -90,6 +105,8 @@ impl ShardLease {
 #[derive(Clone, Debug)]
 pub struct View<'a> {
     pub now: Timestamp,
+    /// This replica's id, unique among the running replicas (Pod names are): two processes
+    /// with one id would both take the Leases held under it as their own.
     pub me: &'a str,
     /// When this replica last renewed its member Lease successfully (`None`: never).
     pub last_renewal: Option<Timestamp>,
@@ -99,8 +116,9 @@ pub struct View<'a> {
 
 /// One write of a tick. Takes, renews and frees of shard Leases carry the resourceVersion
 /// read, so a write over a Lease that changed since fails with a conflict and the next tick
-/// decides again on the new state. Renewals write `renewTime = now` of the tick, taken
-/// before the request: a slow request makes the Lease look older, never younger.
+/// decides again on the new state. Takes and renewals write `renewTime = now` of the tick,
+/// taken before the request (a slow request makes the Lease look older, never younger), and
+/// `leaseDurationSeconds` = the lease duration, which others then wait out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Renew (or create) this replica's member Lease.

@@ -339,6 +339,9 @@ fn renew_deadline_is_two_thirds_of_the_duration() {
     let s = settings(32);
     assert_eq!(s.renew_deadline, secs(20));
     assert!(s.renew_interval < s.renew_deadline && s.renew_deadline < s.lease_duration);
+    assert_eq!(s.check(), Ok(()));
+    assert!(Settings::new(shards(1), D, secs(20)).check().is_err(), "interval at the deadline");
+    assert!(Settings::new(shards(1), D, SignedDuration::ZERO).check().is_err());
 }
 
 #[test]
