@@ -171,6 +171,8 @@ mod tests {
         let sh = shards(4);
         let sel = |owned: &[u32]| OwnedShards::new(sh, owned.iter().copied()).selector();
         assert_eq!(sel(&[]), None);
+        // The two halves are the selectors tests/tests/cluster_sharded_list.rs sends to the
+        // local cluster's apiserver, which echoes and applies them.
         assert_eq!(
             sel(&[0, 1]).unwrap(),
             "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
