@@ -6,12 +6,14 @@ pub mod assigned;
 pub mod cli;
 pub mod config;
 pub mod context;
+pub mod coordinator;
 pub mod error;
 pub mod leases;
 pub mod metrics;
 pub mod rebalance;
 pub mod runtime;
 pub mod server;
+pub mod shard;
 pub mod telemetry;
 
 #[cfg(test)]

@@ -1,0 +1,298 @@
+//! The Coordinator's decisions (issue #14, design §8): which replica owns which shard
+//! (`shard.rs`), decided without a leader from member and shard Leases. Pure: the Lease I/O
+//! runs one [`tick`] every `--lease-renew-interval` over what it read and carries out the
+//! [`Action`]s; the reconcile gate asks the [`Owned`] the tick returned, at reconcile time.
+//!
+//! Timing, with lease duration D (30 s), renew interval I (10 s) and renew deadline
+//! R = 2D/3 (20 s), all replicas on one clock (skew eats into D − R, see below):
+//! - **Never two owners.** A holder treats shard i as its own only until `renewTime + R` of
+//!   the shard Lease it last wrote ([`Owned::owns`] checks the clock on every call, so a
+//!   replica whose ticks stall — paused, partitioned, a hung request — stops by itself). Anyone
+//!   else takes the Lease only once it is free or `renewTime + D` has passed, with an update
+//!   guarded by the resourceVersion it read, so a stale view loses with a conflict. Between
+//!   R and D there are D − R = 10 s for clock skew and for a reconcile that passed the gate
+//!   just before R: reconciles must be shorter than that.
+//! - **Failover.** A crashed holder's shard is taken by the first tick of its new owner after
+//!   `renewTime + D`: within D + I of the holder's last renewal (the member Lease stops
+//!   counting it live after D too, so the assignment already names the new owner).
+//! - **Hand-off on a join.** The old owner frees the shards the new rule gives away at its next
+//!   tick, and stops treating them as its own in that same tick; the new owner takes them at
+//!   its first tick after seeing them free: a shard is without owner for at most ~I.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dco_api::hash::{fnv1a64, mix64};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::shard::Shards;
+
+/// Member Leases unrenewed for this many lease durations are deleted (a replica that will
+/// not come back, e.g. a Pod of an old ReplicaSet), so the Lease namespace does not grow.
+const STALE_MEMBER_DURATIONS: i32 = 10;
+
+/// `t + d`, saturating: a renewTime near the end of time must not panic the tick (it reads
+/// as never expiring, which only delays a take; the gate side uses the holder's own writes).
+fn after(t: Timestamp, d: SignedDuration) -> Timestamp {
+    t.checked_add(d).unwrap_or(Timestamp::MAX)
+}
+
+/// The Coordinator's settings (`--shards`, `--lease-duration`, `--lease-renew-interval`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub shards: Shards,
+    pub lease_duration: SignedDuration,
+    pub renew_interval: SignedDuration,
+    /// Derived, [`Settings::new`]: how long after its last renewal a holder still acts.
+    pub renew_deadline: SignedDuration,
+}
+
+impl Settings {
+    /// The renew deadline is 2/3 of the duration: two renew intervals at the defaults (30 s,
+    /// 10 s), so one failed renewal does not stop a healthy replica, and a third of the
+    /// duration (10 s) is left between the holder stopping and anyone else taking over.
+    pub fn new(shards: Shards, lease_duration: SignedDuration, renew_interval: SignedDuration) -> Self {
+        Settings { shards, lease_duration, renew_interval, renew_deadline: lease_duration * 2 / 3 }
+    }
+
+    /// The flags make sense only as interval < deadline < duration: with an interval at or
+    /// past the deadline a healthy replica's owned set would lapse between its own ticks.
+    pub fn check(&self) -> Result<(), String> {
+        let positive = self.renew_interval > SignedDuration::ZERO;
+        if positive && self.renew_interval < self.renew_deadline && self.renew_deadline < self.lease_duration
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "--lease-renew-interval ({}) must be positive and below 2/3 of --lease-duration ({})",
+                self.renew_interval, self.lease_duration
+            ))
+        }
+    }
+}
+
+/// A member Lease as read: `dco-operator-member-<id>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberLease {
+    pub id: String,
+    pub renewed: Option<Timestamp>,
+}
+
+/// A shard Lease as read: `dco-operator-shard-<index>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardLease {
+    pub index: u32,
+    /// `None` or empty: free.
+    pub holder: Option<String>,
+    pub renewed: Option<Timestamp>,
+    /// The holder's `leaseDurationSeconds`: its promise, so the taker waits what the holder
+    /// counted on even if their flags differ.
+    pub duration: SignedDuration,
+    pub resource_version: String,
+}
+
+impl ShardLease {
+    fn holder(&self) -> Option<&str> {
+        self.holder.as_deref().filter(|h| !h.is_empty())
+    }
+
+    /// Free or expired: anyone may take it (guarded by its resourceVersion).
+    fn takeable(&self, now: Timestamp) -> bool {
+        self.holder().is_none() || self.renewed.is_none_or(|r| now >= after(r, self.duration))
+    }
+}
+
+/// What one tick sees.
+#[derive(Clone, Debug)]
+pub struct View<'a> {
+    pub now: Timestamp,
+    /// This replica's id, unique among the running replicas (Pod names are): two processes
+    /// with one id would both take the Leases held under it as their own.
+    pub me: &'a str,
+    /// When this replica last renewed its member Lease successfully (`None`: never).
+    pub last_renewal: Option<Timestamp>,
+    pub members: &'a [MemberLease],
+    pub shard_leases: &'a [ShardLease],
+}
+
+/// One write of a tick. Takes, renews and frees of shard Leases carry the resourceVersion
+/// read, so a write over a Lease that changed since fails with a conflict and the next tick
+/// decides again on the new state. Takes and renewals write `renewTime = now` of the tick,
+/// taken before the request (a slow request makes the Lease look older, never younger), and
+/// `leaseDurationSeconds` = the lease duration, which others then wait out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Renew (or create) this replica's member Lease.
+    RenewMember,
+    /// Create shard Lease `shard` held by us (`resource_version: None`: it does not exist),
+    /// or take it over from a free or expired state.
+    Take { shard: u32, resource_version: Option<String> },
+    /// Renew a shard Lease we hold and still want.
+    Renew { shard: u32, resource_version: String },
+    /// Set the holder of a shard Lease we hold but no longer want to empty.
+    Free { shard: u32, resource_version: String },
+    /// Delete the member Lease of a replica gone for [`STALE_MEMBER_DURATIONS`] durations.
+    DeleteMember { id: String },
+}
+
+/// The shards this replica may reconcile, each until when: the reconcile gate's set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owned {
+    until: BTreeMap<u32, Timestamp>,
+}
+
+impl Owned {
+    /// Shards whose Lease we hold, renewed by us at `renewTime`, that we still want: each
+    /// until `min(renewTime, last member renewal) + renew deadline`. The I/O part calls this
+    /// again with the Leases its writes returned, so a take counts from the tick it succeeds in.
+    pub fn of(
+        settings: &Settings,
+        me: &str,
+        last_renewal: Option<Timestamp>,
+        shard_leases: &[ShardLease],
+        wanted: &BTreeSet<u32>,
+    ) -> Self {
+        let Some(member) = last_renewal else { return Owned::default() };
+        let until = shard_leases
+            .iter()
+            .filter(|l| l.holder() == Some(me) && wanted.contains(&l.index))
+            .filter_map(|l| Some((l.index, after(l.renewed?.min(member), settings.renew_deadline))))
+            .collect();
+        Owned { until }
+    }
+
+    /// Whether `shard` is ours at `now`. Checks the clock: no tick is needed to stop.
+    pub fn owns(&self, shard: u32, now: Timestamp) -> bool {
+        self.until.get(&shard).is_some_and(|u| now < *u)
+    }
+
+    /// The shards owned at `now`.
+    pub fn at(&self, now: Timestamp) -> BTreeSet<u32> {
+        self.until.iter().filter(|(_, u)| now < **u).map(|(s, _)| *s).collect()
+    }
+
+    /// When the next shard stops being ours unless renewed: the gate's set changes then.
+    pub fn next_expiry(&self) -> Option<Timestamp> {
+        self.until.values().min().copied()
+    }
+}
+
+/// The outcome of one tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tick {
+    /// Sorted live member ids, this replica included.
+    pub live: Vec<String>,
+    /// The shards the assignment rule gives this replica.
+    pub wanted: BTreeSet<u32>,
+    pub actions: Vec<Action>,
+    /// The gate's set from what was read, before this tick's writes: shards being freed are
+    /// already out, shards being taken not yet in (see [`Owned::of`]).
+    pub owned: Owned,
+}
+
+/// Live members: renewal within the lease duration; this replica always (its own Lease may
+/// not exist yet, or its renewal may be failing: it still wants its share meanwhile, and the
+/// gate keeps it from acting on stale ownership).
+pub fn live_members(settings: &Settings, me: &str, now: Timestamp, members: &[MemberLease]) -> Vec<String> {
+    let mut live: BTreeSet<&str> = members
+        .iter()
+        .filter(|m| m.renewed.is_some_and(|r| now < after(r, settings.lease_duration)))
+        .map(|m| m.id.as_str())
+        .collect();
+    live.insert(me);
+    live.into_iter().map(str::to_string).collect()
+}
+
+/// One tick's decisions.
+pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
+    let now = view.now;
+    let live = live_members(settings, view.me, now, view.members);
+    let rank = live.iter().position(|m| m == view.me).expect("live includes me");
+    let owners = assign(&live, settings.shards);
+    let wanted: BTreeSet<u32> = settings.shards.all().filter(|i| owners[*i as usize] == rank).collect();
+    let leases: BTreeMap<u32, &ShardLease> = view.shard_leases.iter().map(|l| (l.index, l)).collect();
+
+    let mut actions = vec![Action::RenewMember];
+    for i in settings.shards.all() {
+        let want = wanted.contains(&i);
+        match leases.get(&i) {
+            None if want => actions.push(Action::Take { shard: i, resource_version: None }),
+            None => {}
+            Some(l) if l.holder() == Some(view.me) => {
+                let resource_version = l.resource_version.clone();
+                actions.push(if want {
+                    Action::Renew { shard: i, resource_version }
+                } else {
+                    Action::Free { shard: i, resource_version }
+                });
+            }
+            // A live holder keeps its shard until it frees it or its Lease expires.
+            Some(l) if want && l.takeable(now) => {
+                actions.push(Action::Take { shard: i, resource_version: Some(l.resource_version.clone()) })
+            }
+            Some(_) => {}
+        }
+    }
+    // Shards past S (left from a larger `--shards`) are wanted by no one: let go of ours.
+    for l in view.shard_leases.iter().filter(|l| l.index >= settings.shards.count()) {
+        if l.holder() == Some(view.me) {
+            actions.push(Action::Free { shard: l.index, resource_version: l.resource_version.clone() });
+        }
+    }
+    let stale = settings.lease_duration * STALE_MEMBER_DURATIONS;
+    for m in view.members {
+        if m.id != view.me && m.renewed.is_none_or(|r| now >= after(r, stale)) {
+            actions.push(Action::DeleteMember { id: m.id.clone() });
+        }
+    }
+    let owned = Owned::of(settings, view.me, view.last_renewal, view.shard_leases, &wanted);
+    Tick { live, wanted, actions, owned }
+}
+
+/// The assignment rule: the owner of each shard as an index into `members` (sorted, unique),
+/// the same on every replica that sees the same members. Empty when there are no members.
+///
+/// Rendezvous hashing with a load bound, assigned in order of score: every (shard, member)
+/// pair gets a score; pairs are visited from the highest score down, and a pair assigns its
+/// shard when the shard is still unassigned and the member holds fewer than ceil(S/N). This
+/// is the one stable matching of shards and members on those scores: a join or leave only
+/// moves the shards whose best pairs it changes, plus the ones displaced when the bound
+/// ceil(S/N) itself changes. It always completes: a shard left over would mean all N members
+/// full, N·ceil(S/N) ≥ S shards assigned, yet one missing. Measured against the seed's
+/// `i mod N` and other candidates in the simulation below and `docs/performance.md`.
+pub fn assign(members: &[String], shards: Shards) -> Vec<usize> {
+    let n = members.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let s = shards.count() as usize;
+    let cap = s.div_ceil(n);
+    // mix64 over FNV: FNV alone mixes its last bytes poorly (dco_api::hash::mix64), and ids
+    // of one Deployment differ only in their last characters.
+    let salts: Vec<u64> = members.iter().map(|m| mix64(fnv1a64(m.as_bytes()))).collect();
+    let mut pairs: Vec<(u64, usize, usize)> = (0..s)
+        .flat_map(|i| {
+            // ⊕ 2^64/φ: mix64(0) = 0, which would make shard 0's scores the member salts.
+            let key = mix64(i as u64 ^ 0x9e37_79b9_7f4a_7c15);
+            salts.iter().enumerate().map(move |(j, salt)| (mix64(key ^ salt), i, j))
+        })
+        .collect();
+    // Highest score first; shard then member index break ties, so the order is total.
+    pairs.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut owner = vec![usize::MAX; s];
+    let mut load = vec![0usize; n];
+    let mut left = s;
+    for (_, i, j) in pairs {
+        if owner[i] == usize::MAX && load[j] < cap {
+            owner[i] = j;
+            load[j] += 1;
+            left -= 1;
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    owner
+}
+
+#[cfg(test)]
+mod tests;

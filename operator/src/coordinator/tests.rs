@@ -1,0 +1,609 @@
+use super::*;
+use proptest::prelude::*;
+
+fn shards(n: u32) -> Shards {
+    Shards::new(n).unwrap()
+}
+
+/// Replica ids as a Deployment names its Pods: one prefix, a 5-character suffix.
+fn pod_names(n: usize) -> Vec<String> {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..n)
+        .map(|k| {
+            let mut h = mix64(k as u64 + 1);
+            let suffix: String = (0..5)
+                .map(|_| {
+                    let c = ALPHABET[(h % ALPHABET.len() as u64) as usize] as char;
+                    h /= ALPHABET.len() as u64;
+                    c
+                })
+                .collect();
+            format!("dco-operator-6c4f9d7b8-{suffix}")
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- the assignment rule
+
+type Rule = fn(&[String], Shards) -> Vec<usize>;
+
+/// The seed's rule, for comparison: shard i to the member at sorted rank i mod N.
+fn modulo(members: &[String], s: Shards) -> Vec<usize> {
+    s.all().map(|i| i as usize % members.len()).collect()
+}
+
+/// Owner names per shard under `rule` for the sorted `members`.
+fn owners(rule: Rule, members: &[String], s: Shards) -> Vec<String> {
+    let mut sorted = members.to_vec();
+    sorted.sort();
+    rule(&sorted, s).into_iter().map(|j| sorted[j].clone()).collect()
+}
+
+fn moved(a: &[String], b: &[String]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| x != y).count()
+}
+
+/// Loads of `members` under `owners`.
+fn loads(owners: &[String], members: &[String]) -> Vec<usize> {
+    members.iter().map(|m| owners.iter().filter(|o| *o == m).count()).collect()
+}
+
+/// The fewest shards a join can move: the newcomer's fair share floor(S/(N+1)), or more when
+/// old members hold more than the new bound ceil(S/(N+1)) and must shed the excess.
+fn ideal_join(before: &[String], old: &[String], s: u32) -> usize {
+    let n = old.len() + 1;
+    let cap = (s as usize).div_ceil(n);
+    let excess: usize = loads(before, old).into_iter().map(|l| l.saturating_sub(cap)).sum();
+    excess.max(s as usize / n)
+}
+
+#[derive(Default)]
+struct Moves {
+    worst: f64,
+    sum: f64,
+    count: usize,
+}
+
+impl Moves {
+    fn add(&mut self, moved: usize, ideal: usize) {
+        // A leaver holding nothing has ideal 0: count any move against 1.
+        let r = moved as f64 / ideal.max(1) as f64;
+        self.worst = self.worst.max(r);
+        self.sum += r;
+        self.count += 1;
+    }
+    fn mean(&self) -> f64 {
+        self.sum / self.count.max(1) as f64
+    }
+}
+
+#[derive(Default)]
+struct Row {
+    max_over_bound: i64,
+    join: Moves,
+    leave: Moves,
+}
+
+/// Every N in `range`: max load against ceil(S/N), each join N→N+1 (the next pod name) and
+/// every member leaving N→N−1 in turn.
+fn simulate(rule: Rule, s: u32, n: usize, names: &[String]) -> Row {
+    let sh = shards(s);
+    let members = &names[..n];
+    let before = owners(rule, members, sh);
+    let mut row = Row::default();
+    let max = loads(&before, members).into_iter().max().unwrap() as i64;
+    row.max_over_bound = max - (s as usize).div_ceil(n) as i64;
+    assert!(before.iter().all(|o| members.contains(o)), "every shard has a live owner");
+    if n < names.len() {
+        let after = owners(rule, &names[..=n], sh);
+        row.join.add(moved(&before, &after), ideal_join(&before, members, s));
+    }
+    if n > 1 {
+        for k in 0..n {
+            let rest: Vec<String> = members.iter().filter(|m| **m != members[k]).cloned().collect();
+            let after = owners(rule, &rest, sh);
+            let held = before.iter().filter(|o| **o == members[k]).count();
+            row.leave.add(moved(&before, &after), held);
+        }
+    }
+    row
+}
+
+#[test]
+fn assignment_rule_is_balanced_and_moves_little() {
+    // Three sets of replica ids, so the bounds hold for more than one draw of scores.
+    let sets: Vec<Vec<String>> =
+        (0..3).map(|set| pod_names(17 + 17 * set).into_iter().skip(17 * set).collect()).collect();
+    println!("\nrule     S   N  max-ceil  join worst  join mean  leave worst  leave mean  (moved / ideal)");
+    for s in [32u32, 64] {
+        for (name, rule) in [("rule", assign as Rule), ("i mod N", modulo as Rule)] {
+            let mut all = Row::default();
+            for n in 1..=16 {
+                let mut row = Row::default();
+                for names in &sets {
+                    let r = simulate(rule, s, n, names);
+                    row.max_over_bound = row.max_over_bound.max(r.max_over_bound);
+                    for (into, from) in [(&mut row.join, &r.join), (&mut row.leave, &r.leave)] {
+                        into.worst = into.worst.max(from.worst);
+                        into.sum += from.sum;
+                        into.count += from.count;
+                    }
+                }
+                println!(
+                    "{name:8} {s:2} {n:3} {:9} {:11.2} {:10.2} {:12.2} {:11.2}",
+                    row.max_over_bound,
+                    row.join.worst,
+                    row.join.mean(),
+                    row.leave.worst,
+                    row.leave.mean()
+                );
+                all.max_over_bound = all.max_over_bound.max(row.max_over_bound);
+                for (into, from) in [(&mut all.join, &row.join), (&mut all.leave, &row.leave)] {
+                    into.worst = into.worst.max(from.worst);
+                    into.sum += from.sum;
+                    into.count += from.count;
+                }
+            }
+            println!(
+                "{name:8} {s:2} all {:9} {:11.2} {:10.2} {:12.2} {:11.2}",
+                all.max_over_bound,
+                all.join.worst,
+                all.join.mean(),
+                all.leave.worst,
+                all.leave.mean()
+            );
+            if name == "rule" {
+                // The promise (docs/performance.md): never above ceil(S/N); per join, moved
+                // shards ≤ 1.5× the ideal on average and ≤ 3× at worst; per leave ≤ 1.8× on
+                // average and ≤ 5× at worst (a leave that raises ceil(S/N) lets members take
+                // back shards they lost to the bound: the worst cases, e.g. 16 → 15 at S = 32).
+                assert!(all.max_over_bound <= 0, "S={s}: a member owns more than ceil(S/N)");
+                assert!(all.join.mean() <= 1.5 && all.join.worst <= 3.0, "S={s}: joins move too much");
+                assert!(all.leave.mean() <= 1.8 && all.leave.worst <= 5.0, "S={s}: leaves move too much");
+            }
+        }
+    }
+}
+
+#[test]
+fn assignment_is_total_and_the_same_everywhere() {
+    let names = pod_names(20);
+    for s in [1u32, 7, 32, 64, 100] {
+        for n in 1..=20 {
+            let mut m = names[..n].to_vec();
+            m.sort();
+            let a = assign(&m, shards(s));
+            assert_eq!(a.len(), s as usize);
+            assert!(a.iter().all(|j| *j < n), "S={s} N={n}: every shard has an owner");
+            assert_eq!(a, assign(&m, shards(s)), "deterministic");
+            let max = (0..n).map(|j| a.iter().filter(|o| **o == j).count()).max().unwrap();
+            assert!(max <= (s as usize).div_ceil(n), "S={s} N={n}: max {max}");
+        }
+    }
+    assert!(assign(&[], shards(4)).is_empty());
+}
+
+// ---------------------------------------------------------------- the decisions
+
+const D: SignedDuration = SignedDuration::from_secs(30);
+const I: SignedDuration = SignedDuration::from_secs(10);
+
+fn settings(s: u32) -> Settings {
+    Settings::new(shards(s), D, I)
+}
+
+fn t0() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap()
+}
+
+fn secs(n: i64) -> SignedDuration {
+    SignedDuration::from_secs(n)
+}
+
+/// The apiserver's side of the Leases: resourceVersion-guarded writes, as the I/O part
+/// will issue them.
+#[derive(Clone, Debug, Default)]
+struct Store {
+    members: BTreeMap<String, Timestamp>,
+    shards: BTreeMap<u32, ShardLease>,
+    rv: u64,
+}
+
+impl Store {
+    fn member_leases(&self) -> Vec<MemberLease> {
+        self.members.iter().map(|(id, r)| MemberLease { id: id.clone(), renewed: Some(*r) }).collect()
+    }
+
+    fn shard_leases(&self) -> Vec<ShardLease> {
+        self.shards.values().cloned().collect()
+    }
+
+    fn next_rv(&mut self) -> String {
+        self.rv += 1;
+        self.rv.to_string()
+    }
+
+    /// Carry out one action for `me` at `now`; false on a conflict.
+    fn apply(&mut self, me: &str, now: Timestamp, action: &Action) -> bool {
+        let (shard, rv, holder) = match action {
+            Action::RenewMember => {
+                self.members.insert(me.to_string(), now);
+                return true;
+            }
+            Action::DeleteMember { id } => {
+                self.members.remove(id);
+                return true;
+            }
+            Action::Take { shard, resource_version } => (*shard, resource_version.clone(), Some(me)),
+            Action::Renew { shard, resource_version } => (*shard, Some(resource_version.clone()), Some(me)),
+            Action::Free { shard, resource_version } => (*shard, Some(resource_version.clone()), None),
+        };
+        let current = self.shards.get(&shard).map(|l| l.resource_version.clone());
+        if current != rv {
+            return false;
+        }
+        let resource_version = self.next_rv();
+        self.shards.insert(
+            shard,
+            ShardLease {
+                index: shard,
+                holder: holder.map(str::to_string),
+                renewed: Some(now),
+                duration: D,
+                resource_version,
+            },
+        );
+        true
+    }
+}
+
+/// One replica of the model: what the I/O part will keep between ticks.
+#[derive(Clone, Debug, Default)]
+struct Replica {
+    id: String,
+    last_renewal: Option<Timestamp>,
+    owned: Owned,
+    /// The last view read, for ticks over a stale view.
+    seen: Option<(Vec<MemberLease>, Vec<ShardLease>)>,
+}
+
+impl Replica {
+    fn new(id: &str) -> Self {
+        Replica { id: id.to_string(), ..Replica::default() }
+    }
+
+    /// Read (fresh, or the last view when `stale`), decide, write (each write fails when
+    /// `partitioned`), then derive the gate's set from what it read and what its successful
+    /// writes returned, as the I/O part will.
+    fn tick(
+        &mut self,
+        s: &Settings,
+        store: &mut Store,
+        now: Timestamp,
+        stale: bool,
+        partitioned: bool,
+    ) -> Tick {
+        if !stale || self.seen.is_none() {
+            self.seen = Some((store.member_leases(), store.shard_leases()));
+        }
+        let (members, leases) = self.seen.clone().unwrap();
+        let view = View {
+            now,
+            me: &self.id,
+            last_renewal: self.last_renewal,
+            members: &members,
+            shard_leases: &leases,
+        };
+        let t = tick(s, &view);
+        let mut mine = leases.clone();
+        for a in &t.actions {
+            if partitioned || !store.apply(&self.id, now, a) {
+                continue;
+            }
+            match a {
+                Action::RenewMember => self.last_renewal = Some(now),
+                Action::Take { shard, .. } | Action::Renew { shard, .. } | Action::Free { shard, .. } => {
+                    mine.retain(|l| l.index != *shard);
+                    mine.push(store.shards[shard].clone());
+                }
+                Action::DeleteMember { .. } => {}
+            }
+        }
+        self.owned = Owned::of(s, &self.id, self.last_renewal, &mine, &t.wanted);
+        // What it knows now: what it read, and what its own writes returned.
+        self.seen = Some((members, mine));
+        t
+    }
+}
+
+fn takes(t: &Tick) -> BTreeSet<u32> {
+    t.actions
+        .iter()
+        .filter_map(|a| if let Action::Take { shard, .. } = a { Some(*shard) } else { None })
+        .collect()
+}
+
+fn frees(t: &Tick) -> BTreeSet<u32> {
+    t.actions
+        .iter()
+        .filter_map(|a| if let Action::Free { shard, .. } = a { Some(*shard) } else { None })
+        .collect()
+}
+
+fn all(s: u32) -> BTreeSet<u32> {
+    (0..s).collect()
+}
+
+#[test]
+fn renew_deadline_is_two_thirds_of_the_duration() {
+    let s = settings(32);
+    assert_eq!(s.renew_deadline, secs(20));
+    assert!(s.renew_interval < s.renew_deadline && s.renew_deadline < s.lease_duration);
+    assert_eq!(s.check(), Ok(()));
+    assert!(Settings::new(shards(1), D, secs(20)).check().is_err(), "interval at the deadline");
+    assert!(Settings::new(shards(1), D, SignedDuration::ZERO).check().is_err());
+}
+
+#[test]
+fn fresh_start_one_member_takes_every_shard() {
+    let s = settings(8);
+    let mut store = Store::default();
+    let mut a = Replica::new("a");
+    let t = a.tick(&s, &mut store, t0(), false, false);
+    assert_eq!(t.live, vec!["a"], "itself is live before its Lease exists");
+    assert_eq!(t.actions[0], Action::RenewMember);
+    assert_eq!(takes(&t), all(8));
+    assert!(t.actions.iter().all(|a| !matches!(a, Action::Take { resource_version: Some(_), .. })));
+    assert!(t.owned.at(t0()).is_empty(), "nothing was held before the writes");
+    assert_eq!(a.owned.at(t0()), all(8), "the takes count once they succeed");
+    // Next tick: renewals only.
+    let t = a.tick(&s, &mut store, t0() + I, false, false);
+    assert!(takes(&t).is_empty());
+    assert_eq!(t.actions.iter().filter(|a| matches!(a, Action::Renew { .. })).count(), 8);
+    assert_eq!(a.owned.at(t0() + I), all(8));
+}
+
+#[test]
+fn join_old_owner_frees_then_newcomer_takes() {
+    let s = settings(16);
+    let mut store = Store::default();
+    let mut a = Replica::new("a");
+    a.tick(&s, &mut store, t0(), false, false);
+    let mut b = Replica::new("b");
+    // b's first tick: it wants its share, but a holds it unexpired: it waits.
+    let now = t0() + secs(1);
+    let tb = b.tick(&s, &mut store, now, false, false);
+    assert_eq!(tb.live, vec!["a", "b"]);
+    assert!(!tb.wanted.is_empty() && tb.wanted.len() <= 8);
+    assert!(takes(&tb).is_empty(), "no take while the holder is live");
+    assert!(b.owned.at(now).is_empty());
+    // a's tick: frees exactly what b wants, and stops treating it as its own at once.
+    let now = t0() + I;
+    let ta = a.tick(&s, &mut store, now, false, false);
+    assert_eq!(frees(&ta), tb.wanted);
+    assert_eq!(ta.owned.at(now), &all(16) - &tb.wanted, "freed shards leave the gate before the write");
+    assert_eq!(a.owned.at(now), &all(16) - &tb.wanted);
+    // b's next tick takes them (free now), and only them.
+    let now = t0() + I + secs(1);
+    let tb = b.tick(&s, &mut store, now, false, false);
+    assert_eq!(takes(&tb), tb.wanted);
+    assert_eq!(b.owned.at(now), tb.wanted);
+    assert!(a.owned.at(now).is_disjoint(&b.owned.at(now)));
+}
+
+#[test]
+fn crash_expired_shards_are_taken_after_the_duration() {
+    let s = settings(8);
+    let mut store = Store::default();
+    let (mut a, mut b) = (Replica::new("a"), Replica::new("b"));
+    a.tick(&s, &mut store, t0(), false, false);
+    b.tick(&s, &mut store, t0(), false, false);
+    a.tick(&s, &mut store, t0() + secs(1), false, false);
+    b.tick(&s, &mut store, t0() + secs(2), false, false);
+    let held_by_a = a.owned.at(t0() + secs(2));
+    assert!(!held_by_a.is_empty() && held_by_a.is_disjoint(&b.owned.at(t0() + secs(2))));
+    // a crashes after its tick at t0+1s (its Leases renewed then). b ticks every I.
+    let renewed = t0() + secs(1);
+    let mut now = t0() + secs(2);
+    loop {
+        now += I;
+        let t = b.tick(&s, &mut store, now, false, false);
+        if now < renewed + D {
+            assert!(takes(&t).is_empty(), "{now}: a's Leases have not expired");
+        } else {
+            assert_eq!(t.live, vec!["b"], "a's member Lease expired as well");
+            assert_eq!(takes(&t), held_by_a, "taken at the first tick after expiry");
+            assert_eq!(b.owned.at(now), all(8));
+            assert!(now < renewed + D + I, "within duration + renew interval");
+            break;
+        }
+    }
+}
+
+#[test]
+fn pause_owned_set_empties_at_the_renew_deadline_before_anyone_may_take() {
+    let s = settings(4);
+    let mut store = Store::default();
+    let mut a = Replica::new("a");
+    a.tick(&s, &mut store, t0(), false, false);
+    assert_eq!(a.owned.at(t0() + secs(19)), all(4));
+    // a is paused: no tick. Its gate empties by the clock alone at the deadline (20 s) ...
+    assert!(a.owned.at(t0() + secs(20)).is_empty());
+    assert_eq!(a.owned.next_expiry(), Some(t0() + secs(20)));
+    // ... while its Leases are still held and unexpired: nobody may take them before 30 s.
+    let mut b = Replica::new("b");
+    let t = b.tick(&s, &mut store, t0() + secs(29), false, false);
+    assert!(takes(&t).is_empty());
+    let t = b.tick(&s, &mut store, t0() + secs(30), false, false);
+    assert_eq!(takes(&t), all(4));
+    // a resumes with its old view: its renewals conflict, its gate stays empty, and what it
+    // then sees makes it want nothing b holds live.
+    let t = a.tick(&s, &mut store, t0() + secs(31), true, false);
+    assert_eq!(t.actions.iter().filter(|x| matches!(x, Action::Renew { .. })).count(), 4);
+    assert!(a.owned.at(t0() + secs(31)).is_empty(), "renewals over a stale view conflict");
+    let t = a.tick(&s, &mut store, t0() + secs(32), false, false);
+    assert!(takes(&t).iter().all(|i| !b.owned.owns(*i, t0() + secs(32))));
+    assert!(a.owned.at(t0() + secs(32)).is_empty());
+}
+
+#[test]
+fn failing_member_renewal_empties_the_owned_set() {
+    let s = settings(4);
+    let mut store = Store::default();
+    let mut a = Replica::new("a");
+    a.tick(&s, &mut store, t0(), false, false);
+    // Partitioned: ticks go on, every write fails.
+    for k in 1..=3 {
+        let now = t0() + I * k;
+        a.tick(&s, &mut store, now, true, true);
+        assert_eq!(a.owned.at(now).is_empty(), now >= t0() + s.renew_deadline, "{now}");
+    }
+    // The same rule on the decision's own input: a last renewal past the deadline owns nothing.
+    let leases = store.shard_leases();
+    let view = View {
+        now: t0() + secs(25),
+        me: "a",
+        last_renewal: Some(t0()),
+        members: &store.member_leases(),
+        shard_leases: &leases,
+    };
+    assert!(tick(&s, &view).owned.at(t0() + secs(25)).is_empty());
+}
+
+#[test]
+fn conflicting_takes_are_not_both_won() {
+    let s = settings(8);
+    let mut store = Store::default();
+    // Both start at once over the same empty view: both try to create every Lease they want.
+    let (mut a, mut b) = (Replica::new("a"), Replica::new("b"));
+    store.members.insert("a".into(), t0());
+    store.members.insert("b".into(), t0());
+    let snapshot = store.clone();
+    let ta = a.tick(&s, &mut store, t0(), false, false);
+    b.seen = Some((snapshot.member_leases(), snapshot.shard_leases()));
+    let tb = b.tick(&s, &mut store, t0(), true, false);
+    assert!(ta.wanted.is_disjoint(&tb.wanted), "one assignment, computed twice");
+    assert!(a.owned.at(t0()).is_disjoint(&b.owned.at(t0())));
+    // A stale take of a shard another replica just took conflicts.
+    let mut c = Replica::new("c");
+    c.seen = Some((vec![], snapshot.shard_leases()));
+    c.tick(&s, &mut store, t0(), true, false);
+    for i in c.owned.at(t0()) {
+        assert!(!a.owned.owns(i, t0()) && !b.owned.owns(i, t0()), "shard {i} owned twice");
+    }
+    assert!(c.owned.at(t0()).is_empty(), "every shard c wanted was taken first");
+}
+
+#[test]
+fn stale_member_leases_are_deleted() {
+    let s = settings(4);
+    let now = t0();
+    let members = vec![
+        MemberLease { id: "me".into(), renewed: Some(now - secs(1000)) },
+        MemberLease { id: "live".into(), renewed: Some(now - secs(5)) },
+        MemberLease { id: "dead".into(), renewed: Some(now - secs(100)) },
+        MemberLease { id: "nine-d".into(), renewed: Some(now - D * 9) },
+        MemberLease { id: "ten-d".into(), renewed: Some(now - D * 10) },
+        MemberLease { id: "never".into(), renewed: None },
+    ];
+    let t = tick(&s, &View { now, me: "me", last_renewal: None, members: &members, shard_leases: &[] });
+    let deleted: Vec<&str> = t
+        .actions
+        .iter()
+        .filter_map(|a| if let Action::DeleteMember { id } = a { Some(id.as_str()) } else { None })
+        .collect();
+    assert_eq!(deleted, vec!["ten-d", "never"], "never itself, never the merely dead");
+    assert_eq!(t.live, vec!["live", "me"]);
+    assert!(t.owned.at(now).is_empty(), "never renewed: owns nothing");
+}
+
+#[test]
+fn shards_past_the_count_are_freed() {
+    let s = settings(2);
+    let lease = |index, holder: &str| ShardLease {
+        index,
+        holder: Some(holder.into()),
+        renewed: Some(t0()),
+        duration: D,
+        resource_version: format!("rv{index}"),
+    };
+    let leases = [lease(0, "me"), lease(5, "me"), lease(6, "other")];
+    let view = View { now: t0(), me: "me", last_renewal: Some(t0()), members: &[], shard_leases: &leases };
+    let t = tick(&s, &view);
+    assert_eq!(frees(&t), BTreeSet::from([5]));
+    assert_eq!(t.owned.at(t0()), BTreeSet::from([0]));
+}
+
+// ---------------------------------------------------------------- never two owners
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// Replica k ticks `after` ms later (over its last view when `stale`; its writes all
+    /// fail when `partitioned`).
+    Tick { k: usize, after: i64, stale: bool, partitioned: bool },
+    /// The clock moves on without replica k (a pause: it does nothing meanwhile).
+    Pause { after: i64 },
+    /// Replica k restarts: it forgets its ownership and its renewal.
+    Crash { k: usize },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        8 => (0..4usize, 0..12_000i64, prop::bool::weighted(0.15), prop::bool::weighted(0.1))
+            .prop_map(|(k, after, stale, partitioned)| Step::Tick { k, after, stale, partitioned }),
+        1 => (0..60_000i64).prop_map(|after| Step::Pause { after }),
+        1 => (0..4usize).prop_map(|k| Step::Crash { k }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Whatever the interleaving of ticks, pauses, partitions, stale views and restarts, no
+    /// shard is in two replicas' owned sets at any instant. Sets only shrink between ticks
+    /// (`Owned::owns` reads the clock), so checking after every step covers every instant.
+    #[test]
+    fn no_shard_is_ever_owned_twice(steps in prop::collection::vec(step(), 1..120), s in 1u32..12) {
+        let settings = settings(s);
+        let mut store = Store::default();
+        let mut replicas: Vec<Replica> = (0..4).map(|k| Replica::new(&format!("r{k}"))).collect();
+        let mut now = t0();
+        for st in steps {
+            match st {
+                Step::Tick { k, after, stale, partitioned } => {
+                    now += SignedDuration::from_millis(after);
+                    replicas[k].tick(&settings, &mut store, now, stale, partitioned);
+                }
+                Step::Pause { after } => now += SignedDuration::from_millis(after),
+                Step::Crash { k } => replicas[k] = Replica::new(&format!("r{k}")),
+            }
+            for i in settings.shards.all() {
+                let owners: Vec<&str> =
+                    replicas.iter().filter(|r| r.owned.owns(i, now)).map(|r| r.id.as_str()).collect();
+                prop_assert!(owners.len() <= 1, "shard {} owned by {:?} at {}", i, owners, now);
+            }
+        }
+    }
+
+    /// With every replica ticking each renew interval over fresh views, ownership settles on
+    /// the assignment: every shard owned, by the one the rule names.
+    #[test]
+    fn steady_ticks_converge_on_the_assignment(n in 1usize..6, s in 1u32..40) {
+        let settings = settings(s);
+        let mut store = Store::default();
+        let mut replicas: Vec<Replica> = (0..n).map(|k| Replica::new(&format!("r{k}"))).collect();
+        let mut now = t0();
+        for _ in 0..4 {
+            for (k, r) in replicas.iter_mut().enumerate() {
+                r.tick(&settings, &mut store, now + SignedDuration::from_millis(k as i64 * 100), false, false);
+            }
+            now += I;
+        }
+        let ids: Vec<String> = replicas.iter().map(|r| r.id.clone()).collect();
+        let owner = assign(&ids, settings.shards);
+        for i in settings.shards.all() {
+            let owners: Vec<usize> = (0..n).filter(|k| replicas[*k].owned.owns(i, now - I + SignedDuration::from_secs(1))).collect();
+            prop_assert_eq!(owners, vec![owner[i as usize]], "shard {}", i);
+        }
+    }
+}
