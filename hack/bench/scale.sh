@@ -34,6 +34,9 @@ hack/testenv up >/dev/null
 eval "$(hack/testenv env)"
 # The replicas run the release build under an image name of their own.
 hack/testenv image "dco-webhook-release=$bin/dco-webhook" >/dev/null
+# An earlier run's CRDs may still be terminating: their events would be counted here.
+echo "waiting for earlier runs' CRDs to be gone" >&2
+kubectl wait --for=delete crd -l dco-scale --timeout=900s >/dev/null 2>&1 || true
 
 RUN=scale-$(date +%s)
 SEL_KEY=dco-scale

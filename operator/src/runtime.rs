@@ -109,6 +109,7 @@ async fn drive<K>(
     while let Some(ev) = events.next().await {
         match ev {
             Ok(ev) => {
+                crate::memory::touched();
                 if let (Some(tx), watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = (&triggers, &ev)
                     && tx.send(ObjectRef::from_obj(o)).is_err()
                 {
@@ -193,6 +194,7 @@ fn log_results<T: std::fmt::Debug, E: std::fmt::Display>(
     what: &'static str,
 ) -> impl FnMut(Result<T, E>) -> future::Ready<()> {
     move |r| {
+        crate::memory::touched();
         match r {
             Ok(o) => tracing::debug!(controller = what, object = ?o, "reconciled"),
             Err(e) => tracing::debug!(controller = what, error = %e, "reconcile error"),
@@ -202,6 +204,7 @@ fn log_results<T: std::fmt::Debug, E: std::fmt::Display>(
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    crate::memory::spawn_trimmer(std::time::Duration::from_secs(5));
     let client = Client::try_default()
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
@@ -336,7 +339,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .watches(
             Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
             watcher::Config::default().page_size(TARGET_PAGE),
-            move |crd| configs_of_target(&ccc_store, &crd.name_any()),
+            move |crd| {
+                crate::memory::touched();
+                configs_of_target(&ccc_store, &crd.name_any())
+            },
         )
         .reconcile_on(rebalance::paced(ccc_rx, args.rebalance_qps))
         .shutdown_on_signal()
@@ -357,7 +363,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &ar),
             ar,
             watcher::Config::default().page_size(TARGET_PAGE),
-            move |xrd| configs_of_target(&xcc_store, &xrd.name_any()),
+            move |xrd| {
+                crate::memory::touched();
+                configs_of_target(&xcc_store, &xrd.name_any())
+            },
         );
     } else {
         tracing::info!(

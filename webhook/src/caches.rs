@@ -219,9 +219,10 @@ impl Fetcher {
             if !*fetched.borrow() {
                 tracing::info!(held = held.len(), "read the named targets whole");
                 fetched.send_replace(true);
-                // The initial lists' pages are garbage now; give the memory back.
-                crate::alloc::release_free_memory();
             }
+            // The watch events and reads of this round (pages of target metadata can be MBs)
+            // are garbage now; hand the memory back once idle (requests coalesce).
+            crate::alloc::release_free_memory_soon();
             sync.notify_one();
             tokio::select! {
                 () = wake.notified() => {}
