@@ -24,6 +24,7 @@
 # namespace, servers, configs and CRDs of the run are deleted on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. hack/bench/lib.sh
 
 OPERATOR=${1:-target/debug/dco-operator}
 SERVERS=${SERVERS:-2}
@@ -44,16 +45,7 @@ LOG=target/testenv/logs/dco-operator_$NS.log
 op_pid=
 cleanup() {
   [ -n "$op_pid" ] && kill "$op_pid" 2>/dev/null && wait "$op_pid" 2>/dev/null
-  kubectl delete crdconversionconfigs -l "$SEL" --wait=false >/dev/null 2>&1 || true
-  kubectl delete conversionwebhookservers -l "$SEL" --wait=false >/dev/null 2>&1 || true
-  kubectl delete crd -l "$SEL" --wait=false >/dev/null 2>&1 || true
-  # The finalizers are the operator's; it is gone, so drop them.
-  for k in crdconversionconfigs conversionwebhookservers; do
-    for o in $(kubectl get "$k" -l "$SEL" -o name 2>/dev/null); do
-      kubectl patch "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-    done
-  done
-  kubectl delete ns "$NS" --wait=false >/dev/null 2>&1 || true
+  delete_run "$SEL" "$NS"
 }
 trap cleanup EXIT
 

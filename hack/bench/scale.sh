@@ -18,6 +18,7 @@
 # exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. hack/bench/lib.sh
 
 UNRELATED=${UNRELATED:-300}
 UNRELATED_BYTES=${UNRELATED_BYTES:-100000}
@@ -48,15 +49,7 @@ work=$(mktemp -d)
 op_pid=
 cleanup() {
   [ -n "$op_pid" ] && kill "$op_pid" 2>/dev/null && wait "$op_pid" 2>/dev/null
-  kubectl delete crdconversionconfigs -l "$SEL" --wait=false >/dev/null 2>&1 || true
-  kubectl delete conversionwebhookservers -l "$SEL" --wait=false >/dev/null 2>&1 || true
-  for k in crdconversionconfigs conversionwebhookservers; do
-    for o in $(kubectl get "$k" -l "$SEL" -o name 2>/dev/null); do
-      kubectl patch "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-    done
-  done
-  kubectl delete crd -l "$SEL" --wait=false >/dev/null 2>&1 || true
-  kubectl delete ns "$RUN" --wait=false >/dev/null 2>&1 || true
+  delete_run "$SEL" "$RUN"
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -26,6 +26,17 @@ struct Cli {
     command: Command,
 }
 
+/// What every object of a run shares.
+#[derive(clap::Args)]
+struct Run {
+    /// API groups end in it (`u<i>.<suffix>`, `t<i>.<suffix>`, `probe-a.<suffix>`).
+    #[arg(long)]
+    suffix: String,
+    /// `key=value` on every object.
+    #[arg(long)]
+    label: String,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Provider-shaped CRDs that no config names.
@@ -35,12 +46,8 @@ enum Command {
         /// Bytes of each CRD's JSON.
         #[arg(long, default_value_t = 100_000)]
         bytes: usize,
-        /// Groups are `u<i>.<suffix>`.
-        #[arg(long)]
-        suffix: String,
-        /// `key=value` on every object.
-        #[arg(long)]
-        label: String,
+        #[command(flatten)]
+        run: Run,
     },
     /// Two-version CRDs with a CRDConversionConfig each.
     Targets {
@@ -51,20 +58,17 @@ enum Command {
         /// Bytes of each CRD's JSON (both versions).
         #[arg(long, default_value_t = 8_000)]
         bytes: usize,
-        #[arg(long)]
-        suffix: String,
-        #[arg(long)]
-        label: String,
+        #[command(flatten)]
+        run: Run,
         /// The ConversionWebhookServer the configs pin.
         #[arg(long)]
         server: String,
     },
     /// Time from a config's (or a CRD's) creation until the target is served.
     Probe {
-        #[arg(long)]
-        suffix: String,
-        #[arg(long)]
-        label: String,
+        #[command(flatten)]
+        run: Run,
+        /// The ConversionWebhookServer the probe configs pin.
         #[arg(long)]
         server: String,
         /// Where the probe objects live.
@@ -84,7 +88,7 @@ fn humantime(s: &str) -> Result<Duration, String> {
 fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     match Cli::parse().command {
-        Command::Unrelated { count, bytes, suffix, label } => {
+        Command::Unrelated { count, bytes, run: Run { suffix, label } } => {
             let label = parse_label(&label)?;
             let items: Vec<Value> = (0..count)
                 .map(|i| provider_crd(&format!("u{i}.{suffix}"), "Resource", &label, i as u64, bytes))
@@ -92,7 +96,7 @@ fn main() -> anyhow::Result<()> {
             report_sizes("unrelated CRD", &items);
             print_list(items)
         }
-        Command::Targets { from, count, bytes, suffix, label, server } => {
+        Command::Targets { from, count, bytes, run: Run { suffix, label }, server } => {
             let label = parse_label(&label)?;
             let mut crds = Vec::new();
             let mut configs = Vec::new();
@@ -105,7 +109,7 @@ fn main() -> anyhow::Result<()> {
             report_sizes("config", &configs);
             print_list(crds.into_iter().chain(configs).collect())
         }
-        Command::Probe { suffix, label, server, namespace, timeout } => {
+        Command::Probe { run: Run { suffix, label }, server, namespace, timeout } => {
             let label = parse_label(&label)?;
             tokio::runtime::Runtime::new()?.block_on(probe(&suffix, &label, &server, &namespace, timeout))
         }
