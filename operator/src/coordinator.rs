@@ -207,9 +207,18 @@ pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
     let now = view.now;
     let live = live_members(settings, view.me, now, view.members);
     let rank = live.iter().position(|m| m == view.me).expect("live includes me");
-    let owners = assign(&live, settings.shards);
-    let wanted: BTreeSet<u32> = settings.shards.all().filter(|i| owners[*i as usize] == rank).collect();
     let leases: BTreeMap<u32, &ShardLease> = view.shard_leases.iter().map(|l| (l.index, l)).collect();
+    // Who holds each shard now, among the live: the rule keeps them where they are.
+    let held: Vec<Option<usize>> = settings
+        .shards
+        .all()
+        .map(|i| {
+            let holder = leases.get(&i).filter(|l| !l.takeable(now)).and_then(|l| l.holder())?;
+            live.iter().position(|m| m == holder)
+        })
+        .collect();
+    let owners = assign(&live, settings.shards, &held);
+    let wanted: BTreeSet<u32> = settings.shards.all().filter(|i| owners[*i as usize] == rank).collect();
 
     let mut actions = vec![Action::RenewMember];
     for i in settings.shards.all() {
@@ -249,45 +258,88 @@ pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
 }
 
 /// The assignment rule: the owner of each shard as an index into `members` (sorted, unique),
-/// the same on every replica that sees the same members. Empty when there are no members.
+/// given `held[i]`, the live member holding shard i now (its Lease unexpired), if any. The
+/// same on every replica that sees the same members and holders. Empty when there are no
+/// members.
 ///
-/// Rendezvous hashing with a load bound, assigned in order of score: every (shard, member)
-/// pair gets a score; pairs are visited from the highest score down, and a pair assigns its
-/// shard when the shard is still unassigned and the member holds fewer than ceil(S/N). This
-/// is the one stable matching of shards and members on those scores: a join or leave only
-/// moves the shards whose best pairs it changes, plus the ones displaced when the bound
-/// ceil(S/N) itself changes. It always completes: a shard left over would mean all N members
-/// full, N·ceil(S/N) ≥ S shards assigned, yet one missing. Measured against the seed's
-/// `i mod N` and other candidates in the simulation below and `docs/performance.md`.
-pub fn assign(members: &[String], shards: Shards) -> Vec<usize> {
+/// Sticky, exactly balanced rendezvous hashing. With S = q·N + r, r members own q + 1 shards
+/// and the others q. Every (shard, member) pair gets a score. First the holders keep what
+/// they hold, their highest-scored shards first: the r holding the most (ties by id hash) up
+/// to q + 1, the others up to q. Then the shards left (free, expired, of a member gone, or
+/// shed) go in order of score, the highest pair first, to members below q, and then to
+/// members below q + 1 while fewer than r are there. So a leave moves exactly the leaver's
+/// shards, and a join moves exactly the newcomer's share (q shards), which is what balance
+/// requires; with no holders (a fresh start) it is a stable matching on the scores. It always
+/// completes: the bounds add up to S. Measured against the seed's `i mod N` and the first,
+/// unsticky version of this rule in the simulation below and `docs/performance.md`.
+pub fn assign(members: &[String], shards: Shards, held: &[Option<usize>]) -> Vec<usize> {
     let n = members.len();
     if n == 0 {
         return Vec::new();
     }
     let s = shards.count() as usize;
-    let cap = s.div_ceil(n);
+    let (q, r) = (s / n, s % n);
     // mix64 over FNV: FNV alone mixes its last bytes poorly (dco_api::hash::mix64), and ids
     // of one Deployment differ only in their last characters.
     let salts: Vec<u64> = members.iter().map(|m| mix64(fnv1a64(m.as_bytes()))).collect();
-    let mut pairs: Vec<(u64, usize, usize)> = (0..s)
-        .flat_map(|i| {
-            // ⊕ 2^64/φ: mix64(0) = 0, which would make shard 0's scores the member salts.
-            let key = mix64(i as u64 ^ 0x9e37_79b9_7f4a_7c15);
-            salts.iter().enumerate().map(move |(j, salt)| (mix64(key ^ salt), i, j))
-        })
-        .collect();
+    // ⊕ 2^64/φ: mix64(0) = 0, which would make shard 0's scores the member salts.
+    let keys: Vec<u64> = (0..s).map(|i| mix64(i as u64 ^ 0x9e37_79b9_7f4a_7c15)).collect();
+    let score = |i: usize, j: usize| mix64(keys[i] ^ salts[j]);
     // Highest score first; shard then member index break ties, so the order is total.
-    pairs.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let by_score = |a: &(u64, usize, usize), b: &(u64, usize, usize)| {
+        b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
+    };
+
+    // The r members holding the most may keep q + 1; the rest q.
+    let mut holds = vec![0usize; n];
+    for j in held.iter().take(s).flatten().filter(|j| **j < n) {
+        holds[*j] += 1;
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_unstable_by(|a, b| holds[*b].cmp(&holds[*a]).then(salts[*a].cmp(&salts[*b])).then(a.cmp(b)));
+    let mut bound = vec![q; n];
+    for j in order.iter().take(r) {
+        bound[*j] = q + 1;
+    }
     let mut owner = vec![usize::MAX; s];
     let mut load = vec![0usize; n];
-    let mut left = s;
-    for (_, i, j) in pairs {
-        if owner[i] == usize::MAX && load[j] < cap {
+    let mut kept: Vec<(u64, usize, usize)> = held
+        .iter()
+        .take(s)
+        .enumerate()
+        .filter_map(|(i, h)| h.filter(|j| *j < n).map(|j| (score(i, j), i, j)))
+        .collect();
+    kept.sort_unstable_by(by_score);
+    for (_, i, j) in kept {
+        if load[j] < bound[j] {
             owner[i] = j;
             load[j] += 1;
-            left -= 1;
-            if left == 0 {
-                break;
+        }
+    }
+
+    // The rest: members below q first, then the q + 1 slots not taken by holders.
+    let mut pairs: Vec<(u64, usize, usize)> = (0..s)
+        .filter(|i| owner[*i] == usize::MAX)
+        .flat_map(|i| (0..n).map(move |j| (i, j)))
+        .map(|(i, j)| (score(i, j), i, j))
+        .collect();
+    pairs.sort_unstable_by(by_score);
+    let mut above_q = load.iter().filter(|l| **l > q).count();
+    for pass in 0..2 {
+        for &(_, i, j) in &pairs {
+            if owner[i] != usize::MAX {
+                continue;
+            }
+            let room = match pass {
+                0 => load[j] < q,
+                _ => load[j] == q && above_q < r,
+            };
+            if room {
+                owner[i] = j;
+                load[j] += 1;
+                if load[j] > q {
+                    above_q += 1;
+                }
             }
         }
     }
