@@ -9,6 +9,7 @@ pub mod context;
 pub mod coordinator;
 pub mod error;
 pub mod leases;
+pub mod membership;
 pub mod memory;
 pub mod metrics;
 pub mod rebalance;

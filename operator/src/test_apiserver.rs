@@ -46,6 +46,12 @@ impl Writers {
     }
 }
 
+/// A client whose every request the returned verifier answers.
+pub fn mock_client() -> (Client, ApiServerVerifier) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(service, "default"), ApiServerVerifier(handle))
+}
+
 pub fn test_context() -> (Arc<Context>, ApiServerVerifier, Writers) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");

@@ -1,0 +1,346 @@
+//! The Coordinator's Lease I/O (issue #14, seed `replica-shard-leases.txt`): one tick reads
+//! the member and shard Leases with one LIST, lets `coordinator::tick` decide, and carries
+//! out its actions — renewing `dco-operator-member-<replicaId>`, taking, renewing and freeing
+//! `dco-operator-shard-<i>` with resourceVersion-guarded updates (a conflict is the other
+//! replica winning; the next tick decides again), deleting long-gone members — then publishes
+//! the shards this replica owns from what its writes returned. Not yet wired into
+//! `runtime.rs`: the gates and the sharded watches come next.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use tokio::sync::watch;
+
+use crate::coordinator::{self, Action, MemberLease, Owned, Settings, ShardLease, View};
+
+/// Labels every coordinator Lease carries: the component and its role.
+pub const LABEL_COMPONENT: &str = "sharding.dco.rs/component";
+pub const LABEL_ROLE: &str = "sharding.dco.rs/role";
+pub const COMPONENT: &str = "dco-operator";
+const ROLE_MEMBER: &str = "member";
+const ROLE_SHARD: &str = "shard";
+
+pub fn member_lease_name(id: &str) -> String {
+    format!("{COMPONENT}-member-{id}")
+}
+
+pub fn shard_lease_name(index: u32) -> String {
+    format!("{COMPONENT}-shard-{index}")
+}
+
+/// What one tick did, for logs and metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TickReport {
+    pub taken: Vec<u32>,
+    pub freed: Vec<u32>,
+    /// Writes another replica won (a changed resourceVersion, or a create that found the Lease).
+    pub conflicts: usize,
+    pub members_deleted: usize,
+    /// Whether the owned set changed (the OnChange callbacks run then).
+    pub changed: bool,
+}
+
+/// One replica's Coordinator: its Leases in `api` (the lease namespace).
+pub struct Membership {
+    api: Api<Lease>,
+    settings: Settings,
+    me: String,
+    last_renewal: Option<Timestamp>,
+    owned: watch::Sender<Owned>,
+}
+
+impl Membership {
+    pub fn new(api: Api<Lease>, settings: Settings, me: String) -> Self {
+        Membership { api, settings, me, last_renewal: None, owned: watch::Sender::new(Owned::default()) }
+    }
+
+    /// The owned set, current after every tick (the reconcile gate reads it at reconcile
+    /// time, `Owned::owns`, so a replica whose ticks stop also stops owning).
+    pub fn owned(&self) -> watch::Receiver<Owned> {
+        self.owned.subscribe()
+    }
+
+    /// One tick at `now`.
+    pub async fn tick(&mut self, now: Timestamp) -> Result<TickReport, kube::Error> {
+        let lp = ListParams::default().labels(&format!("{LABEL_COMPONENT}={COMPONENT}"));
+        let leases = self.api.list(&lp).await?.items;
+        let (members, shards) = read(&leases);
+        let view = View {
+            now,
+            me: &self.me,
+            last_renewal: self.last_renewal,
+            members: &members,
+            shard_leases: &shards,
+        };
+        let decided = coordinator::tick(&self.settings, &view);
+        let mut report = TickReport::default();
+        // The shard Leases as they are after this tick's writes.
+        let mut after: BTreeMap<u32, ShardLease> = shards.into_iter().map(|l| (l.index, l)).collect();
+        let by_name: BTreeMap<&str, &Lease> =
+            leases.iter().filter_map(|l| Some((l.metadata.name.as_deref()?, l))).collect();
+        for action in &decided.actions {
+            match action {
+                Action::RenewMember => {
+                    let name = member_lease_name(&self.me);
+                    let lease =
+                        self.lease(&name, ROLE_MEMBER, Some(now), by_name.get(name.as_str()).copied());
+                    match self.write(&name, lease).await? {
+                        Some(_) => self.last_renewal = Some(now),
+                        None => report.conflicts += 1,
+                    }
+                }
+                Action::Take { shard, .. } | Action::Renew { shard, .. } | Action::Free { shard, .. } => {
+                    let name = shard_lease_name(*shard);
+                    let old = by_name.get(name.as_str()).copied();
+                    let holding = !matches!(action, Action::Free { .. });
+                    let mut lease = self.lease(&name, ROLE_SHARD, holding.then_some(now), old);
+                    if matches!(action, Action::Take { .. })
+                        && let Some(spec) = lease.spec.as_mut()
+                    {
+                        spec.acquire_time = Some(MicroTime(now));
+                        spec.lease_transitions =
+                            Some(old.and_then(|o| o.spec.as_ref()?.lease_transitions).unwrap_or(0) + 1);
+                    }
+                    match self.write(&name, lease).await? {
+                        Some(written) => {
+                            if let Some(l) = shard_lease(&written) {
+                                after.insert(l.index, l);
+                            }
+                            match action {
+                                Action::Take { .. } => report.taken.push(*shard),
+                                Action::Free { .. } => report.freed.push(*shard),
+                                _ => {}
+                            }
+                        }
+                        None => report.conflicts += 1,
+                    }
+                }
+                Action::DeleteMember { id } => {
+                    match self.api.delete(&member_lease_name(id), &DeleteParams::default()).await {
+                        Ok(_) => report.members_deleted += 1,
+                        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        let after: Vec<ShardLease> = after.into_values().collect();
+        let owned = Owned::of(&self.settings, &self.me, self.last_renewal, &after, &decided.wanted);
+        report.changed = self.owned.send_if_modified(|o| {
+            let changed = o.at(now) != owned.at(now);
+            *o = owned;
+            changed
+        });
+        Ok(report)
+    }
+
+    /// Frees every shard Lease this replica holds (shutdown): another replica takes them at
+    /// its next tick instead of waiting out the lease duration.
+    pub async fn free_all(&mut self) -> Result<usize, kube::Error> {
+        self.owned.send_replace(Owned::default());
+        let lp =
+            ListParams::default().labels(&format!("{LABEL_COMPONENT}={COMPONENT},{LABEL_ROLE}={ROLE_SHARD}"));
+        let mut freed = 0;
+        for l in self.api.list(&lp).await?.items {
+            let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
+            let Some(name) = l.metadata.name.clone() else { continue };
+            if holder != Some(self.me.as_str()) {
+                continue;
+            }
+            let lease = self.lease(&name, ROLE_SHARD, None, Some(&l));
+            if self.write(&name, lease).await?.is_some() {
+                freed += 1;
+            }
+        }
+        Ok(freed)
+    }
+
+    /// The Lease to write: held by us (renewed at `renewed`) or free (`None`), carrying the
+    /// resourceVersion of `old` so the write fails if it changed since it was read.
+    fn lease(&self, name: &str, role: &str, renewed: Option<Timestamp>, old: Option<&Lease>) -> Lease {
+        let duration = i32::try_from(self.settings.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let old_spec = old.and_then(|o| o.spec.clone()).unwrap_or_default();
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                resource_version: old.and_then(|o| o.metadata.resource_version.clone()),
+                labels: Some(BTreeMap::from([
+                    (LABEL_COMPONENT.to_string(), COMPONENT.to_string()),
+                    (LABEL_ROLE.to_string(), role.to_string()),
+                    (dco_api::LABEL_MANAGED_BY.to_string(), dco_api::MANAGED_BY.to_string()),
+                ])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: renewed.map(|_| self.me.clone()),
+                lease_duration_seconds: Some(duration),
+                renew_time: renewed.map(MicroTime),
+                acquire_time: renewed.and(old_spec.acquire_time),
+                lease_transitions: old_spec.lease_transitions,
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    /// Creates the Lease, or replaces it at the resourceVersion it carries. `None` when
+    /// another replica got there first (409: a changed resourceVersion, or it exists).
+    async fn write(&self, name: &str, lease: Lease) -> Result<Option<Lease>, kube::Error> {
+        let pp = PostParams {
+            field_manager: Some(crate::context::FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        let result = if lease.metadata.resource_version.is_some() {
+            self.api.replace(name, &pp, &lease).await
+        } else {
+            self.api.create(&pp, &lease).await
+        };
+        match result {
+            Ok(l) => Ok(Some(l)),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The member and shard Leases among `leases`, by role label and name.
+fn read(leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLease>) {
+    let mut members = Vec::new();
+    let mut shards = Vec::new();
+    for l in leases {
+        let role = l.metadata.labels.as_ref().and_then(|m| m.get(LABEL_ROLE)).map(String::as_str);
+        match role {
+            Some(ROLE_MEMBER) => {
+                let Some(name) = l.metadata.name.as_deref() else { continue };
+                let Some(id) = name.strip_prefix(&format!("{COMPONENT}-member-")) else { continue };
+                let renewed = l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
+                members.push(MemberLease { id: id.to_string(), renewed });
+            }
+            Some(ROLE_SHARD) => shards.extend(shard_lease(l)),
+            _ => {}
+        }
+    }
+    (members, shards)
+}
+
+fn shard_lease(l: &Lease) -> Option<ShardLease> {
+    let index = l.metadata.name.as_deref()?.strip_prefix(&format!("{COMPONENT}-shard-"))?.parse().ok()?;
+    let spec = l.spec.clone().unwrap_or_default();
+    Some(ShardLease {
+        index,
+        holder: spec.holder_identity,
+        renewed: spec.renew_time.map(|t| t.0),
+        duration: SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0))),
+        resource_version: l.metadata.resource_version.clone().unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::Shards;
+    use crate::test_apiserver::mock_client;
+    use http::{Method, StatusCode};
+    use serde_json::json;
+
+    const NS: &str = "dco-system";
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/dco-system/leases";
+
+    fn settings(shards: u32) -> Settings {
+        Settings::new(
+            Shards::new(shards).unwrap(),
+            SignedDuration::from_secs(30),
+            SignedDuration::from_secs(10),
+        )
+    }
+
+    fn list(items: Vec<serde_json::Value>) -> serde_json::Value {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {"resourceVersion": "10"}, "items": items})
+    }
+
+    fn conflict() -> serde_json::Value {
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "the object has been modified"})
+    }
+
+    /// A fresh replica alone: it creates its member Lease and every shard Lease, labelled and
+    /// held by it, and then owns every shard.
+    #[tokio::test]
+    async fn a_lone_replica_creates_its_leases_and_owns_every_shard() {
+        let (client, mut api) = mock_client();
+        let mut m = Membership::new(Api::namespaced(client, NS), settings(2), "op-a".into());
+        let owned = m.owned();
+        let now = Timestamp::now();
+        let tick = tokio::spawn(async move { (m.tick(now).await, m) });
+
+        let x = api.expect(Method::GET, LEASES).await;
+        assert!(x.query.contains("labelSelector=sharding.dco.rs%2Fcomponent%3Ddco-operator"), "{}", x.query);
+        x.ok(&list(vec![]));
+        for name in ["dco-operator-member-op-a", "dco-operator-shard-0", "dco-operator-shard-1"] {
+            let x = api.expect(Method::POST, LEASES).await;
+            assert_eq!(x.body["metadata"]["name"], name);
+            assert_eq!(x.body["spec"]["holderIdentity"], "op-a");
+            assert_eq!(x.body["spec"]["leaseDurationSeconds"], 30);
+            assert_eq!(x.body["metadata"]["labels"]["sharding.dco.rs/component"], "dco-operator");
+            let mut written = x.body.clone();
+            written["metadata"]["resourceVersion"] = json!("11");
+            x.ok(&written);
+        }
+        let (report, _m) = tick.await.unwrap();
+        let report = report.unwrap();
+        assert_eq!((report.taken, report.changed), (vec![0, 1], true));
+        assert_eq!(owned.borrow().at(now), [0, 1].into());
+    }
+
+    /// A take another replica won (409) is not owned; the tick reports the conflict and does
+    /// not fail.
+    #[tokio::test]
+    async fn a_lost_take_is_not_owned() {
+        let (client, mut api) = mock_client();
+        let mut m = Membership::new(Api::namespaced(client, NS), settings(1), "op-a".into());
+        let now = Timestamp::now();
+        let tick = tokio::spawn(async move { (m.tick(now).await, m) });
+        api.expect(Method::GET, LEASES).await.ok(&list(vec![]));
+        let x = api.expect(Method::POST, LEASES).await;
+        let b = x.body.clone();
+        x.ok(&b);
+        api.expect(Method::POST, LEASES).await.reply(StatusCode::CONFLICT, &conflict());
+        let (report, m) = tick.await.unwrap();
+        let report = report.unwrap();
+        assert_eq!((report.taken.len(), report.conflicts, report.changed), (0, 1, false));
+        assert!(m.owned().borrow().at(now).is_empty());
+    }
+
+    /// A shard held by a live other replica is left alone until it expires; a replica gone
+    /// for 10 lease durations has its member Lease deleted.
+    #[tokio::test]
+    async fn a_live_holder_keeps_its_shard_and_a_long_gone_member_is_deleted() {
+        let (client, mut api) = mock_client();
+        let mut m = Membership::new(Api::namespaced(client, NS), settings(1), "op-a".into());
+        let now = Timestamp::now();
+        let ts = |t: Timestamp| json!(t.to_string());
+        let lease = |name: &str, role: &str, holder: &str, renewed: Timestamp| {
+            json!({"metadata": {"name": name, "resourceVersion": "5",
+                "labels": {"sharding.dco.rs/component": "dco-operator", "sharding.dco.rs/role": role}},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": 30, "renewTime": ts(renewed)}})
+        };
+        let tick = tokio::spawn(async move { (m.tick(now).await, m) });
+        api.expect(Method::GET, LEASES).await.ok(&list(vec![
+            lease("dco-operator-member-op-b", "member", "op-b", now - SignedDuration::from_secs(2)),
+            lease("dco-operator-member-op-gone", "member", "op-gone", now - SignedDuration::from_secs(600)),
+            lease("dco-operator-shard-0", "shard", "op-b", now - SignedDuration::from_secs(2)),
+        ]));
+        // Renew its member Lease; the shard stays op-b's; op-gone's member Lease goes.
+        let x = api.expect(Method::POST, LEASES).await;
+        assert_eq!(x.body["metadata"]["name"], "dco-operator-member-op-a");
+        let b = x.body.clone();
+        x.ok(&b);
+        let x = api.expect(Method::DELETE, &format!("{LEASES}/dco-operator-member-op-gone")).await;
+        x.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+        let (report, m) = tick.await.unwrap();
+        let report = report.unwrap();
+        assert_eq!((report.taken.len(), report.members_deleted), (0, 1));
+        assert!(m.owned().borrow().at(now).is_empty());
+    }
+}
