@@ -9,6 +9,7 @@
 #   COUNTS="1 300" BIN=target/bench hack/bench/held.sh   # another build's binaries
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. hack/bench/lib.sh
 
 COUNTS=${COUNTS:-1 100 300 1000}
 SETTLE=${SETTLE:-11}
@@ -32,11 +33,7 @@ for n in $COUNTS; do
   "$BIN/dco-webhook" --static-dir "$dir" --listen "127.0.0.1:$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
     --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" --shutdown-delay 0s >"$work/server.log" 2>&1 &
   server_pid=$!
-  for _ in $(seq 1 600); do
-    if curl -fsk "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then break; fi
-    sleep 0.1
-  done
-  curl -fsk "https://127.0.0.1:$PORT/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
+  wait_ready "https://127.0.0.1:$PORT/readyz" "$server_pid" "$work/server.log" 60
   served=$(curl -fs "http://127.0.0.1:$ADMIN_PORT/metrics" | sed -n 's/^dco_webhook_registry_entries{state="served"} //p')
   [ "$served" = "$n" ] || { echo "served $served targets of $n"; cat "$work/server.log"; exit 1; }
   sleep "$SETTLE"

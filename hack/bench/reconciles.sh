@@ -77,11 +77,7 @@ before=$(watches)
   --webhook-arg=--drain-period=5s --webhook-arg=--lease-renew-interval=5s --webhook-arg=--lease-duration=20s \
   --metrics-listen "127.0.0.1:$PORT" --resync 300s >"$LOG" 2>&1 &
 op_pid=$!
-for _ in $(seq 1 300); do
-  curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
-  kill -0 "$op_pid" 2>/dev/null || { cat "$LOG"; exit 1; }
-  sleep 0.1
-done
+wait_ready "http://127.0.0.1:$PORT/readyz" "$op_pid" "$LOG"
 # The controllers open their watches once the caches synced (readyz); give them a moment.
 sleep 3
 echo "operator: $OPERATOR (log $LOG)"

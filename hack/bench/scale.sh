@@ -64,11 +64,7 @@ kubectl create ns "$RUN" >/dev/null
 "$bin/dco-operator" --namespace "$RUN" --selector "$SEL" --webhook-image dco-webhook-release:scale \
   --webhook-listen '$(POD_IP):9443' --metrics-listen "127.0.0.1:$PORT" >"$LOG" 2>&1 &
 op_pid=$!
-for _ in $(seq 1 300); do
-  curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
-  kill -0 "$op_pid" 2>/dev/null || { cat "$LOG"; exit 1; }
-  sleep 0.1
-done
+wait_ready "http://127.0.0.1:$PORT/readyz" "$op_pid" "$LOG"
 kubectl apply --server-side -f - >/dev/null <<EOF
 apiVersion: conversion.dco.rs/v1alpha1
 kind: ConversionWebhookServer

@@ -7,6 +7,7 @@
 #   REQUESTS=50 hack/bench/webhook.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. hack/bench/lib.sh
 
 REQUESTS=${REQUESTS:-200}
 OBJECTS=${OBJECTS:-1500}
@@ -27,12 +28,7 @@ taskset -c "$SERVER_CPU" "$bin/dco-webhook" --static-dir hack/bench/webhook-fixt
   --listen "127.0.0.1:$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" \
   --shutdown-delay 0s >"$work/server.log" 2>&1 &
 server_pid=$!
-
-for _ in $(seq 1 100); do
-  if curl -fsk "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then break; fi
-  sleep 0.1
-done
-curl -fsk "https://127.0.0.1:$PORT/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
+wait_ready "https://127.0.0.1:$PORT/readyz" "$server_pid" "$work/server.log" 10
 
 echo "server: dco-webhook --static-dir, pinned to CPU $SERVER_CPU; client pinned to CPU $CLIENT_CPU"
 # CPU time the hypervisor gave to other guests (steal, the 8th number on /proc/stat's cpu line), as
