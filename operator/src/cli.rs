@@ -45,6 +45,37 @@ pub struct Args {
     /// Log format.
     #[arg(long, env = "DCO_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Shards of the operator's own work (configs and servers, by the hash of their uid); the
+    /// replicas divide them by Leases. Every replica must use the same value.
+    #[arg(long, env = "DCO_SHARDS", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub shards: u32,
+    /// This replica's id in the coordinator's Leases, unique among the running replicas
+    /// (default: the Pod name, then the hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub replica_id: Option<String>,
+    /// Namespace of the coordinator's member and shard Leases (default: --namespace).
+    #[arg(long, env = "DCO_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// A shard Lease not renewed for this long may be taken by another replica; longer than
+    /// the longest reconcile.
+    #[arg(long, env = "DCO_LEASE_DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// How often the coordinator renews its Leases and re-divides the shards.
+    #[arg(long, env = "DCO_LEASE_RENEW_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub lease_renew_interval: Duration,
+}
+
+impl Args {
+    /// `--replica-id`, else the hostname.
+    pub fn replica_id(&self) -> String {
+        self.replica_id.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "dco-operator".to_string())
+        })
+    }
 }
 
 /// Go-style durations (`250ms`, `5s`, `1m30s`) or a bare number of seconds.

@@ -9,6 +9,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::membership::Gate;
 use kube::{Client, Resource};
 
 use crate::metrics::Metrics;
@@ -69,6 +71,8 @@ pub struct Context {
     pub stores: Stores,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// Whether this replica owns an object's shard (`membership.rs`).
+    pub gate: Gate,
 }
 
 impl Context {
@@ -77,7 +81,28 @@ impl Context {
             controller: FIELD_MANAGER.to_string(),
             instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),
         };
-        Context { recorder: Recorder::new(client.clone(), reporter), client, settings, stores, metrics }
+        let gate = Gate::everything();
+        Context { recorder: Recorder::new(client.clone(), reporter), client, settings, stores, metrics, gate }
+    }
+
+    /// The context with the Coordinator's gate instead of owning everything.
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = gate;
+        self
+    }
+
+    /// The reconcile gate: `Some(action)` when another replica owns the object's shard (the
+    /// reconcile stops there; the owner's OnChange re-enqueues it when ownership moves).
+    pub fn not_ours<K: Resource>(
+        &self,
+        controller: &str,
+        o: &K,
+    ) -> Option<kube::runtime::controller::Action> {
+        if self.gate.owns(o.meta().uid.as_deref()) {
+            return None;
+        }
+        self.metrics.skipped(controller);
+        Some(kube::runtime::controller::Action::await_change())
     }
 
     /// The resolver over the cached servers. A server being deleted is out of the pool and

@@ -160,6 +160,12 @@ impl Owned {
         Owned { until }
     }
 
+    /// Every shard of `shards`, until `until` (a lone replica that is not coordinated, e.g. in
+    /// unit tests of the reconcilers).
+    pub fn all(shards: Shards, until: Timestamp) -> Self {
+        Owned { until: shards.all().map(|i| (i, until)).collect() }
+    }
+
     /// Whether `shard` is ours at `now`. Checks the clock: no tick is needed to stop.
     pub fn owns(&self, shard: u32, now: Timestamp) -> bool {
         self.until.get(&shard).is_some_and(|u| now < *u)

@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tokio::sync::watch;
 
 use crate::coordinator::{self, Action, MemberLease, Owned, Settings, ShardLease, View};
+use crate::shard::Shards;
 
 /// Labels every coordinator Lease carries: the component and its role.
 pub const LABEL_COMPONENT: &str = "sharding.dco.rs/component";
@@ -29,6 +30,32 @@ pub fn member_lease_name(id: &str) -> String {
 
 pub fn shard_lease_name(index: u32) -> String {
     format!("{COMPONENT}-shard-{index}")
+}
+
+/// The reconcile gate: whether this replica owns an object's shard now. Read at the start of
+/// every reconcile (the correctness check; the enqueue filter only shortens queues).
+#[derive(Clone)]
+pub struct Gate {
+    shards: Shards,
+    owned: watch::Receiver<Owned>,
+}
+
+impl Gate {
+    pub fn new(shards: Shards, owned: watch::Receiver<Owned>) -> Self {
+        Gate { shards, owned }
+    }
+
+    /// Owns every shard for ever: for the reconcilers' unit tests.
+    pub fn everything() -> Self {
+        let shards = Shards::new(1).unwrap_or_else(|| unreachable!("1 is a valid shard count"));
+        let (_, owned) = watch::channel(Owned::all(shards, Timestamp::MAX));
+        Gate { shards, owned }
+    }
+
+    /// Whether the object of `uid` is ours to reconcile now (no uid: not yet created, never).
+    pub fn owns(&self, uid: Option<&str>) -> bool {
+        uid.is_some_and(|u| self.owned.borrow().owns(self.shards.of_uid(u), Timestamp::now()))
+    }
 }
 
 /// What one tick did, for logs and metrics.
@@ -55,6 +82,11 @@ pub struct Membership {
 impl Membership {
     pub fn new(api: Api<Lease>, settings: Settings, me: String) -> Self {
         Membership { api, settings, me, last_renewal: None, owned: watch::Sender::new(Owned::default()) }
+    }
+
+    /// The reconcile gate over this Coordinator's owned set.
+    pub fn gate(&self) -> Gate {
+        Gate::new(self.settings.shards, self.owned())
     }
 
     /// The owned set, current after every tick (the reconcile gate reads it at reconcile
@@ -205,6 +237,65 @@ impl Membership {
     }
 }
 
+/// Runs a tick every renew interval until `stop` resolves, then frees this replica's shard
+/// Leases (within 5 s) so the others take them at once. `on_change` runs after every tick
+/// that changed the owned set (the OnChange callback: re-enqueue every owned object).
+pub async fn run(
+    mut m: Membership,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    mut on_change: impl FnMut(),
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let every = m.settings.renew_interval.unsigned_abs();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            () = tokio::time::sleep(every) => {}
+        }
+        m.tick_and_report(&metrics, &mut on_change).await;
+    }
+    match tokio::time::timeout(std::time::Duration::from_secs(5), m.free_all()).await {
+        Ok(Ok(n)) => tracing::info!(freed = n, "shutting down: freed this replica's shard Leases"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "shutting down: cannot free the shard Leases; others take them once they expire")
+        }
+        Err(_) => tracing::warn!(
+            "shutting down: freeing the shard Leases took over 5 s; others take them once they expire"
+        ),
+    }
+}
+
+impl Membership {
+    /// One tick now, logged and counted; a failed tick keeps the owned set as it was (it
+    /// lapses by itself at the renew deadline, `Owned::owns`).
+    pub async fn tick_and_report(&mut self, metrics: &crate::metrics::Metrics, on_change: &mut impl FnMut()) {
+        let now = Timestamp::now();
+        match self.tick(now).await {
+            Ok(r) => {
+                metrics.coordinator_ticks.get_or_create(&crate::metrics::ResultLabel { result: "ok" }).inc();
+                metrics.shard_takes.inc_by(r.taken.len() as u64);
+                metrics.shard_frees.inc_by(r.freed.len() as u64);
+                let owned = self.owned.borrow().at(now);
+                metrics.owned_shards.set(i64::try_from(owned.len()).unwrap_or(i64::MAX));
+                if r.changed {
+                    tracing::info!(replica = %self.me, owned = ?owned, taken = ?r.taken, freed = ?r.freed,
+                        "the shards this replica owns changed; re-enqueueing their objects");
+                    on_change();
+                }
+            }
+            Err(e) => {
+                metrics
+                    .coordinator_ticks
+                    .get_or_create(&crate::metrics::ResultLabel { result: "error" })
+                    .inc();
+                tracing::warn!(error = %e, replica = %self.me,
+                    "coordinator tick failed (needs get, list, create, update and delete on leases in the lease namespace); retrying next interval");
+            }
+        }
+    }
+}
+
 /// The member and shard Leases among `leases`, by role label and name.
 fn read(leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLease>) {
     let mut members = Vec::new();
@@ -240,7 +331,6 @@ fn shard_lease(l: &Lease) -> Option<ShardLease> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::Shards;
     use crate::test_apiserver::mock_client;
     use http::{Method, StatusCode};
     use serde_json::json;
@@ -342,5 +432,44 @@ mod tests {
         let report = report.unwrap();
         assert_eq!((report.taken.len(), report.members_deleted), (0, 1));
         assert!(m.owned().borrow().at(now).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_lets_through_only_owned_shards_and_only_until_their_deadline() {
+        let shards = Shards::new(2).unwrap();
+        // uids as the apiserver makes them (random UUIDs): FNV-1a's top bits barely move
+        // with the last bytes of near-identical strings.
+        let uids: Vec<String> = (0..40u64)
+            .map(|i| {
+                let (a, b) = (dco_api::hash::mix64(i + 1), dco_api::hash::mix64(i + 1000));
+                format!(
+                    "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                    a >> 32,
+                    a & 0xffff,
+                    b & 0xfff,
+                    (b >> 12) & 0xfff,
+                    b >> 16
+                )
+            })
+            .collect();
+        let in_0: Vec<&String> = uids.iter().filter(|u| shards.of_uid(u) == 0).collect();
+        let in_1: Vec<&String> = uids.iter().filter(|u| shards.of_uid(u) == 1).collect();
+        assert!(!in_0.is_empty() && !in_1.is_empty());
+        let until = Timestamp::now() + SignedDuration::from_secs(60);
+        let owned = Owned::all(Shards::new(1).unwrap(), until); // shard 0 of 2 only
+        let (tx, rx) = watch::channel(owned);
+        let gate = Gate::new(shards, rx);
+        assert!(in_0.iter().all(|u| gate.owns(Some(u))));
+        assert!(in_1.iter().all(|u| !gate.owns(Some(u))));
+        assert!(!gate.owns(None), "an object without a uid is nobody's");
+        // Past its deadline nothing is owned, though no tick ran since.
+        tx.send_replace(Owned::all(shards, Timestamp::now() - SignedDuration::from_secs(1)));
+        assert!(uids.iter().all(|u| !gate.owns(Some(u))));
+        assert!(Gate::everything().owns(Some("any")));
     }
 }

@@ -31,6 +31,19 @@ pub struct Metrics {
     pub duration: Family<ControllerLabel, Histogram>,
     pub handover_transitions: Family<TransitionLabels, Counter>,
     pub target_patches: Counter,
+    /// Reconciles the shard gate stopped: another replica owns the object's shard.
+    pub skipped: Family<ControllerLabel, Counter>,
+    /// Coordinator ticks by result, and its shard takes and frees.
+    pub coordinator_ticks: Family<ResultLabel, Counter>,
+    pub shard_takes: Counter,
+    pub shard_frees: Counter,
+    /// Shards this replica owns now.
+    pub owned_shards: prometheus_client::metrics::gauge::Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
 }
 
 impl Default for Metrics {
@@ -56,11 +69,40 @@ impl Default for Metrics {
             "Server-side applies of targets' spec.conversion",
             target_patches.clone(),
         );
-        Metrics { registry, reconciles, failures, duration, handover_transitions, target_patches }
+        let skipped = Family::<ControllerLabel, Counter>::default();
+        let coordinator_ticks = Family::<ResultLabel, Counter>::default();
+        let (shard_takes, shard_frees) = (Counter::default(), Counter::default());
+        let owned_shards = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "reconciles_skipped",
+            "Reconciles stopped by the shard gate: another replica owns the object's shard",
+            skipped.clone(),
+        );
+        registry.register("coordinator_ticks", "Coordinator ticks, by result", coordinator_ticks.clone());
+        registry.register("shard_takes", "Shard Leases this replica took", shard_takes.clone());
+        registry.register("shard_frees", "Shard Leases this replica freed", shard_frees.clone());
+        registry.register("owned_shards", "Shards this replica owns", owned_shards.clone());
+        Metrics {
+            registry,
+            reconciles,
+            failures,
+            duration,
+            handover_transitions,
+            target_patches,
+            skipped,
+            coordinator_ticks,
+            shard_takes,
+            shard_frees,
+            owned_shards,
+        }
     }
 }
 
 impl Metrics {
+    pub fn skipped(&self, controller: &str) {
+        self.skipped.get_or_create(&ControllerLabel { controller: controller.to_string() }).inc();
+    }
+
     pub fn reconciled(&self, controller: &str, took: Duration) {
         let l = ControllerLabel { controller: controller.to_string() };
         self.reconciles.get_or_create(&l).inc();

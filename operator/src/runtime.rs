@@ -23,11 +23,15 @@ use crate::assigned::ConfigRef;
 use crate::cli::Args;
 use crate::config::{self, ConfigKind, target};
 use crate::context::{Context, Settings, Stores};
+use crate::coordinator;
 use crate::leases::lease_triggers;
+use crate::membership::{self, Membership};
 use crate::metrics::Metrics;
 use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
 use crate::server;
+use crate::shard::Shards;
 use dco_api::target::{TARGET_PAGE, XRD_CRD_NAME, slim};
+use k8s_openapi::jiff::SignedDuration;
 
 /// The watch config of the kinds `--selector` narrows (servers and configs).
 fn scoped(selector: &Option<String>) -> watcher::Config {
@@ -219,6 +223,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    // The Coordinator (membership.rs): Prime runs one tick before the watches start, so the
+    // gate knows the owned shards at the first event.
+    let shards = Shards::new(args.shards).context("--shards must be at least 1")?;
+    let coordination = coordinator::Settings::new(
+        shards,
+        SignedDuration::try_from(args.lease_duration).context("--lease-duration")?,
+        SignedDuration::try_from(args.lease_renew_interval).context("--lease-renew-interval")?,
+    );
+    coordination
+        .check()
+        .map_err(|e| anyhow::anyhow!("{e}; fix --lease-duration or --lease-renew-interval"))?;
+    let lease_ns = args.lease_namespace.clone().unwrap_or_else(|| args.namespace.clone());
+    let mut membership =
+        Membership::new(Api::namespaced(client.clone(), &lease_ns), coordination, args.replica_id());
+    membership.tick_and_report(&metrics, &mut || {}).await;
+    let gate = membership.gate();
     tokio::spawn(serve_health(args.metrics_listen, metrics.clone(), ready.clone()));
 
     // One watch per kind; the stores the reconcilers read are these reflectors' own.
@@ -242,7 +263,31 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         xccs: xccs.clone(),
         cccs: cccs.clone(),
     };
-    let ctx = Arc::new(Context::new(client.clone(), settings, stores.clone(), metrics));
+    let ctx = Arc::new(
+        Context::new(client.clone(), settings, stores.clone(), metrics.clone()).with_gate(gate.clone()),
+    );
+    // OnChange: every object of the three kinds goes back into its controller's queue; the
+    // gate lets through the owned ones.
+    let (requeue_servers, requeue_cccs, requeue_xccs) =
+        (server_tx.clone(), ccc_trigger_tx.clone(), xcc_trigger_tx.clone());
+    let on_change = {
+        let (servers, cccs, xccs) = (servers.clone(), cccs.clone(), xccs.clone());
+        move || {
+            for s in servers.state() {
+                let _ = requeue_servers.send(ObjectRef::from_obj(s.as_ref()));
+            }
+            for c in cccs.state() {
+                let _ = requeue_cccs.send(ObjectRef::from_obj(c.as_ref()));
+            }
+            for c in xccs.state() {
+                let _ = requeue_xccs.send(ObjectRef::from_obj(c.as_ref()));
+            }
+        }
+    };
+    let (stop_coordinator, coordinator_stopped) = tokio::sync::oneshot::channel::<()>();
+    let coordinator_task = tokio::spawn(membership::run(membership, metrics, on_change, async {
+        let _ = coordinator_stopped.await;
+    }));
 
     // Who wakes whom, apart from each controller's own objects (see rebalance.rs):
     // server spec/deletion/existence and CA → the configs it affects (paced); its Leases and
@@ -380,6 +425,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     tokio::join!(cws_ctl, ccc_run, xcc_run);
     tracing::info!("controllers stopped");
+    let _ = stop_coordinator.send(());
+    let _ = coordinator_task.await;
     Ok(())
 }
 

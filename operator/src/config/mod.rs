@@ -73,6 +73,9 @@ fn controller_name<K: ConfigKind>() -> String {
 
 #[instrument(skip(cfg, ctx), fields(kind = K::KIND, config = %cfg.name_any(), target = %cfg.target_name()))]
 pub async fn reconcile<K: ConfigKind>(cfg: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(skip) = ctx.not_ours(&controller_name::<K>(), cfg.as_ref()) {
+        return Ok(skip);
+    }
     let started = Instant::now();
     let api: Api<K> = Api::all(ctx.client.clone());
     let name = cfg.name_any();

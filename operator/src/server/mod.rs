@@ -53,6 +53,9 @@ pub fn config_refs(ctx: &Context) -> Vec<ConfigRef> {
 
 #[instrument(skip(cws, ctx), fields(server = %cws.name_any()))]
 pub async fn reconcile(cws: Arc<ConversionWebhookServer>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(skip) = ctx.not_ours(CONTROLLER, cws.as_ref()) {
+        return Ok(skip);
+    }
     let started = Instant::now();
     let api: Api<ConversionWebhookServer> = Api::all(ctx.client.clone());
     let name = cws.name_any();
