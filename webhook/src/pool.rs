@@ -229,11 +229,13 @@ mod tests {
     #[tokio::test]
     async fn the_budget_is_what_the_engine_sees() {
         let pool = Pool::new(1).unwrap();
-        let b = budget(Duration::from_millis(50));
+        // Wide enough that a loaded CI machine starts the closure before the deadline (50 ms
+        // was not: the first verdict came too late once under a parallel build).
+        let b = budget(Duration::from_millis(500));
         let stopped = pool
             .run(b.clone(), || {
                 let before = engine_verdict();
-                std::thread::sleep(Duration::from_millis(80));
+                std::thread::sleep(Duration::from_millis(600));
                 (before, engine_verdict())
             })
             .await
