@@ -25,7 +25,7 @@ use crate::config::{self, ConfigKind, target};
 use crate::context::{Context, Settings, Stores};
 use crate::coordinator;
 use crate::leases::lease_triggers;
-use crate::membership::{self, Membership};
+use crate::membership::{self, Gate, Membership};
 use crate::metrics::Metrics;
 use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
 use crate::server;
@@ -98,12 +98,14 @@ where
     watcher(api, config).modify(slim::<K>).default_backoff().reflect_shared(writer)
 }
 
-/// Drive a root event stream: every applied object goes to `triggers` (its controller's
-/// primary stream, when it has one), and `changed` picks what else each event must wake.
+/// Drive a root event stream: every applied object of a shard this replica owns goes to
+/// `triggers` (its controller's primary stream, when it has one: the enqueue filter, which
+/// only shortens queues — the reconcile gate is the check), and `changed` picks what else
+/// each event must wake.
 async fn drive<K>(
     kind: &'static str,
     events: impl Stream<Item = watcher::Result<watcher::Event<K>>>,
-    triggers: Option<mpsc::UnboundedSender<ObjectRef<K>>>,
+    triggers: Option<(mpsc::UnboundedSender<ObjectRef<K>>, Gate)>,
     mut changed: impl FnMut(&watcher::Event<K>) -> Vec<Wake>,
     fanout: Fanout,
 ) where
@@ -114,7 +116,9 @@ async fn drive<K>(
         match ev {
             Ok(ev) => {
                 crate::memory::touched();
-                if let (Some(tx), watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = (&triggers, &ev)
+                if let (Some((tx, gate)), watcher::Event::Apply(o) | watcher::Event::InitApply(o)) =
+                    (&triggers, &ev)
+                    && gate.owns(o.meta().uid.as_deref())
                     && tx.send(ObjectRef::from_obj(o)).is_err()
                 {
                     return;
@@ -271,15 +275,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (requeue_servers, requeue_cccs, requeue_xccs) =
         (server_tx.clone(), ccc_trigger_tx.clone(), xcc_trigger_tx.clone());
     let on_change = {
-        let (servers, cccs, xccs) = (servers.clone(), cccs.clone(), xccs.clone());
+        let (servers, cccs, xccs, gate) = (servers.clone(), cccs.clone(), xccs.clone(), gate.clone());
         move || {
-            for s in servers.state() {
+            let ours = |m: &kube::core::ObjectMeta| gate.owns(m.uid.as_deref());
+            for s in servers.state().iter().filter(|o| ours(o.meta())) {
                 let _ = requeue_servers.send(ObjectRef::from_obj(s.as_ref()));
             }
-            for c in cccs.state() {
+            for c in cccs.state().iter().filter(|o| ours(o.meta())) {
                 let _ = requeue_cccs.send(ObjectRef::from_obj(c.as_ref()));
             }
-            for c in xccs.state() {
+            for c in xccs.state().iter().filter(|o| ours(o.meta())) {
                 let _ = requeue_xccs.send(ObjectRef::from_obj(c.as_ref()));
             }
         }
@@ -300,14 +305,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(drive(
         "CRDConversionConfig",
         ccc_events,
-        Some(ccc_trigger_tx),
+        Some((ccc_trigger_tx, gate.clone())),
         config_changes(),
         fanout.clone(),
     ));
     tokio::spawn(drive(
         "XRDConversionConfig",
         xcc_events,
-        Some(xcc_trigger_tx),
+        Some((xcc_trigger_tx, gate.clone())),
         config_changes(),
         fanout.clone(),
     ));
@@ -327,7 +332,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(drive(
         "ConversionWebhookServer",
         server_events,
-        Some(server_tx),
+        Some((server_tx, gate.clone())),
         server_changes,
         fanout.clone(),
     ));
@@ -440,6 +445,49 @@ mod tests {
             "metadata": {"name": name}, "spec": {},
         }))
         .unwrap()
+    }
+
+    /// The enqueue filter: only objects of owned shards reach the controller's queue.
+    #[tokio::test]
+    async fn only_owned_objects_are_enqueued() {
+        use crate::coordinator::Owned;
+        use crate::shard::Shards;
+        let shards = Shards::new(2).unwrap();
+        let uids = [
+            "0e8f2c1a-5b7d-4c3e-9a1f-7d6b5c4a3e21",
+            "c3d9a7e2-1f4b-4e8a-b6c5-2a9d8e7f6b10",
+            "5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+            "f1e2d3c4-b5a6-4978-8695-a4b3c2d1e0f9",
+        ];
+        let in_shard =
+            |i| uids.iter().copied().find(|u| shards.of_uid(u) == i).expect("a fixture uid in each shard");
+        let (a, b) = (in_shard(0), in_shard(1));
+        let until = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(60);
+        // Every shard of a 1-shard space is shard 0 of 2: a's.
+        let owned = Owned::all(Shards::new(1).unwrap(), until);
+        let (_keep, rx) = tokio::sync::watch::channel(owned);
+        let gate = Gate::new(shards, rx);
+        let with_uid = |name: &str, uid: &str| {
+            let mut s = server(name);
+            s.metadata.uid = Some(uid.to_string());
+            s
+        };
+        let events = stream::iter(vec![
+            Ok(watcher::Event::Apply(with_uid("theirs", b))),
+            Ok(watcher::Event::Apply(with_uid("ours", a))),
+        ]);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (ctx, _api, _w) = crate::test_apiserver::test_context();
+        let (ccc, _) = mpsc::channel(1);
+        let (xcc, _) = mpsc::channel(1);
+        let (cws, _) = mpsc::channel(1);
+        let fanout = Fanout::new(ctx, ccc, xcc, cws);
+        drive("ConversionWebhookServer", events, Some((tx, gate)), |_| Vec::new(), fanout).await;
+        let mut got = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            got.push(r.name);
+        }
+        assert_eq!(got, ["ours"]);
     }
 
     /// An object deleted before its controller read the trigger is skipped, and the stream
