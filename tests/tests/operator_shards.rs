@@ -1,0 +1,207 @@
+//! Two dco-operator replicas on the local cluster divide their work by shard Leases (issue
+//! #14): each holds half of the shard Leases, every config is reconciled by exactly one of
+//! them, a replica killed with SIGKILL has its shards taken by the other (the wait allows the
+//! lease duration plus a renew interval plus 10 s; the time is printed), after which the
+//! survivor reconciles every config, and a replica stopped with SIGTERM frees its shard Leases.
+//!
+//! Needs `target/debug/dco-operator` (`cargo build -p dco-operator`). The replicas run as local
+//! processes with `--replica-id`, scoped by `--selector` to this test's configs, their Leases in
+//! the test's namespace; the configs name no existing CRD, which is still a reconcile that
+//! writes status.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use dco_tests::{TestEnv, wait_for};
+
+const CONFIGS: usize = 20;
+const SHARDS: usize = 32;
+const LEASE_DURATION_S: u64 = 9;
+const RENEW_S: u64 = 2;
+
+fn binary() -> Result<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dco_tests::repo_root().join("target"));
+    let bin = target.join("debug").join("dco-operator");
+    if !bin.exists() {
+        bail!("{} is missing: build it with `cargo build -p dco-operator`", bin.display());
+    }
+    Ok(bin)
+}
+
+struct Replica {
+    child: Child,
+    log: PathBuf,
+    metrics: String,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn start(env: &TestEnv, selector: &str, id: &str) -> Result<Replica> {
+    let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
+    let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let metrics = format!("127.0.0.1:{}", free_port()?);
+    let child = Command::new(binary()?)
+        .args(["--namespace", &env.ns, "--selector", selector, "--replica-id", id])
+        .args(["--lease-duration", &format!("{LEASE_DURATION_S}s")])
+        .args(["--lease-renew-interval", &format!("{RENEW_S}s")])
+        .args(["--shards", &SHARDS.to_string(), "--metrics-listen", &metrics, "--resync", "300s"])
+        .env("KUBECONFIG", &env.cluster.kubeconfig)
+        // The runtime logs every reconcile's object at debug: the evidence of who reconciled what.
+        .env("RUST_LOG", "info,dco_operator::runtime=debug")
+        .stdout(Stdio::from(out.try_clone()?))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .context("starting dco-operator")?;
+    eprintln!("dco-operator {id} log: {}", log.display());
+    Ok(Replica { child, log, metrics })
+}
+
+/// The configs a replica's log shows reconciled since byte `from` of it.
+fn reconciled(r: &Replica, from: usize) -> Result<BTreeSet<String>> {
+    let text = std::fs::read_to_string(&r.log)?;
+    Ok(text
+        .get(from..)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("reconciled") && l.contains("crdconversionconfig"))
+        .filter_map(|l| l.split("name: \"").nth(1)?.split('"').next().map(str::to_string))
+        .collect())
+}
+
+fn log_len(r: &Replica) -> usize {
+    std::fs::metadata(&r.log).map(|m| m.len() as usize).unwrap_or(0)
+}
+
+async fn metric(r: &Replica, name: &str) -> Result<Option<f64>> {
+    let (_, body) = dco_tests::http_get(&r.metrics, "/metrics").await?;
+    Ok(body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()))
+}
+
+/// Shard Lease holders: replica id → number of shards held.
+async fn holders(leases: &Api<Lease>) -> Result<std::collections::BTreeMap<String, usize>> {
+    let lp = ListParams::default().labels("sharding.dco.rs/role=shard");
+    let mut out = std::collections::BTreeMap::new();
+    for l in leases.list(&lp).await?.items {
+        let h = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+        *out.entry(h).or_insert(0) += 1;
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn two_replicas_divide_the_configs_and_the_survivor_takes_over() -> Result<()> {
+    let t = TestEnv::new("shards").await?;
+    let client = t.client.clone();
+    let selector = format!("dco-shards-test={}", t.ns);
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(client.clone());
+    for crd in dco_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &PatchParams::apply("dco-shards-test").force(), &Patch::Apply(&crd)).await?;
+    }
+    let cccs: Api<dco_api::CRDConversionConfig> = Api::all(client.clone());
+    wait_for("the dco CRDs to be served", Duration::from_secs(30), || async {
+        Ok(cccs.list(&ListParams::default().limit(1)).await.ok().map(|_| ()))
+    })
+    .await?;
+    let leases: Api<Lease> = t.api();
+
+    let a = start(&t, &selector, "op-a")?;
+    let mut b = start(&t, &selector, "op-b")?;
+    wait_for("the two replicas to hold half of the shards each", Duration::from_secs(60), || async {
+        let h = holders(&leases).await?;
+        Ok((h.get("op-a") == Some(&(SHARDS / 2)) && h.get("op-b") == Some(&(SHARDS / 2))).then_some(()))
+    })
+    .await?;
+
+    let names: Vec<String> = (0..CONFIGS).map(|i| format!("{}-c{i}", t.ns)).collect();
+    let apply_all = |stamp: String| {
+        let cccs = cccs.clone();
+        let names = names.clone();
+        let (ns, selector) = (t.ns.clone(), selector.clone());
+        async move {
+            let (k, v) = selector.split_once('=').unwrap_or_default();
+            for (i, name) in names.iter().enumerate() {
+                let cfg = json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+                    "metadata": {"name": name, "labels": {k: v}, "annotations": {"dco-shards-test/stamp": stamp}},
+                    "spec": {"targetCRD": {"name": format!("widgets.g{i}.{ns}.shards.dco.rs")}, "hubVersion": "v2",
+                        "spokes": [{"version": "v1", "rules": []}]}});
+                cccs.patch(name, &PatchParams::apply("dco-shards-test").force(), &Patch::Apply(&cfg)).await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    let all: BTreeSet<String> = names.iter().cloned().collect();
+    let (from_a, from_b) = (log_len(&a), log_len(&b));
+    apply_all("1".into()).await?;
+    wait_for("every config to be reconciled", Duration::from_secs(60), || async {
+        let got: BTreeSet<String> =
+            reconciled(&a, from_a)?.union(&reconciled(&b, from_b)?).cloned().collect();
+        Ok((got == all).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (by_a, by_b) = (reconciled(&a, from_a)?, reconciled(&b, from_b)?);
+    let both: Vec<&String> = by_a.intersection(&by_b).collect();
+    eprintln!("op-a reconciled {} configs, op-b {}, both {}", by_a.len(), by_b.len(), both.len());
+    assert!(both.is_empty(), "configs reconciled by both replicas: {both:?}");
+    assert!(!by_a.is_empty() && !by_b.is_empty(), "each replica reconciles its share");
+
+    // SIGKILL op-b: op-a takes its shards within the lease duration plus a renew interval.
+    b.child.kill()?;
+    let _ = b.child.wait();
+    let killed = std::time::Instant::now();
+    wait_for("op-a to own every shard", Duration::from_secs(LEASE_DURATION_S + RENEW_S + 10), || async {
+        Ok((metric(&a, "dco_operator_owned_shards").await? == Some(SHARDS as f64)).then_some(()))
+    })
+    .await?;
+    // The bound the wait allows is generous (a loaded machine); the time itself is reported.
+    eprintln!("op-a owned every shard {:?} after op-b was killed", killed.elapsed());
+    let from_a = log_len(&a);
+    apply_all("2".into()).await?;
+    wait_for("the survivor to reconcile every config", Duration::from_secs(60), || async {
+        Ok((reconciled(&a, from_a)? == all).then_some(()))
+    })
+    .await?;
+
+    // SIGTERM: the replica frees its shard Leases on the way out.
+    let pid = a.child.id();
+    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status()?;
+    assert!(status.success());
+    wait_for("op-a to free its shard Leases on SIGTERM", Duration::from_secs(20), || async {
+        let h = holders(&leases).await?;
+        Ok((h.get("").copied() == Some(SHARDS)).then_some(()))
+    })
+    .await?;
+    drop(a);
+
+    // The configs name no CRD: their safe-revert finalizer has nothing to revert, but no
+    // operator runs any more, so drop it.
+    for name in &names {
+        let _ = cccs
+            .patch(name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+            .await;
+        let _ = cccs.delete(name, &Default::default()).await;
+    }
+    t.cleanup().await;
+    Ok(())
+}
