@@ -141,19 +141,20 @@ impl Named {
         let xrds = self.xrds.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let xrd = xrd_resource();
         let mut wanted = Vec::new();
+        let identity =
+            |m: &kube::core::ObjectMeta| (m.uid.clone().unwrap_or_default(), m.generation.unwrap_or(0));
         for (kind, name) in self.names() {
-            let meta = match kind {
+            let seen = match kind {
                 TargetKind::Crd => {
-                    self.crds.get(&reflector::ObjectRef::new(&name)).map(|o| o.metadata.clone())
+                    self.crds.get(&reflector::ObjectRef::new(&name)).map(|o| identity(&o.metadata))
                 }
                 TargetKind::Xrd => xrds
                     .as_ref()
                     .and_then(|s| s.get(&reflector::ObjectRef::new_with(&name, xrd.clone())))
-                    .map(|o| o.metadata.clone()),
+                    .map(|o| identity(&o.metadata)),
             };
-            if let Some(m) = meta {
-                let uid = m.uid.unwrap_or_default();
-                wanted.push(Wanted { key: (kind, name), uid, generation: m.generation.unwrap_or(0) });
+            if let Some((uid, generation)) = seen {
+                wanted.push(Wanted { key: (kind, name), uid, generation });
             }
         }
         wanted
@@ -220,9 +221,6 @@ impl Fetcher {
                 tracing::info!(held = held.len(), "read the named targets whole");
                 fetched.send_replace(true);
             }
-            // The watch events and reads of this round (pages of target metadata can be MBs)
-            // are garbage now; hand the memory back once idle (requests coalesce).
-            crate::alloc::release_free_memory_soon();
             sync.notify_one();
             tokio::select! {
                 () = wake.notified() => {}

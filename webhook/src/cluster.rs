@@ -78,10 +78,10 @@ pub async fn run(
         let next_wake = match report {
             Ok(r) => {
                 tracing::debug!(?r, took = ?started.elapsed(), "pass done");
-                if r.compiled + r.failed + r.dropped > 0 {
-                    // Hand back the compiles' scratch (freed, but resident in malloc's arenas).
-                    crate::alloc::release_free_memory_soon();
-                }
+                // Every pass follows a round of watch events and target reads (pages of target
+                // metadata can be MBs) and may have compiled: that scratch is freed now but
+                // resident in malloc's arenas. Hand it back once idle (requests coalesce).
+                crate::alloc::release_free_memory_soon();
                 if first {
                     tracing::info!(compiled = r.compiled, failed = r.failed, took = ?started.elapsed(), "first pass done; ready");
                     health.mark_synced();

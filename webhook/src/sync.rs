@@ -64,12 +64,8 @@ impl TargetView {
     }
 
     /// Bytes of the kept text.
-    pub fn len(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.json.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.json.is_empty()
     }
 }
 

@@ -88,7 +88,7 @@ impl Held {
 
     /// Bytes of JSON kept for all held targets.
     pub fn bytes(&self) -> usize {
-        self.lock().values().map(|c| c.view.len()).sum()
+        self.lock().values().map(|c| c.view.bytes()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
