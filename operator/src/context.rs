@@ -76,19 +76,18 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, settings: Settings, stores: Stores, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        stores: Stores,
+        metrics: Arc<Metrics>,
+        gate: Gate,
+    ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_string(),
             instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),
         };
-        let gate = Gate::everything();
         Context { recorder: Recorder::new(client.clone(), reporter), client, settings, stores, metrics, gate }
-    }
-
-    /// The context with the Coordinator's gate instead of owning everything.
-    pub fn with_gate(mut self, gate: Gate) -> Self {
-        self.gate = gate;
-        self
     }
 
     /// The reconcile gate: `Some(action)` when another replica owns the object's shard (the

@@ -160,8 +160,8 @@ impl Owned {
         Owned { until }
     }
 
-    /// Every shard of `shards`, until `until` (a lone replica that is not coordinated, e.g. in
-    /// unit tests of the reconcilers).
+    /// Every shard of `shards`, until `until` (the reconcilers' unit tests).
+    #[cfg(test)]
     pub fn all(shards: Shards, until: Timestamp) -> Self {
         Owned { until: shards.all().map(|i| (i, until)).collect() }
     }

@@ -46,6 +46,7 @@ impl Gate {
     }
 
     /// Owns every shard for ever: for the reconcilers' unit tests.
+    #[cfg(test)]
     pub fn everything() -> Self {
         let shards = Shards::new(1).unwrap_or_else(|| unreachable!("1 is a valid shard count"));
         let (_, owned) = watch::channel(Owned::all(shards, Timestamp::MAX));

@@ -267,9 +267,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         xccs: xccs.clone(),
         cccs: cccs.clone(),
     };
-    let ctx = Arc::new(
-        Context::new(client.clone(), settings, stores.clone(), metrics.clone()).with_gate(gate.clone()),
-    );
+    let ctx = Arc::new(Context::new(client.clone(), settings, stores.clone(), metrics.clone(), gate.clone()));
     // OnChange: every object of the three kinds goes back into its controller's queue; the
     // gate lets through the owned ones.
     let (requeue_servers, requeue_cccs, requeue_xccs) =

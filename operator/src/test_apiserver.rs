@@ -20,6 +20,7 @@ use kube::{Client, Resource};
 use serde_json::{Value, json};
 
 use crate::context::{Context, Settings, Stores};
+use crate::membership::Gate;
 use crate::metrics::Metrics;
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
@@ -61,7 +62,8 @@ pub fn test_context() -> (Arc<Context>, ApiServerVerifier, Writers) {
     let (cccs, cccs_w) = reflector::store();
     let (xccs, _) = reflector::store();
     let stores = Stores { servers, leases, secrets, xccs, cccs };
-    let ctx = Context::new(client, Settings::default(), stores, Arc::new(Metrics::default()));
+    let ctx =
+        Context::new(client, Settings::default(), stores, Arc::new(Metrics::default()), Gate::everything());
     (
         Arc::new(ctx),
         ApiServerVerifier(handle),
