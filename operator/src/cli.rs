@@ -35,7 +35,8 @@ pub struct Args {
     /// How often settled objects are reconciled without an event.
     #[arg(long, env = "DCO_RESYNC", default_value = "5m", value_parser = parse_duration)]
     pub resync: Duration,
-    /// Pace of config reconciles fanned out by server changes (rebalancing), per second.
+    /// Pace of config reconciles fanned out by server changes (rebalancing), per second, for
+    /// the whole operator: the live replicas divide it (each paces at qps/N).
     #[arg(long, env = "DCO_REBALANCE_QPS", default_value_t = 50)]
     pub rebalance_qps: u32,
     /// OTLP/HTTP collector to send handover traces to, as its base URL (spans go to

@@ -36,6 +36,8 @@ pub struct Settings {
     pub cert_lifetimes: Lifetimes,
     /// How often a settled object is looked at again without an event.
     pub resync: Duration,
+    /// `--selector`: the label selector of the configs and servers this operator manages.
+    pub selector: Option<String>,
 }
 
 impl Default for Settings {
@@ -48,6 +50,7 @@ impl Default for Settings {
             webhook_args: Vec::new(),
             cert_lifetimes: Lifetimes::default(),
             resync: Duration::from_secs(300),
+            selector: None,
         }
     }
 }

@@ -91,7 +91,7 @@ pub struct ShardLease {
 }
 
 impl ShardLease {
-    fn holder(&self) -> Option<&str> {
+    pub fn holder(&self) -> Option<&str> {
         self.holder.as_deref().filter(|h| !h.is_empty())
     }
 
@@ -164,6 +164,12 @@ impl Owned {
     #[cfg(test)]
     pub fn all(shards: Shards, until: Timestamp) -> Self {
         Owned { until: shards.all().map(|i| (i, until)).collect() }
+    }
+
+    /// The shards `which` of `shards`, until `until` (unit tests).
+    #[cfg(test)]
+    pub fn some(shards: Shards, which: impl IntoIterator<Item = u32>, until: Timestamp) -> Self {
+        Owned { until: which.into_iter().filter(|i| *i < shards.count()).map(|i| (i, until)).collect() }
     }
 
     /// Whether `shard` is ours at `now`. Checks the clock: no tick is needed to stop.

@@ -16,6 +16,7 @@ pub mod rebalance;
 pub mod runtime;
 pub mod server;
 pub mod shard;
+pub mod sharded_watch;
 pub mod telemetry;
 
 #[cfg(test)]

@@ -71,6 +71,21 @@ pub struct TickReport {
     pub changed: bool,
 }
 
+/// The Coordinator's view after its last successful tick: for `/debug/shards` and for the
+/// pacing that divides `--rebalance-qps` among the live members.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub me: String,
+    pub at: Option<Timestamp>,
+    pub shards: u32,
+    /// Live members, this replica among them, sorted.
+    pub live: Vec<String>,
+    /// Each shard's holder as the Leases read after this tick's writes (`None`: free).
+    pub owners: BTreeMap<u32, Option<String>>,
+    /// The shards this replica owns.
+    pub owned: Vec<u32>,
+}
+
 /// One replica's Coordinator: its Leases in `api` (the lease namespace).
 pub struct Membership {
     api: Api<Lease>,
@@ -78,11 +93,25 @@ pub struct Membership {
     me: String,
     last_renewal: Option<Timestamp>,
     owned: watch::Sender<Owned>,
+    snapshot: watch::Sender<Snapshot>,
 }
 
 impl Membership {
     pub fn new(api: Api<Lease>, settings: Settings, me: String) -> Self {
-        Membership { api, settings, me, last_renewal: None, owned: watch::Sender::new(Owned::default()) }
+        let snapshot = Snapshot { me: me.clone(), shards: settings.shards.count(), ..Snapshot::default() };
+        Membership {
+            api,
+            settings,
+            me,
+            last_renewal: None,
+            owned: watch::Sender::new(Owned::default()),
+            snapshot: watch::Sender::new(snapshot),
+        }
+    }
+
+    /// The view after each tick.
+    pub fn snapshot(&self) -> watch::Receiver<Snapshot> {
+        self.snapshot.subscribe()
     }
 
     /// The reconcile gate over this Coordinator's owned set.
@@ -162,6 +191,23 @@ impl Membership {
         }
         let after: Vec<ShardLease> = after.into_values().collect();
         let owned = Owned::of(&self.settings, &self.me, self.last_renewal, &after, &decided.wanted);
+        let mut live = decided.live.clone();
+        live.sort();
+        self.snapshot.send_replace(Snapshot {
+            me: self.me.clone(),
+            at: Some(now),
+            shards: self.settings.shards.count(),
+            live,
+            owners: self
+                .settings
+                .shards
+                .all()
+                .map(|i| {
+                    (i, after.iter().find(|l| l.index == i).and_then(|l| l.holder().map(str::to_string)))
+                })
+                .collect(),
+            owned: owned.at(now).into_iter().collect(),
+        });
         report.changed = self.owned.send_if_modified(|o| {
             let changed = o.at(now) != owned.at(now);
             *o = owned;

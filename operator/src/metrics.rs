@@ -39,6 +39,20 @@ pub struct Metrics {
     pub shard_frees: Counter,
     /// Shards this replica owns now.
     pub owned_shards: prometheus_client::metrics::gauge::Gauge,
+    /// 1 when the apiserver applies `shardSelector` and the config watches send it.
+    pub sharded_watch: prometheus_client::metrics::gauge::Gauge,
+    /// The shard-scoped watches, by kind: response bytes of their lists and watches, objects
+    /// received, objects the client-side check dropped, restarts on ownership change.
+    pub watch_bytes: Family<KindLabel, Counter>,
+    pub watch_events: Family<KindLabel, Counter>,
+    pub watch_dropped: Family<KindLabel, Counter>,
+    pub watch_restarts: Family<KindLabel, Counter>,
+}
+
+/// The kind of a shard-scoped watch (sharded_watch.rs).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -82,6 +96,34 @@ impl Default for Metrics {
         registry.register("shard_takes", "Shard Leases this replica took", shard_takes.clone());
         registry.register("shard_frees", "Shard Leases this replica freed", shard_frees.clone());
         registry.register("owned_shards", "Shards this replica owns", owned_shards.clone());
+        let sharded_watch = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "sharded_watch",
+            "1 when the apiserver filters the config watches by shardSelector (KEP-5866), 0 when this replica filters them alone",
+            sharded_watch.clone(),
+        );
+        let (watch_bytes, watch_events, watch_dropped, watch_restarts) =
+            (Family::default(), Family::default(), Family::default(), Family::default());
+        registry.register(
+            "watch_received_bytes",
+            "Response bytes of the shard-scoped lists and watches, by kind",
+            watch_bytes.clone(),
+        );
+        registry.register(
+            "watch_received_events",
+            "Objects the shard-scoped watches received (listed, applied or deleted), by kind",
+            watch_events.clone(),
+        );
+        registry.register(
+            "watch_dropped_events",
+            "Objects of shards this replica does not own that reached it and were dropped client-side, by kind",
+            watch_dropped.clone(),
+        );
+        registry.register(
+            "watch_restarts",
+            "Restarts of the shard-scoped watches after the owned shards changed, by kind",
+            watch_restarts.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -94,6 +136,11 @@ impl Default for Metrics {
             shard_takes,
             shard_frees,
             owned_shards,
+            sharded_watch,
+            watch_bytes,
+            watch_events,
+            watch_dropped,
+            watch_restarts,
         }
     }
 }

@@ -282,18 +282,68 @@ pub fn refs<K: ConfigKind>(store: &Store<K>) -> Vec<ConfigRef> {
     store.state().iter().map(|c| ConfigRef::of(c.as_ref())).collect()
 }
 
-/// Reconcile requests from a channel, paced (rebalancing may enqueue many configs at once).
-pub fn paced<K>(rx: mpsc::Receiver<ObjectRef<K>>, qps: u32) -> impl Stream<Item = ObjectRef<K>> + Send
+/// The rebalance budget (`--rebalance-qps`), shared by the live members of the Coordinator:
+/// each replica paces at its share, so adding replicas does not multiply the burst of
+/// reconciles (and their target reads and writes) on the apiserver (design §8). One pacer
+/// serves both config controllers.
+pub struct Pacer {
+    qps: u32,
+    members: Box<dyn Fn() -> usize + Send + Sync>,
+    limiter: std::sync::Mutex<(u32, Arc<governor::DefaultDirectRateLimiter>)>,
+}
+
+impl Pacer {
+    /// `members` reads how many live members share the budget now (1 if unknown).
+    pub fn new(qps: u32, members: impl Fn() -> usize + Send + Sync + 'static) -> Self {
+        let rate = share(qps, 1);
+        Pacer { qps, members: Box::new(members), limiter: std::sync::Mutex::new((rate, limiter(rate))) }
+    }
+
+    /// This replica's rate now, per second.
+    pub fn rate(&self) -> u32 {
+        share(self.qps, (self.members)())
+    }
+
+    /// Waits for the next permit at this replica's current share.
+    pub async fn ready(&self) {
+        let rate = self.rate();
+        let l = {
+            let mut cur = self.limiter.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if cur.0 != rate {
+                *cur = (rate, limiter(rate));
+            }
+            cur.1.clone()
+        };
+        l.until_ready().await;
+    }
+}
+
+/// One member's share of `qps` among `members`: never below 1 per second, so every replica
+/// makes progress; the sum stays within the budget whenever `qps >= members`.
+pub fn share(qps: u32, members: usize) -> u32 {
+    let n = u32::try_from(members.max(1)).unwrap_or(u32::MAX);
+    (qps / n).max(1)
+}
+
+fn limiter(rate: u32) -> Arc<governor::DefaultDirectRateLimiter> {
+    let quota = Quota::per_second(NonZeroU32::new(rate.max(1)).unwrap_or(NonZeroU32::MIN));
+    Arc::new(RateLimiter::direct(quota))
+}
+
+/// Reconcile requests from a channel, paced by `pacer` (rebalancing may enqueue many configs
+/// at once).
+pub fn paced<K>(
+    rx: mpsc::Receiver<ObjectRef<K>>,
+    pacer: Arc<Pacer>,
+) -> impl Stream<Item = ObjectRef<K>> + Send
 where
     K: Resource + Send + 'static,
     K::DynamicType: Send,
 {
-    let quota = Quota::per_second(NonZeroU32::new(qps.max(1)).unwrap_or(NonZeroU32::MIN));
-    let limiter = Arc::new(RateLimiter::direct(quota));
     stream::unfold(rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }).then(move |r| {
-        let l = limiter.clone();
+        let p = pacer.clone();
         async move {
-            l.until_ready().await;
+            p.ready().await;
             r
         }
     })
@@ -302,6 +352,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rebalance_budget_is_shared_by_the_live_members() {
+        assert_eq!(share(50, 0), 50, "no view yet: the whole budget");
+        assert_eq!(share(50, 1), 50);
+        assert_eq!(share(50, 3), 16);
+        assert_eq!(share(50, 100), 1, "never stalls");
+        for n in 1..=50usize {
+            assert!(share(50, n) as usize * n <= 50, "{n} members stay within the budget");
+        }
+        let members = Arc::new(std::sync::atomic::AtomicUsize::new(1));
+        let m = members.clone();
+        let pacer = Pacer::new(50, move || m.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(pacer.rate(), 50);
+        members.store(2, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(pacer.rate(), 25, "a member joins: the share halves at once");
+    }
     use crate::assigned::tests::cfg;
     use dco_api::ServerStatus;
     use dco_api::assign::ServerInfo;

@@ -30,8 +30,10 @@ use crate::metrics::Metrics;
 use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
 use crate::server;
 use crate::shard::Shards;
+use crate::sharded_watch::{self, SelectorLayer};
 use dco_api::target::{TARGET_PAGE, XRD_CRD_NAME, slim};
 use k8s_openapi::jiff::SignedDuration;
+use kube::client::ClientBuilder;
 
 /// The watch config of the kinds `--selector` narrows (servers and configs).
 fn scoped(selector: &Option<String>) -> watcher::Config {
@@ -45,8 +47,9 @@ fn managed() -> watcher::Config {
     watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"))
 }
 
-/// One watch of kind `K`: its store, the stream of its objects that triggers its controller,
-/// the sender that feeds that stream (the root event stream's [`drive`] passes every applied
+/// One watch of kind `K` from `events` (a kube-runtime watcher, or the shard-scoped one of
+/// sharded_watch.rs): its store, the stream of its objects that triggers its controller, the
+/// sender that feeds that stream (the root event stream's [`drive`] passes every applied
 /// object on), and the root event stream, which must be driven for any of them to move.
 ///
 /// Not kube-runtime's shared subscriber: its `ReflectHandle` returns `Pending` without a
@@ -58,8 +61,7 @@ fn managed() -> watcher::Config {
 /// in it is one small reference per event, and the controller merges repeats.
 #[allow(clippy::type_complexity)]
 fn shared<K>(
-    api: Api<K>,
-    config: watcher::Config,
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
 ) -> (
     Store<K>,
     impl Stream<Item = Arc<K>> + Send,
@@ -71,7 +73,7 @@ where
 {
     let (store, writer) = reflector::store();
     let (tx, rx) = mpsc::unbounded_channel::<ObjectRef<K>>();
-    (store.clone(), triggers(store, rx), tx, watch(api, config, writer))
+    (store.clone(), triggers(store, rx), tx, reflected(events, writer))
 }
 
 /// The objects named on `rx`, as `store` holds them now; one gone meanwhile is skipped.
@@ -86,7 +88,7 @@ where
         .filter_map(move |r| future::ready(store.get(&r)))
 }
 
-/// The watch of kind `K`, reflected into `writer`'s store (and to its subscribers, if shared).
+/// The watch of kind `K`, whole, reflected into `writer`'s store.
 fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -95,7 +97,18 @@ fn watch<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    watcher(api, config).modify(slim::<K>).default_backoff().reflect_shared(writer)
+    reflected(watcher(api, config), writer)
+}
+
+/// `events` slimmed (dco_api::target::slim), retried with backoff, and reflected into `writer`.
+fn reflected<K>(
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+    writer: Writer<K>,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    events.modify(slim::<K>).default_backoff().reflect_shared(writer)
 }
 
 /// Drive a root event stream: every applied object of a shard this replica owns goes to
@@ -157,10 +170,34 @@ where
         .collect()
 }
 
+/// What `/debug/shards` shows: the Coordinator's last view and this replica's selector.
+#[derive(Clone)]
+struct DebugShards {
+    snapshot: tokio::sync::watch::Receiver<membership::Snapshot>,
+    selector: SelectorLayer,
+}
+
+impl DebugShards {
+    fn render(&self) -> serde_json::Value {
+        let snap = self.snapshot.borrow().clone();
+        serde_json::json!({
+            "replica": snap.me,
+            "tickedAt": snap.at.map(|t| t.to_string()),
+            "shards": snap.shards,
+            "liveMembers": snap.live,
+            "owners": snap.owners,
+            "owned": snap.owned,
+            "serverSideSelector": self.selector.supported(),
+            "selector": self.selector.current(),
+        })
+    }
+}
+
 async fn serve_health(
     addr: std::net::SocketAddr,
     metrics: Arc<Metrics>,
     ready: Arc<std::sync::atomic::AtomicBool>,
+    debug: DebugShards,
 ) {
     use axum::routing::get;
     use std::sync::atomic::Ordering;
@@ -177,6 +214,13 @@ async fn serve_health(
                         (axum::http::StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")
                     }
                 }
+            }),
+        )
+        .route(
+            "/debug/shards",
+            get(move || {
+                let body = debug.render();
+                async move { axum::Json(body) }
             }),
         )
         .route(
@@ -213,9 +257,10 @@ fn log_results<T: std::fmt::Debug, E: std::fmt::Display>(
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     crate::memory::spawn_trimmer(std::time::Duration::from_secs(5));
-    let client = Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
+    let client = Client::try_from(kube_config.clone()).context("cannot build a Kubernetes client")?;
     let settings = Settings {
         namespace: args.namespace.clone(),
         webhook_image: args.webhook_image.clone(),
@@ -223,6 +268,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         webhook_admin_port: args.webhook_admin_port,
         webhook_args: args.webhook_args.clone(),
         resync: args.resync,
+        selector: args.selector.clone(),
         ..Settings::default()
     };
     let metrics = Arc::new(Metrics::default());
@@ -244,15 +290,50 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Membership::new(Api::namespaced(client.clone(), &lease_ns), coordination, args.replica_id());
     membership.tick_and_report(&metrics, &mut || {}).await;
     let gate = membership.gate();
-    tokio::spawn(serve_health(args.metrics_listen, metrics.clone(), ready.clone()));
 
-    // One watch per kind; the stores the reconcilers read are these reflectors' own.
+    // The config watches ask for this replica's shards only, through a client whose layer adds
+    // the selector when the apiserver applies it (sharded_watch.rs).
+    let selector = SelectorLayer::new(shards, membership.owned(), metrics.clone())
+        .shard::<CRDConversionConfig>()
+        .shard::<XRDConversionConfig>();
+    let supported = sharded_watch::probe(&client, &lease_ns, shards).await;
+    selector.set_supported(supported);
+    metrics.sharded_watch.set(i64::from(supported));
+    if supported {
+        tracing::info!(
+            "the apiserver filters by shardSelector (KEP-5866): the config watches carry this replica's shards only"
+        );
+    } else {
+        tracing::info!(
+            "the apiserver ignores shardSelector (ShardedListAndWatch off or absent): every config reaches this replica and is filtered here"
+        );
+    }
+    let watch_client = ClientBuilder::try_from(kube_config)
+        .context("cannot build the watch client")?
+        .with_layer(&selector)
+        .build();
+    let membership_view = membership.snapshot();
+    let debug = DebugShards { snapshot: membership_view.clone(), selector: selector.clone() };
+    tokio::spawn(serve_health(args.metrics_listen, metrics.clone(), ready.clone(), debug));
+
+    // One watch per kind; the stores the reconcilers read are these reflectors' own. Servers
+    // are watched whole: every config's assignment resolves against the whole pool.
     let (servers, server_sub, server_tx, server_events) =
-        shared(Api::<ConversionWebhookServer>::all(client.clone()), scoped(&args.selector));
-    let (cccs, ccc_sub, ccc_trigger_tx, ccc_events) =
-        shared(Api::<CRDConversionConfig>::all(client.clone()), scoped(&args.selector));
-    let (xccs, xcc_sub, xcc_trigger_tx, xcc_events) =
-        shared(Api::<XRDConversionConfig>::all(client.clone()), scoped(&args.selector));
+        shared(watcher(Api::<ConversionWebhookServer>::all(client.clone()), scoped(&args.selector)));
+    let (cccs, ccc_sub, ccc_trigger_tx, ccc_events) = shared(sharded_watch::watch(
+        Api::<CRDConversionConfig>::all(watch_client.clone()),
+        scoped(&args.selector),
+        gate.clone(),
+        membership.owned(),
+        metrics.clone(),
+    ));
+    let (xccs, xcc_sub, xcc_trigger_tx, xcc_events) = shared(sharded_watch::watch(
+        Api::<XRDConversionConfig>::all(watch_client.clone()),
+        scoped(&args.selector),
+        gate.clone(),
+        membership.owned(),
+        metrics.clone(),
+    ));
     // Secrets and Leases trigger no controller of their own: a deleted serving Secret wakes
     // its server through `drive`, which sees deletions too.
     let (secrets, secrets_w) = reflector::store();
@@ -379,6 +460,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .run(server::reconcile, server::error_policy, ctx.clone())
         .for_each(log_results("conversionwebhookserver"));
 
+    // One rebalance budget for both config controllers, divided among the live members.
+    let members = membership_view.clone();
+    let pacer = Arc::new(rebalance::Pacer::new(args.rebalance_qps, move || members.borrow().live.len()));
     let ccc_store = cccs.clone();
     // Targets are watched as metadata only: an event names the CRD, and the reconcile reads
     // the one it needs (config/driver.rs), so the schemas of every CRD in the cluster never
@@ -392,7 +476,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 configs_of_target(&ccc_store, &crd.name_any())
             },
         )
-        .reconcile_on(rebalance::paced(ccc_rx, args.rebalance_qps))
+        .reconcile_on(rebalance::paced(ccc_rx, pacer.clone()))
         .shutdown_on_signal()
         .run(config::reconcile::<CRDConversionConfig>, config::error_policy, ctx.clone())
         .for_each(log_results("crdconversionconfig"));
@@ -403,8 +487,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .map(|c| c.is_some())
         .unwrap_or(false);
     let xcc_store = xccs.clone();
-    let mut xcc_ctl = Controller::for_shared_stream(xcc_sub, xccs)
-        .reconcile_on(rebalance::paced(xcc_rx, args.rebalance_qps));
+    let mut xcc_ctl =
+        Controller::for_shared_stream(xcc_sub, xccs).reconcile_on(rebalance::paced(xcc_rx, pacer));
     if xrds_installed {
         let ar = target::xrd_resource();
         xcc_ctl = xcc_ctl.watches_with(

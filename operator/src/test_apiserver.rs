@@ -227,6 +227,11 @@ pub fn crd(conversion: Value) -> Value {
     })
 }
 
+/// A list of config objects (either kind), as the apiserver answers one.
+pub fn config_list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "List", "metadata": {"resourceVersion": "9"}, "items": items})
+}
+
 pub fn config(pin: Option<&str>, status: Value) -> CRDConversionConfig {
     let mut spec = json!({
         "targetCRD": {"name": TARGET},
@@ -608,6 +613,15 @@ mod tests {
             assert!(list.query.contains("labelSelector="), "{path}?{}", list.query);
             list.ok(&crate::test_apiserver::server_tests::metadata_list(Vec::new()));
         }
+        // The assignments come from a list of every config, not from this replica's config
+        // cache, which holds only its own shards (the store here is empty).
+        let cccs = api.expect(Method::GET, "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs").await;
+        assert!(cccs.query.contains("limit=500"), "{}", cccs.query);
+        let pinned = serde_json::to_value(config(Some("a"), json!({}))).unwrap();
+        cccs.ok(&config_list(vec![pinned]));
+        api.expect(Method::GET, "/apis/conversion.dco.rs/v1alpha1/xrdconversionconfigs")
+            .await
+            .ok(&config_list(Vec::new()));
         let status = api
             .expect(Method::PATCH, "/apis/conversion.dco.rs/v1alpha1/conversionwebhookservers/a/status")
             .await;
@@ -617,6 +631,7 @@ mod tests {
         assert_eq!(st["servedTargets"], json!(["t2"]));
         assert_eq!(st["servedTargetsTruncated"], false);
         assert_eq!(st["endpoint"], "https://dco-webhook-a.dco-system.svc:443");
+        assert_eq!(st["assignedConfigs"][0]["name"], "widgets", "{st}");
         let conds: Vec<(String, String)> = st["conditions"]
             .as_array()
             .unwrap_or(&Vec::new())
@@ -732,6 +747,7 @@ pub(crate) mod server_tests {
                     let items = lists.get(&x.path).cloned().unwrap_or_default();
                     x.ok(&metadata_list(items));
                 }
+                Method::GET if x.path.ends_with("conversionconfigs") => x.ok(&config_list(Vec::new())),
                 Method::GET => x.not_found(),
                 Method::DELETE => {
                     played.deletes.push((x.path.clone(), x.body.clone()));
@@ -891,6 +907,7 @@ pub(crate) mod server_tests {
                     break;
                 }
                 (&Method::GET, _) if x.query.contains("labelSelector=") => x.ok(&metadata_list(Vec::new())),
+                (&Method::GET, p) if p.ends_with("conversionconfigs") => x.ok(&config_list(Vec::new())),
                 (&Method::GET, _) => x.not_found(),
                 (&Method::PATCH, _) => x.echo(),
                 _ => panic!("unexpected request {} {}", x.method, x.path),

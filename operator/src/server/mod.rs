@@ -10,11 +10,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dco_api::{ANNOTATION_ALLOW_FORCE_DELETE, ConversionWebhookServer, FINALIZER_IN_USE, ServerStatus};
+use dco_api::{
+    ANNOTATION_ALLOW_FORCE_DELETE, CRDConversionConfig, ConversionWebhookServer, FINALIZER_IN_USE,
+    ServerStatus, XRDConversionConfig,
+};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
@@ -24,6 +27,7 @@ use self::certs::Current;
 use self::names::ServerNames;
 use self::owned::Owned;
 use crate::assigned::{self, ConfigRef};
+use crate::config::ConfigKind;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::leases;
@@ -44,12 +48,40 @@ pub mod condition {
     pub const DEFAULT_CONFLICT: &str = "DefaultConflict";
 }
 
-/// Every config of both kinds, as the assignment rules see them.
-pub fn config_refs(ctx: &Context) -> Vec<ConfigRef> {
-    let mut out = crate::rebalance::refs(&ctx.stores.cccs);
-    out.extend(crate::rebalance::refs(&ctx.stores.xccs));
-    out
+/// Every config of both kinds, as the assignment rules see them, read from the apiserver:
+/// this replica's config caches hold only the shards it owns (sharded_watch.rs), while a
+/// server's assignments and its deletion depend on every config.
+pub async fn config_refs(ctx: &Context) -> Result<Vec<ConfigRef>> {
+    let mut out = list_refs::<CRDConversionConfig>(ctx).await?;
+    out.extend(list_refs::<XRDConversionConfig>(ctx).await?);
+    Ok(out)
 }
+
+/// Every config of kind `K` under `--selector`, in pages.
+async fn list_refs<K: ConfigKind>(ctx: &Context) -> Result<Vec<ConfigRef>> {
+    let api: Api<K> = Api::all(ctx.client.clone());
+    let mut lp = ListParams::default().limit(CONFIG_PAGE);
+    if let Some(s) = &ctx.settings.selector {
+        lp = lp.labels(s);
+    }
+    let mut out = Vec::new();
+    loop {
+        let page = api.list(&lp).await.map_err(Error::kube("list", K::KIND, "(every config)"))?;
+        out.extend(page.items.iter().map(ConfigRef::of));
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// Page size of those lists: a config is a few KB, so a page stays well under a few MB.
+const CONFIG_PAGE: u32 = 500;
+
+/// How long a server's `assignedConfigs` may lag a config change made on another replica
+/// (that replica's change cannot wake this one's queue): the server's reconcile recurs at
+/// least this often.
+const ASSIGNED_RECHECK: Duration = Duration::from_secs(60);
 
 #[instrument(skip(cws, ctx), fields(server = %cws.name_any()))]
 pub async fn reconcile(cws: Arc<ConversionWebhookServer>, ctx: Arc<Context>) -> Result<Action> {
@@ -165,10 +197,16 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
             .map_or(443, |p| p.port),
         certificate,
     };
-    let rendered = status::render(cws.status.as_ref(), &facts(cws, ctx, &names, now, Some(applied), None));
+    let configs = config_refs(ctx).await?;
+    let rendered =
+        status::render(cws.status.as_ref(), &facts(cws, ctx, &names, now, &configs, Some(applied), None));
     write_status(ctx, cws, &rendered.status).await?;
-    let wait =
-        rendered.lease_recheck.unwrap_or(ctx.settings.resync).min(cert_recheck).min(ctx.settings.resync);
+    let wait = rendered
+        .lease_recheck
+        .unwrap_or(ctx.settings.resync)
+        .min(cert_recheck)
+        .min(ctx.settings.resync)
+        .min(ASSIGNED_RECHECK);
     Ok(Action::requeue(wait))
 }
 
@@ -225,6 +263,7 @@ fn facts<'a>(
     ctx: &Context,
     names: &'a ServerNames,
     now: Timestamp,
+    configs: &[ConfigRef],
     applied: Option<status::Applied>,
     deletion_blocked: Option<String>,
 ) -> status::Facts<'a> {
@@ -245,7 +284,7 @@ fn facts<'a>(
         applied,
         deletion_blocked,
         leases: leases::aggregate(leases.iter().map(|l| l.as_ref()), &server, &names.namespace, now),
-        assigned: assigned::assigned_to(&config_refs(ctx), &ctx.servers(), &server),
+        assigned: assigned::assigned_to(configs, &ctx.servers(), &server),
         default: cws.spec.default,
         other_defaults,
     }
@@ -263,7 +302,9 @@ async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action>
     let server = cws.name_any();
     let now = Timestamp::now();
     let forced = cws.annotations().get(ANNOTATION_ALLOW_FORCE_DELETE).is_some_and(|v| v == "true");
-    let blockers = assigned::deletion_blockers(&config_refs(ctx), &ctx.servers(), &server);
+    // Read now, not from a cache: a config that appeared since would lose its server.
+    let configs = config_refs(ctx).await?;
+    let blockers = assigned::deletion_blockers(&configs, &ctx.servers(), &server);
     if blockers.is_empty() || forced {
         if forced && !blockers.is_empty() {
             ctx.event(
@@ -286,8 +327,10 @@ async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action>
         blockers.join(", ")
     );
     let names = ctx.names(cws);
-    let rendered =
-        status::render(cws.status.as_ref(), &facts(cws, ctx, &names, now, None, Some(message.clone())));
+    let rendered = status::render(
+        cws.status.as_ref(),
+        &facts(cws, ctx, &names, now, &configs, None, Some(message.clone())),
+    );
     write_status(ctx, cws, &rendered.status).await?;
     ctx.event(cws, true, "DeletionBlocked", "Delete", message.clone()).await;
     Err(Error::DeletionBlocked(format!("ConversionWebhookServer {server}: {message}")))
