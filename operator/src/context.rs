@@ -101,9 +101,17 @@ impl Context {
         o: &K,
     ) -> Option<kube::runtime::controller::Action> {
         if self.gate.owns(o.meta().uid.as_deref()) {
+            // The evidence of who reconciled what (tests/tests/operator_pods.rs reads it).
+            tracing::debug!(controller, object = %o.meta().name.as_deref().unwrap_or_default(),
+                "reconciling: this replica owns the object's shard");
             return None;
         }
         self.metrics.skipped(controller);
+        if self.gate.holds(o.meta().uid.as_deref()) {
+            // Held but past the renew deadline (a late tick): ours again once renewed, so try
+            // again then rather than wait for an event that may not come.
+            return Some(kube::runtime::controller::Action::requeue(self.gate.lapse_retry));
+        }
         Some(kube::runtime::controller::Action::await_change())
     }
 

@@ -177,6 +177,12 @@ impl Owned {
         self.until.get(&shard).is_some_and(|u| now < *u)
     }
 
+    /// The shards whose Lease this replica holds, deadline or not: what its watches ask for
+    /// and keep (a lapse must not lose events, only delay reconciles).
+    pub fn held(&self) -> BTreeSet<u32> {
+        self.until.keys().copied().collect()
+    }
+
     /// The shards owned at `now`.
     pub fn at(&self, now: Timestamp) -> BTreeSet<u32> {
         self.until.iter().filter(|(_, u)| now < **u).map(|(s, _)| *s).collect()

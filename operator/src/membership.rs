@@ -32,17 +32,22 @@ pub fn shard_lease_name(index: u32) -> String {
     format!("{COMPONENT}-shard-{index}")
 }
 
-/// The reconcile gate: whether this replica owns an object's shard now. Read at the start of
-/// every reconcile (the correctness check; the enqueue filter only shortens queues).
+/// The shard gates over this replica's owned set. [`Gate::owns`] is the reconcile gate, read
+/// at the start of every reconcile (the correctness check); [`Gate::holds`] is what the
+/// enqueue filter and the shard-scoped watches keep, so a lapse (renewals late past the
+/// renew deadline) delays reconciles but loses no event.
 #[derive(Clone)]
 pub struct Gate {
     shards: Shards,
     owned: watch::Receiver<Owned>,
+    /// When a reconcile the gate stopped for a lapse is tried again: a renew interval, by
+    /// which the next tick has either renewed the shard or given it up.
+    pub lapse_retry: std::time::Duration,
 }
 
 impl Gate {
     pub fn new(shards: Shards, owned: watch::Receiver<Owned>) -> Self {
-        Gate { shards, owned }
+        Gate { shards, owned, lapse_retry: std::time::Duration::from_secs(1) }
     }
 
     /// Owns every shard for ever: for the reconcilers' unit tests.
@@ -50,12 +55,17 @@ impl Gate {
     pub fn everything() -> Self {
         let shards = Shards::new(1).unwrap_or_else(|| unreachable!("1 is a valid shard count"));
         let (_, owned) = watch::channel(Owned::all(shards, Timestamp::MAX));
-        Gate { shards, owned }
+        Gate::new(shards, owned)
     }
 
     /// Whether the object of `uid` is ours to reconcile now (no uid: not yet created, never).
     pub fn owns(&self, uid: Option<&str>) -> bool {
         uid.is_some_and(|u| self.owned.borrow().owns(self.shards.of_uid(u), Timestamp::now()))
+    }
+
+    /// Whether this replica holds the Lease of the object's shard, renewed in time or not.
+    pub fn holds(&self, uid: Option<&str>) -> bool {
+        uid.is_some_and(|u| self.owned.borrow().held().contains(&self.shards.of_uid(u)))
     }
 }
 
@@ -69,6 +79,9 @@ pub struct TickReport {
     pub members_deleted: usize,
     /// Whether the owned set changed (the OnChange callbacks run then).
     pub changed: bool,
+    /// Shards whose ownership lapsed during the tick (renewed too late: a slow apiserver, or
+    /// a paused process); they are ours again only from this tick on.
+    pub lapsed: usize,
 }
 
 /// The Coordinator's view after its last successful tick: for `/debug/shards` and for the
@@ -116,7 +129,9 @@ impl Membership {
 
     /// The reconcile gate over this Coordinator's owned set.
     pub fn gate(&self) -> Gate {
-        Gate::new(self.settings.shards, self.owned())
+        let mut gate = Gate::new(self.settings.shards, self.owned());
+        gate.lapse_retry = self.settings.renew_interval.unsigned_abs();
+        gate
     }
 
     /// The owned set, current after every tick (the reconcile gate reads it at reconcile
@@ -208,8 +223,15 @@ impl Membership {
                 .collect(),
             owned: owned.at(now).into_iter().collect(),
         });
+        // A change is a change of the held set (takes and frees): it restarts the shard-scoped
+        // watches and re-enqueues every held object. A lapse is not one: the watches keep what
+        // is held, and the reconcile gate retries what it stopped (context.rs `not_ours`).
+        // Lapses are counted at the moment of publishing: a slow tick can outlive the renew
+        // deadline of the set it replaces.
+        let published = Timestamp::now();
         report.changed = self.owned.send_if_modified(|o| {
-            let changed = o.at(now) != owned.at(now);
+            report.lapsed = o.at(now).len().saturating_sub(o.at(published).len());
+            let changed = o.held() != owned.held();
             *o = owned;
             changed
         });
@@ -325,6 +347,10 @@ impl Membership {
                 metrics.shard_frees.inc_by(r.freed.len() as u64);
                 let owned = self.owned.borrow().at(now);
                 metrics.owned_shards.set(i64::try_from(owned.len()).unwrap_or(i64::MAX));
+                if r.lapsed > 0 {
+                    tracing::warn!(replica = %self.me, lapsed = r.lapsed,
+                        "shards lapsed before this tick renewed them (renewals later than the renew deadline: a slow apiserver, a starved or paused process); their reconciles waited");
+                }
                 if r.changed {
                     tracing::info!(replica = %self.me, owned = ?owned, taken = ?r.taken, freed = ?r.freed,
                         "the shards this replica owns changed; re-enqueueing their objects");
@@ -517,6 +543,7 @@ mod gate_tests {
         // Past its deadline nothing is owned, though no tick ran since.
         tx.send_replace(Owned::all(shards, Timestamp::now() - SignedDuration::from_secs(1)));
         assert!(uids.iter().all(|u| !gate.owns(Some(u))));
+        assert!(uids.iter().all(|u| gate.holds(Some(u))), "lapsed, still held: the watches keep them");
         assert!(Gate::everything().owns(Some("any")));
     }
 }

@@ -125,16 +125,36 @@ async fn drive<K>(
     K: Resource<DynamicType = ()>,
 {
     let mut events = std::pin::pin!(events);
+    // The objects of a (re)list, sent once it is done: the reflector swaps them into its store
+    // only at `InitDone`, and a trigger read before that finds nothing and is skipped
+    // (`triggers`). A shard-scoped watch relists whenever the owned shards change, with the
+    // controllers running (sharded_watch.rs).
+    let mut listed: Vec<ObjectRef<K>> = Vec::new();
     while let Some(ev) = events.next().await {
         match ev {
             Ok(ev) => {
                 crate::memory::touched();
-                if let (Some((tx, gate)), watcher::Event::Apply(o) | watcher::Event::InitApply(o)) =
-                    (&triggers, &ev)
-                    && gate.owns(o.meta().uid.as_deref())
-                    && tx.send(ObjectRef::from_obj(o)).is_err()
-                {
-                    return;
+                if let Some((tx, gate)) = &triggers {
+                    let sent = match &ev {
+                        watcher::Event::Init => {
+                            listed.clear();
+                            true
+                        }
+                        watcher::Event::InitApply(o) => {
+                            if gate.holds(o.meta().uid.as_deref()) {
+                                listed.push(ObjectRef::from_obj(o));
+                            }
+                            true
+                        }
+                        watcher::Event::InitDone => listed.drain(..).all(|r| tx.send(r).is_ok()),
+                        watcher::Event::Apply(o) => {
+                            !gate.holds(o.meta().uid.as_deref()) || tx.send(ObjectRef::from_obj(o)).is_ok()
+                        }
+                        watcher::Event::Delete(_) => true,
+                    };
+                    if !sent {
+                        return;
+                    }
                 }
                 for w in changed(&ev) {
                     if !fanout.wake(w).await {
@@ -356,7 +376,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let on_change = {
         let (servers, cccs, xccs, gate) = (servers.clone(), cccs.clone(), xccs.clone(), gate.clone());
         move || {
-            let ours = |m: &kube::core::ObjectMeta| gate.owns(m.uid.as_deref());
+            let ours = |m: &kube::core::ObjectMeta| gate.holds(m.uid.as_deref());
             for s in servers.state().iter().filter(|o| ours(o.meta())) {
                 let _ = requeue_servers.send(ObjectRef::from_obj(s.as_ref()));
             }
@@ -557,6 +577,11 @@ mod tests {
         let events = stream::iter(vec![
             Ok(watcher::Event::Apply(with_uid("theirs", b))),
             Ok(watcher::Event::Apply(with_uid("ours", a))),
+            // A relist: its objects are enqueued once it is done (the store has them then).
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(with_uid("listed", a))),
+            Ok(watcher::Event::InitApply(with_uid("listed-theirs", b))),
+            Ok(watcher::Event::InitDone),
         ]);
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (ctx, _api, _w) = crate::test_apiserver::test_context();
@@ -569,7 +594,7 @@ mod tests {
         while let Ok(r) = rx.try_recv() {
             got.push(r.name);
         }
-        assert_eq!(got, ["ours"]);
+        assert_eq!(got, ["ours", "listed"]);
     }
 
     /// An object deleted before its controller read the trigger is skipped, and the stream

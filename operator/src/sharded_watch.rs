@@ -28,7 +28,6 @@ use futures::{Stream, StreamExt, future::BoxFuture, stream};
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
@@ -117,7 +116,7 @@ impl Scope {
         if !self.supported.load(Ordering::Relaxed) {
             return None;
         }
-        let owned = OwnedShards::new(self.shards, self.owned.borrow().at(Timestamp::now()));
+        let owned = OwnedShards::new(self.shards, self.owned.borrow().held());
         if owned.owned.len() == self.shards.count() as usize {
             return None;
         }
@@ -244,8 +243,8 @@ fn with_param(uri: &mut http::Uri, selector: &str) {
     }
 }
 
-/// The watch of sharded kind `K`: restarted whenever `owned` changes, every applied object
-/// kept only if `gate` owns it. Deletions pass (the store drops what it holds).
+/// The watch of sharded kind `K`: restarted whenever the held shards change, every applied
+/// object kept only if `gate` holds its shard. Deletions pass (the store drops what it holds).
 pub fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -264,7 +263,9 @@ where
     })
     .filter(move |ev| {
         let keep = match ev {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => gate.owns(o.meta().uid.as_deref()),
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                gate.holds(o.meta().uid.as_deref())
+            }
             _ => true,
         };
         if matches!(
@@ -329,7 +330,7 @@ mod tests {
     use super::*;
     use dco_api::CRDConversionConfig;
     use http::StatusCode;
-    use k8s_openapi::jiff::SignedDuration;
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
     fn owned_of(shards: Shards, which: &[u32]) -> Owned {
         let until = Timestamp::now() + SignedDuration::from_secs(600);

@@ -64,8 +64,9 @@ fn start(env: &TestEnv, selector: &str, id: &str) -> Result<Replica> {
         .args(["--lease-renew-interval", &format!("{RENEW_S}s")])
         .args(["--shards", &SHARDS.to_string(), "--metrics-listen", &metrics, "--resync", "300s"])
         .env("KUBECONFIG", &env.cluster.kubeconfig)
-        // The runtime logs every reconcile's object at debug: the evidence of who reconciled what.
-        .env("RUST_LOG", "info,dco_operator::runtime=debug")
+        // The shard gate logs every reconcile it lets through at debug: the evidence of who
+        // reconciled what.
+        .env("RUST_LOG", "info,dco_operator::context=debug")
         .stdout(Stdio::from(out.try_clone()?))
         .stderr(Stdio::from(out))
         .spawn()
@@ -81,8 +82,8 @@ fn reconciled(r: &Replica, from: usize) -> Result<BTreeSet<String>> {
         .get(from..)
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.contains("reconciled") && l.contains("crdconversionconfig"))
-        .filter_map(|l| l.split("name: \"").nth(1)?.split('"').next().map(str::to_string))
+        .filter(|l| l.contains("this replica owns the object's shard") && l.contains("crdconversionconfig"))
+        .filter_map(|l| l.split(" object=").nth(1)?.split_whitespace().next().map(str::to_string))
         .collect())
 }
 
