@@ -1,0 +1,619 @@
+//! The operator-as-Pods scenario of issue #14, shared by tests/tests/operator_pods.rs (the
+//! testenv with ShardedListAndWatch on) and tests/tests/operator_pods_fallback.rs (a second
+//! testenv with it off): the same ownership and the same results either way.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use serde_json::{Value, json};
+
+use crate::{TestEnv, container_pid, fnv1a64, pod_ready, query_escape, wait_for};
+use dco_api::{CRDConversionConfig, ConversionWebhookServer};
+
+const SHARDS: u32 = 32;
+const REPLICAS: usize = 3;
+const LEASE_DURATION_S: u64 = 9;
+const RENEW_S: u64 = 2;
+const CONFIGS: usize = 300;
+const REAL: usize = 20;
+const MANAGER: &str = "dco-pods-test";
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The shard of a uid for S = 32: a power of two, so the top 5 bits of the hash.
+fn shard_of(uid: &str) -> u32 {
+    (fnv1a64(uid.as_bytes()) >> 59) as u32
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj))
+        .await
+        .with_context(|| format!("applying {name}"))
+}
+
+/// One operator replica as the test sees it.
+#[derive(Clone, Debug)]
+struct Replica {
+    pod: String,
+    ip: String,
+    pid: u32,
+}
+
+async fn replicas(pods: &Api<Pod>) -> Result<Vec<Replica>> {
+    let list = pods.list(&ListParams::default().labels("app=dco-operator")).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            Some(Replica {
+                pod: p.metadata.name.clone()?,
+                ip: p.status.as_ref()?.pod_ip.clone()?,
+                pid: container_pid(p, "operator")?,
+            })
+        })
+        .collect())
+}
+
+/// `/debug/shards` of a replica.
+async fn debug_shards(r: &Replica) -> Result<Value> {
+    let (code, body) = crate::http_get(&format!("{}:8080", r.ip), "/debug/shards").await?;
+    ensure!(code == 200, "/debug/shards of {}: {code} {body}", r.pod);
+    Ok(serde_json::from_str(&body)?)
+}
+
+async fn metric(r: &Replica, name: &str) -> Result<f64> {
+    let (_, body) = crate::http_get(&format!("{}:8080", r.ip), "/metrics").await?;
+    Ok(body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0))
+}
+
+/// Shard → holder, from the shard Leases (only those held, renewed within the duration).
+async fn holders(leases: &Api<Lease>) -> Result<BTreeMap<u32, String>> {
+    let lp = ListParams::default().labels("sharding.dco.rs/role=shard");
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut out = BTreeMap::new();
+    for l in leases.list(&lp).await?.items {
+        let Some(i) =
+            l.metadata.name.as_deref().and_then(|n| n.strip_prefix("dco-operator-shard-")?.parse().ok())
+        else {
+            continue;
+        };
+        let spec = l.spec.unwrap_or_default();
+        let (Some(h), Some(r)) = (spec.holder_identity, spec.renew_time) else { continue };
+        let live = r.0
+            + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
+                spec.lease_duration_seconds.unwrap_or(0),
+            ));
+        if !h.is_empty() && live > now {
+            out.insert(i, h);
+        }
+    }
+    Ok(out)
+}
+
+/// Sum of the shard Leases' `leaseTransitions`: one per take.
+async fn transitions(leases: &Api<Lease>) -> Result<i64> {
+    let lp = ListParams::default().labels("sharding.dco.rs/role=shard");
+    Ok(leases
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .map(|l| i64::from(l.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0)))
+        .sum())
+}
+
+/// The owned sets are a partition of every shard among `n` live pods, each within ceil(S/n).
+fn balanced(h: &BTreeMap<u32, String>, pods: &BTreeSet<String>) -> bool {
+    let mut count: BTreeMap<&str, u32> = BTreeMap::new();
+    for holder in h.values() {
+        *count.entry(holder).or_default() += 1;
+    }
+    let n = pods.len() as u32;
+    h.len() == SHARDS as usize
+        && count.keys().all(|k| pods.contains(*k))
+        && count.len() == pods.len()
+        && count.values().all(|c| *c <= SHARDS.div_ceil(n))
+}
+
+/// `(time, object)` of every reconcile the shard gate let through in a Pod's log.
+fn reconciles(env: &TestEnv, pod: &str) -> Vec<(Timestamp, String)> {
+    let text = std::fs::read_to_string(env.cluster.pod_log(&env.ns, pod, "operator")).unwrap_or_default();
+    text.lines()
+        .map(strip_ansi)
+        .filter(|l| l.contains("this replica owns the object's shard") && l.contains("crdconversionconfig"))
+        .filter_map(|l| {
+            let at = l.split_whitespace().next()?.parse().ok()?;
+            let obj = l.split(" object=").nth(1)?.split_whitespace().next()?.to_string();
+            Some((at, obj))
+        })
+        .collect()
+}
+
+/// A log line without its terminal colour codes.
+fn strip_ansi(l: &str) -> String {
+    let mut out = String::with_capacity(l.len());
+    let mut chars = l.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// An unsharded watch of this test's configs, run by the test: the reference stream.
+struct Reference {
+    bytes: Arc<AtomicU64>,
+    /// uid of every object in every event, in order.
+    events: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+async fn reference_watch(
+    client: &kube::Client,
+    selector: &str,
+) -> Result<(Reference, tokio::task::JoinHandle<()>)> {
+    let rv = Api::<CRDConversionConfig>::all(client.clone())
+        .list_metadata(&ListParams::default().labels(selector))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let r = Reference { bytes: Arc::default(), events: Arc::default() };
+    let (bytes, events) = (r.bytes.clone(), r.events.clone());
+    let (client, selector) = (client.clone(), selector.to_string());
+    // A watch the apiserver ends is resumed from the last resourceVersion seen, as a watcher
+    // would: the reference must be the whole stream.
+    let task = tokio::spawn(async move {
+        let mut rv = rv;
+        loop {
+            let url = format!(
+                "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs?watch=true&allowWatchBookmarks=true&timeoutSeconds=3600&resourceVersion={rv}&labelSelector={}",
+                query_escape(&selector)
+            );
+            let Ok(req) = http::Request::get(url).body(Vec::new()) else { return };
+            let Ok(reader) = client.request_stream(req).await else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            let mut lines = reader.lines();
+            while let Some(Ok(line)) = lines.next().await {
+                bytes.fetch_add(line.len() as u64 + 1, Ordering::SeqCst);
+                let Ok(ev) = serde_json::from_str::<Value>(&line) else { continue };
+                if let Some(v) = ev["object"]["metadata"]["resourceVersion"].as_str() {
+                    rv = v.to_string();
+                }
+                if ev["type"] == "BOOKMARK" || ev["type"] == "ERROR" {
+                    continue;
+                }
+                if let Some(uid) = ev["object"]["metadata"]["uid"].as_str() {
+                    events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(uid.to_string());
+                }
+            }
+        }
+    });
+    Ok((r, task))
+}
+
+/// The scenario. `server_side`: whether the cluster's apiserver has ShardedListAndWatch on
+/// (the replicas then receive only their shards' events; off, every event, dropped here).
+pub async fn divide_and_survive(server_side: bool) -> Result<()> {
+    let t = TestEnv::new("oppods").await?;
+    let client = t.client.clone();
+    let ns = t.ns.clone();
+    let (label_k, label_v) = ("dco-pods-test", ns.as_str());
+    let selector = format!("{label_k}={label_v}");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in dco_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd)).await?;
+    }
+    let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
+    wait_for("the dco CRDs to be served", Duration::from_secs(30), || async {
+        Ok(cfgs.list(&ListParams::default().limit(1)).await.ok().map(|_| ()))
+    })
+    .await?;
+
+    // The operator's identity: a ServiceAccount bound to cluster-admin for this test.
+    let sas: Api<ServiceAccount> = t.api();
+    apply(
+        &sas,
+        "dco-operator",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-operator"}}),
+    )
+    .await?;
+    let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let crb = format!("{ns}-dco-operator");
+    apply(
+        &crbs,
+        &crb,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": crb},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "dco-operator", "namespace": ns}]}),
+    )
+    .await?;
+
+    let deployments: Api<Deployment> = t.api();
+    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
+    let deployment = |replicas: usize| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dco-operator"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "dco-operator"}},
+                "template": {"metadata": {"labels": {"app": "dco-operator"}},
+                    "spec": {"serviceAccountName": "dco-operator", "terminationGracePeriodSeconds": 10,
+                        "containers": [{"name": "operator", "image": "dco-operator:dev",
+                            "args": ["--namespace", ns, "--selector", selector,
+                                "--shards", SHARDS.to_string(),
+                                "--lease-duration", format!("{LEASE_DURATION_S}s"),
+                                "--lease-renew-interval", format!("{RENEW_S}s"),
+                                "--metrics-listen", "$(POD_IP):8080", "--resync", "300s",
+                                // `$$` escapes the kubelet's expansion: the webhook Pods expand it.
+                                "--webhook-listen", "$$(POD_IP):9443",
+                                "--webhook-arg=--drain-period=5s"],
+                            "env": [
+                                {"name": "POD_NAME", "valueFrom": field("metadata.name")},
+                                {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
+                                {"name": "POD_IP", "valueFrom": field("status.podIP")},
+                                // The shard gate logs every reconcile it lets through.
+                                {"name": "RUST_LOG", "value": "info,dco_operator::context=debug"}],
+                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1}}]}}}})
+    };
+    apply(&deployments, "dco-operator", deployment(REPLICAS)).await?;
+    let pods: Api<Pod> = t.api();
+    let leases: Api<Lease> = t.api();
+
+    // Settled: three ready replicas hold a balanced partition of the shards.
+    let settle = |n: usize| {
+        let (pods, leases) = (pods.clone(), leases.clone());
+        async move {
+            wait_for(&format!("{n} replicas to hold a balanced partition of the shards"), WAIT, || async {
+                let rs = replicas(&pods).await?;
+                let names: BTreeSet<String> = rs.iter().map(|r| r.pod.clone()).collect();
+                let h = holders(&leases).await?;
+                Ok((rs.len() == n && balanced(&h, &names)).then_some((rs, h)))
+            })
+            .await
+        }
+    };
+    let started = Instant::now();
+    let (rs, owners) = settle(REPLICAS).await?;
+    eprintln!("3 replicas settled {:?} after the Deployment was applied", started.elapsed());
+    for r in &rs {
+        let d = debug_shards(r).await?;
+        let owned: BTreeSet<u32> = d["owned"]
+            .as_array()
+            .context("owned")?
+            .iter()
+            .filter_map(|v| v.as_u64().map(|v| v as u32))
+            .collect();
+        let by_leases: BTreeSet<u32> = owners.iter().filter(|(_, h)| **h == r.pod).map(|(i, _)| *i).collect();
+        ensure!(owned == by_leases, "{}: /debug/shards says {owned:?}, the Leases {by_leases:?}", r.pod);
+        ensure!(
+            d["serverSideSelector"] == server_side,
+            "{}: the probe's answer is not {server_side}: {d}",
+            r.pod
+        );
+        if server_side {
+            ensure!(
+                d["selector"].as_str().is_some_and(|s| s.contains("shardRange(object.metadata.uid")),
+                "{d}"
+            );
+        } else {
+            ensure!(d["selector"].is_null(), "no selector is sent to a server that ignores it: {d}");
+        }
+        ensure!(metric(r, "dco_operator_sharded_watch").await? == f64::from(u8::from(server_side)));
+    }
+
+    // The reference stream and each replica's counters, from here on.
+    let (reference, ref_task) = reference_watch(&client, &selector).await?;
+    let kind = "{kind=\"CRDConversionConfig\"}";
+    let mut before = BTreeMap::new();
+    for r in &rs {
+        let bytes = metric(r, &format!("dco_operator_watch_received_bytes_total{kind}")).await?;
+        let events = metric(r, &format!("dco_operator_watch_received_events_total{kind}")).await?;
+        let dropped = metric(r, &format!("dco_operator_watch_dropped_events_total{kind}")).await?;
+        before.insert(r.pod.clone(), (bytes, events, dropped));
+    }
+
+    // A default server for the real targets, 20 targets of two versions, and 300 configs.
+    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
+    let server = format!("{ns}-s");
+    apply(
+        &servers,
+        &server,
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+        "metadata": {"name": server, "labels": {label_k: label_v}},
+        "spec": {"namespace": ns, "replicas": 1, "default": true}}),
+    )
+    .await?;
+    let schema = |spec: Value| json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": spec}}}});
+    let group = |i: usize| format!("g{i}.{ns}.pods.dco.rs");
+    let target = |i: usize| format!("widgets.{}", group(i));
+    for i in 0..REAL {
+        apply(&crds, &target(i), json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": target(i)},
+            "spec": {"group": group(i), "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [
+                    {"name": "v1", "served": true, "storage": false, "schema": schema(json!({"storageSize": {"type": "integer"}}))},
+                    {"name": "v2", "served": true, "storage": true, "schema": schema(json!({"storageGB": {"type": "integer"}}))}]}}))
+        .await?;
+    }
+    let cfg_name = |i: usize| format!("{ns}-c{i:03}");
+    let config = |i: usize, stamp: &str| {
+        let tgt = if i < REAL { target(i) } else { format!("missing{i}.{ns}.pods.dco.rs") };
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+            "metadata": {"name": cfg_name(i), "labels": {label_k: label_v}, "annotations": {"dco-pods-test/stamp": stamp}},
+            "spec": {"targetCRD": {"name": tgt}, "hubVersion": "v2",
+                "spokes": [{"version": "v1", "rules": [
+                    {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}})
+    };
+    let created = Instant::now();
+    futures::stream::iter(0..CONFIGS)
+        .map(|i| {
+            let cfgs = cfgs.clone();
+            let obj = config(i, "1");
+            async move { apply(&cfgs, &cfg_name(i), obj).await.map(|_| ()) }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    eprintln!("applied {CONFIGS} configs in {:?}", created.elapsed());
+
+    // Every config gets a status from its reconcile; the real targets get wired.
+    let uids: BTreeMap<String, String> = wait_for("every config to have a status", WAIT, || async {
+        let list = cfgs.list(&ListParams::default().labels(&selector)).await?;
+        let done = list.items.iter().filter(|c| c.status.as_ref().is_some_and(|s| s.phase.is_some())).count();
+        Ok((done == CONFIGS).then(|| {
+            list.items
+                .iter()
+                .filter_map(|c| Some((c.metadata.name.clone()?, c.metadata.uid.clone()?)))
+                .collect()
+        }))
+    })
+    .await?;
+    eprintln!("all {CONFIGS} configs had a status {:?} after the first apply", created.elapsed());
+    for i in 0..REAL {
+        wait_for(&format!("target {} wired to the server", target(i)), WAIT, || async {
+            let crd = crds.get(&target(i)).await?;
+            let strategy = crd.spec.conversion.as_ref().map(|c| c.strategy.clone());
+            Ok((strategy.as_deref() == Some("Webhook")).then_some(()))
+        })
+        .await?;
+    }
+    // Converted: written at v1, read at v2 (every read at another version is a conversion).
+    for i in 0..REAL {
+        let gvk = |v: &str| GroupVersionKind::gvk(&group(i), v, "Widget");
+        let ar = |v: &str| ApiResource::from_gvk_with_plural(&gvk(v), "widgets");
+        let v1: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar("v1"));
+        let v2: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar("v2"));
+        let obj = json!({"apiVersion": format!("{}/v1", group(i)), "kind": "Widget", "metadata": {"name": "w"},
+            "spec": {"storageSize": i}});
+        wait_for(&format!("a v1 write of target {i} converted"), WAIT, || async {
+            Ok(v1.patch("w", &PatchParams::apply(MANAGER), &Patch::Apply(&obj)).await.ok().map(|_| ()))
+        })
+        .await?;
+        let got = v2.get("w").await?;
+        ensure!(got.data["spec"]["storageGB"] == json!(i), "target {i} at v2: {}", got.data);
+    }
+
+    // Who reconciled what: every config by the owner of its shard, and by no other replica.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut by: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in &rs {
+        for (_, obj) in reconciles(&t, &r.pod) {
+            by.entry(obj).or_default().insert(r.pod.clone());
+        }
+    }
+    for (name, uid) in &uids {
+        let owner = &owners[&shard_of(uid)];
+        let who = by.get(name).cloned().unwrap_or_default();
+        ensure!(
+            who == BTreeSet::from([owner.clone()]),
+            "{name} (shard {}) reconciled by {who:?}, owner {owner}",
+            shard_of(uid)
+        );
+    }
+    let per_replica: Vec<(String, usize)> =
+        rs.iter().map(|r| (r.pod.clone(), by.values().filter(|w| w.contains(&r.pod)).count())).collect();
+    eprintln!("configs reconciled per replica: {per_replica:?}");
+
+    // The sharded streams: each replica received exactly the events of its own shards' configs.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ref_events = reference.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let ref_bytes = reference.bytes.load(Ordering::SeqCst) as f64;
+    for r in &rs {
+        let mine: BTreeSet<u32> = owners.iter().filter(|(_, h)| **h == r.pod).map(|(i, _)| *i).collect();
+        let want = ref_events.iter().filter(|u| mine.contains(&shard_of(u))).count() as f64;
+        let (b0, e0, d0) = before[&r.pod];
+        let bytes = metric(r, &format!("dco_operator_watch_received_bytes_total{kind}")).await? - b0;
+        let events = metric(r, &format!("dco_operator_watch_received_events_total{kind}")).await? - e0;
+        let dropped = metric(r, &format!("dco_operator_watch_dropped_events_total{kind}")).await? - d0;
+        eprintln!(
+            "{}: {events} events ({:.3} of the unsharded {}), {bytes} bytes ({:.3} of {ref_bytes}), owns {} of {SHARDS} shards; bound 1.2/N = {:.3}",
+            r.pod,
+            events / ref_events.len() as f64,
+            ref_events.len(),
+            bytes / ref_bytes,
+            mine.len(),
+            1.2 / REPLICAS as f64
+        );
+        if server_side {
+            ensure!(
+                events == want,
+                "{}: {events} events received, {want} in the reference for its shards",
+                r.pod
+            );
+            ensure!(dropped == 0.0, "{}: the apiserver sent {dropped} objects of other shards", r.pod);
+            ensure!(
+                bytes / ref_bytes < 0.5,
+                "{}: {bytes} of {ref_bytes} bytes is not a shard's share",
+                r.pod
+            );
+        } else {
+            // The fallback: the whole stream arrives, and what is of other shards is dropped here.
+            let all = ref_events.len() as f64;
+            ensure!(events == all, "{}: {events} events received, {all} in the unsharded stream", r.pod);
+            ensure!(
+                dropped == all - want,
+                "{}: {dropped} dropped, {} are of other shards",
+                r.pod,
+                all - want
+            );
+        }
+    }
+    ref_task.abort();
+
+    // SIGSTOP one replica: it stops reconciling before its shards are taken, the others take
+    // them, a change in one of them is reconciled there, and the stopped one, resumed, does not
+    // reconcile what it no longer owns.
+    let victim = rs[0].clone();
+    let victim_shards: BTreeSet<u32> =
+        owners.iter().filter(|(_, h)| **h == victim.pod).map(|(i, _)| *i).collect();
+    let (moved_name, _) = uids
+        .iter()
+        .find(|(_, u)| victim_shards.contains(&shard_of(u)))
+        .context("a config in the stopped replica's shards")?;
+    let moved_i: usize =
+        moved_name.rsplit("-c").next().and_then(|s| s.parse().ok()).context("config index")?;
+    signal(victim.pid, "STOP")?;
+    let stopped = Instant::now();
+    let stopped_at = Timestamp::now();
+    apply(&cfgs, moved_name, config(moved_i, "2")).await?;
+    let others: Vec<Replica> = rs.iter().filter(|r| r.pod != victim.pod).cloned().collect();
+    let taker =
+        wait_for("another replica to reconcile the change in a stopped replica's shard", WAIT, || async {
+            for r in &others {
+                if reconciles(&t, &r.pod).iter().any(|(at, o)| o == moved_name && *at > stopped_at) {
+                    return Ok(Some(r.pod.clone()));
+                }
+            }
+            Ok(None)
+        })
+        .await?;
+    let took = stopped.elapsed();
+    eprintln!("{taker} reconciled {moved_name} {took:?} after {} was stopped", victim.pod);
+    ensure!(
+        took <= Duration::from_secs(LEASE_DURATION_S + RENEW_S + 10),
+        "the change waited {took:?}, beyond the lease duration plus a renew interval (and 10 s of slack)"
+    );
+    let h = holders(&leases).await?;
+    ensure!(h.values().all(|p| *p != victim.pod), "the stopped replica still holds live shard Leases: {h:?}");
+    let resumed_at = Timestamp::now();
+    signal(victim.pid, "CONT")?;
+    // Resumed, it rejoins: shards come back to it only by Lease takes, at its ticks.
+    settle(REPLICAS).await?;
+    let rejoined_at = Timestamp::now();
+    let h = holders(&leases).await?;
+    for (at, obj) in reconciles(&t, &victim.pod) {
+        if at > stopped_at && at < rejoined_at {
+            let shard = shard_of(&uids[&obj]);
+            ensure!(
+                h.get(&shard) == Some(&victim.pod) && at > resumed_at,
+                "{} reconciled {obj} (shard {shard}) at {at} while stopped or before retaking it",
+                victim.pod
+            );
+        }
+    }
+    let skipped =
+        metric(&victim, "dco_operator_reconciles_skipped_total{controller=\"crdconversionconfig\"}").await?;
+    eprintln!("{} resumed and rejoined; its gate skipped {skipped} reconciles in all", victim.pod);
+
+    // SIGKILL a replica: the kubelet restarts it under the same Pod name, and it resumes.
+    let rs = replicas(&pods).await?;
+    let killed = rs.iter().find(|r| r.pod != victim.pod).context("a replica to kill")?.clone();
+    signal(killed.pid, "KILL")?;
+    let at = Instant::now();
+    let restarted = wait_for("the killed replica to be restarted and own its shards again", WAIT, || async {
+        let now = replicas(&pods).await?;
+        let names: BTreeSet<String> = now.iter().map(|r| r.pod.clone()).collect();
+        let h = holders(&leases).await?;
+        Ok(now
+            .iter()
+            .find(|r| r.pod == killed.pod && r.pid != killed.pid)
+            .filter(|_| balanced(&h, &names) && h.values().any(|p| *p == killed.pod))
+            .cloned())
+    })
+    .await?;
+    eprintln!(
+        "{} (pid {} → {}) owned shards again {:?} after SIGKILL",
+        killed.pod,
+        killed.pid,
+        restarted.pid,
+        at.elapsed()
+    );
+
+    // Scale to 1: the survivor owns every shard (the others free theirs on SIGTERM).
+    apply(&deployments, "dco-operator", deployment(1)).await?;
+    let at = Instant::now();
+    let (rs1, _) = settle(1).await?;
+    eprintln!("scaled to 1: {} owned all {SHARDS} shards {:?} after the scale", rs1[0].pod, at.elapsed());
+    let d = debug_shards(&rs1[0]).await?;
+    ensure!(d["selector"].is_null(), "owning everything asks for no selector: {d}");
+    // And back to 3: exactly the shards that must move do, each once.
+    let takes_before = transitions(&leases).await?;
+    apply(&deployments, "dco-operator", deployment(REPLICAS)).await?;
+    let at = Instant::now();
+    let (_, h3) = settle(REPLICAS).await?;
+    tokio::time::sleep(Duration::from_secs(RENEW_S * 2)).await;
+    let takes = transitions(&leases).await? - takes_before;
+    let kept = h3.values().filter(|p| **p == rs1[0].pod).count() as i64;
+    eprintln!(
+        "scaled back to 3 in {:?}: {takes} shard takes, the minimum is {} (the survivor kept {kept})",
+        at.elapsed(),
+        i64::from(SHARDS) - kept
+    );
+    ensure!(
+        takes == i64::from(SHARDS) - kept,
+        "{takes} takes to spread {SHARDS} shards from 1 replica to 3 (kept {kept})"
+    );
+
+    // Cleanup: the operator goes first, then the finalizers it would have handled.
+    apply(&deployments, "dco-operator", deployment(0)).await?;
+    wait_for("the operator Pods to go", WAIT, || async {
+        Ok(pods.list(&ListParams::default().labels("app=dco-operator")).await?.items.is_empty().then_some(()))
+    })
+    .await?;
+    let unfinalize = json!({"metadata": {"finalizers": null}});
+    for i in 0..CONFIGS {
+        let _ = cfgs.patch(&cfg_name(i), &PatchParams::default(), &Patch::Merge(&unfinalize)).await;
+        let _ = cfgs.delete(&cfg_name(i), &DeleteParams::default()).await;
+    }
+    let _ = servers.patch(&server, &PatchParams::default(), &Patch::Merge(&unfinalize)).await;
+    let _ = servers.delete(&server, &DeleteParams::default()).await;
+    for i in 0..REAL {
+        let _ = crds.delete(&target(i), &DeleteParams::default()).await;
+    }
+    let _ = crbs.delete(&crb, &DeleteParams::default()).await;
+    t.cleanup().await;
+    Ok(())
+}
+
+fn signal(pid: u32, sig: &str) -> Result<()> {
+    let status = std::process::Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status()?;
+    if !status.success() {
+        bail!("kill -{sig} {pid} failed");
+    }
+    Ok(())
+}
