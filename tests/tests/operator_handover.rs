@@ -11,7 +11,8 @@
 //!
 //! Needs `target/debug/dco-operator` and `target/debug/dco-webhook` (built by
 //! `cargo test --workspace --no-run`, or `cargo build -p dco-operator -p dco-webhook`).
-//! The operator runs as a local process scoped by `--selector` to this test's objects, and the
+//! The operator runs as two local processes (replicas dividing the work by shard Leases),
+//! scoped by `--selector` to this test's objects, and the
 //! config is pinned, so other tests' servers on the same cluster cannot interfere.
 
 use std::path::PathBuf;
@@ -50,23 +51,39 @@ fn binary(name: &str) -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// The operator process; killed when dropped.
-struct Operator(Child);
+/// The operator's replica processes; killed when dropped.
+struct Operator(Vec<Child>);
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
+/// Two replicas, which divide the configs and servers by shard Leases in the test's namespace
+/// (docs/sharding.md): the move is made by whichever owns the config's shard.
+const REPLICAS: [&str; 2] = ["oph-1", "oph-2"];
+
 fn start_operator(env: &TestEnv, selector: &str, otlp: &str) -> Result<Operator> {
-    let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}.log", env.ns));
+    let mut replicas = Operator(Vec::new());
+    for id in REPLICAS {
+        replicas.0.push(start_replica(env, selector, otlp, id)?);
+    }
+    Ok(replicas)
+}
+
+fn start_replica(env: &TestEnv, selector: &str, otlp: &str, id: &str) -> Result<Child> {
+    let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
     let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let child = Command::new(binary("dco-operator")?)
         .args([
             "--namespace",
             &env.ns,
+            "--replica-id",
+            id,
             "--selector",
             selector,
             "--webhook-listen",
@@ -88,7 +105,7 @@ fn start_operator(env: &TestEnv, selector: &str, otlp: &str) -> Result<Operator>
         .spawn()
         .context("starting dco-operator")?;
     eprintln!("dco-operator log: {}", log.display());
-    Ok(Operator(child))
+    Ok(child)
 }
 
 async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
