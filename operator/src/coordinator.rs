@@ -205,6 +205,13 @@ pub struct Tick {
     /// The gate's set from what was read, before this tick's writes: shards being freed are
     /// already out, shards being taken not yet in (see [`Owned::of`]).
     pub owned: Owned,
+    /// When to tick again without waiting for the interval: the first moment a Lease that
+    /// holds this replica back expires — another member's (its shards are then re-divided)
+    /// or a shard Lease it wants that another still holds. A member that stops renewing thus
+    /// loses its shards a lease duration after its last renewal, not up to an interval later;
+    /// a healthy member's expiry always lies past the next interval's tick, which reads it
+    /// renewed, so it costs no tick.
+    pub wake_at: Option<Timestamp>,
 }
 
 /// Live members: renewal within the lease duration; this replica always (its own Lease may
@@ -272,7 +279,19 @@ pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
         }
     }
     let owned = Owned::of(settings, view.me, view.last_renewal, view.shard_leases, &wanted);
-    Tick { live, wanted, actions, owned }
+    let members_expire = view
+        .members
+        .iter()
+        .filter(|m| m.id != view.me)
+        .filter_map(|m| Some(after(m.renewed?, settings.lease_duration)))
+        .filter(|t| *t > now);
+    let wanted_expire = wanted
+        .iter()
+        .filter_map(|i| leases.get(i))
+        .filter(|l| l.holder().is_some_and(|h| h != view.me) && !l.takeable(now))
+        .filter_map(|l| Some(after(l.renewed?, l.duration)));
+    let wake_at = members_expire.chain(wanted_expire).min();
+    Tick { live, wanted, actions, owned, wake_at }
 }
 
 /// The assignment rule: the owner of each shard as an index into `members` (sorted, unique),

@@ -79,6 +79,8 @@ pub struct TickReport {
     pub members_deleted: usize,
     /// Whether the owned set changed (the OnChange callbacks run then).
     pub changed: bool,
+    /// When the next tick is due early (`coordinator::Tick::wake_at`).
+    pub wake_at: Option<Timestamp>,
     /// Shards whose ownership lapsed during the tick (renewed too late: a slow apiserver, or
     /// a paused process); they are ours again only from this tick on.
     pub lapsed: usize,
@@ -153,7 +155,7 @@ impl Membership {
             shard_leases: &shards,
         };
         let decided = coordinator::tick(&self.settings, &view);
-        let mut report = TickReport::default();
+        let mut report = TickReport { wake_at: decided.wake_at, ..TickReport::default() };
         // The shard Leases as they are after this tick's writes.
         let mut after: BTreeMap<u32, ShardLease> = shards.into_iter().map(|l| (l.index, l)).collect();
         let by_name: BTreeMap<&str, &Lease> =
@@ -306,6 +308,97 @@ impl Membership {
     }
 }
 
+/// The OnChange callback, handed to the Coordinator's thread once the watches exist.
+pub type OnChange = Box<dyn FnMut() + Send>;
+
+/// A Coordinator running on a thread of its own, with a current-thread runtime and a client
+/// of its own: CPU-heavy reconciles on the main runtime's workers cannot delay its renewals
+/// past the renew deadline (which would stop this replica's reconciles for a while, see
+/// docs/sharding.md "Never two owners").
+pub struct Thread {
+    pub gate: Gate,
+    pub owned: watch::Receiver<Owned>,
+    pub snapshot: watch::Receiver<Snapshot>,
+    on_change: Option<tokio::sync::oneshot::Sender<OnChange>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl Thread {
+    /// Starts the thread and returns once Prime (the first tick) has run there, so the gate
+    /// knows the owned shards before any watch opens.
+    pub async fn start(
+        config: kube::Config,
+        namespace: String,
+        settings: Settings,
+        me: String,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> anyhow::Result<Self> {
+        use tokio::sync::oneshot;
+        let (primed_tx, primed_rx) = oneshot::channel();
+        let (on_change_tx, on_change_rx) = oneshot::channel::<OnChange>();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (done_tx, done_rx) = oneshot::channel::<()>();
+        std::thread::Builder::new().name("dco-coordinator".into()).spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = primed_tx.send(Err(format!("cannot start the coordinator's runtime: {e}")));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let client = match kube::Client::try_from(config) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = primed_tx.send(Err(format!("cannot build the coordinator's client: {e}")));
+                        return;
+                    }
+                };
+                let mut m = Membership::new(Api::namespaced(client, &namespace), settings, me);
+                m.tick_and_report(&metrics, &mut || {}).await;
+                if primed_tx.send(Ok((m.gate(), m.owned(), m.snapshot()))).is_err() {
+                    return;
+                }
+                let Ok(mut on_change) = on_change_rx.await else { return };
+                run(m, metrics, move || on_change(), async {
+                    let _ = stop_rx.await;
+                })
+                .await;
+            });
+            let _ = done_tx.send(());
+        })?;
+        let (gate, owned, snapshot) = primed_rx
+            .await
+            .map_err(|_| anyhow::anyhow!("the coordinator's thread ended before its first tick"))?
+            .map_err(|e| anyhow::anyhow!(e))?;
+        Ok(Thread {
+            gate,
+            owned,
+            snapshot,
+            on_change: Some(on_change_tx),
+            stop: Some(stop_tx),
+            done: done_rx,
+        })
+    }
+
+    /// Starts the ticks after Prime, with the OnChange callback.
+    pub fn run(&mut self, on_change: impl FnMut() + Send + 'static) {
+        if let Some(tx) = self.on_change.take() {
+            let _ = tx.send(Box::new(on_change));
+        }
+    }
+
+    /// Stops the ticks and waits for this replica's shard Leases to be freed (within 5 s).
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        drop(self.on_change.take());
+        let _ = (&mut self.done).await;
+    }
+}
+
 /// Runs a tick every renew interval until `stop` resolves, then frees this replica's shard
 /// Leases (within 5 s) so the others take them at once. `on_change` runs after every tick
 /// that changed the owned set (the OnChange callback: re-enqueue every owned object).
@@ -315,14 +408,33 @@ pub async fn run(
     mut on_change: impl FnMut(),
     stop: impl std::future::Future<Output = ()>,
 ) {
+    // At a fixed rate, not an interval after each tick ends: a tick's own time (slow
+    // writes) must not stretch the gap between renewals, nor the time until another
+    // replica's expired shards are taken (≤ lease duration + renew interval).
     let every = m.settings.renew_interval.unsigned_abs();
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = std::pin::pin!(stop);
+    let mut wake: Option<tokio::time::Instant> = None;
     loop {
+        // Early, at a Lease's expiry (a little after it: the Lease must read expired then).
+        let early = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => futures::future::pending().await,
+            }
+        };
         tokio::select! {
             () = &mut stop => break,
-            () = tokio::time::sleep(every) => {}
+            _ = ticks.tick() => {}
+            () = early => {}
         }
-        m.tick_and_report(&metrics, &mut on_change).await;
+        wake = m.tick_and_report(&metrics, &mut on_change).await.map(|at| {
+            let until = at.duration_since(Timestamp::now());
+            let wait = if until.is_negative() { std::time::Duration::ZERO } else { until.unsigned_abs() };
+            let wait = wait.min(every) + WAKE_MARGIN;
+            tokio::time::Instant::now() + wait
+        });
     }
     match tokio::time::timeout(std::time::Duration::from_secs(5), m.free_all()).await {
         Ok(Ok(n)) => tracing::info!(freed = n, "shutting down: freed this replica's shard Leases"),
@@ -337,8 +449,13 @@ pub async fn run(
 
 impl Membership {
     /// One tick now, logged and counted; a failed tick keeps the owned set as it was (it
-    /// lapses by itself at the renew deadline, `Owned::owns`).
-    pub async fn tick_and_report(&mut self, metrics: &crate::metrics::Metrics, on_change: &mut impl FnMut()) {
+    /// lapses by itself at the renew deadline, `Owned::owns`). Returns when the next tick is
+    /// due early, if it is.
+    pub async fn tick_and_report(
+        &mut self,
+        metrics: &crate::metrics::Metrics,
+        on_change: &mut impl FnMut(),
+    ) -> Option<Timestamp> {
         let now = Timestamp::now();
         match self.tick(now).await {
             Ok(r) => {
@@ -356,6 +473,7 @@ impl Membership {
                         "the shards this replica owns changed; re-enqueueing their objects");
                     on_change();
                 }
+                r.wake_at
             }
             Err(e) => {
                 metrics
@@ -364,10 +482,14 @@ impl Membership {
                     .inc();
                 tracing::warn!(error = %e, replica = %self.me,
                     "coordinator tick failed (needs get, list, create, update and delete on leases in the lease namespace); retrying next interval");
+                None
             }
         }
     }
 }
+
+/// How long after a Lease's expiry the early tick runs, so that the Lease reads expired.
+const WAKE_MARGIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The member and shard Leases among `leases`, by role label and name.
 fn read(leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLease>) {

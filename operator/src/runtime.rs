@@ -25,7 +25,7 @@ use crate::config::{self, ConfigKind, target};
 use crate::context::{Context, Settings, Stores};
 use crate::coordinator;
 use crate::leases::lease_triggers;
-use crate::membership::{self, Gate, Membership};
+use crate::membership::{self, Gate};
 use crate::metrics::Metrics;
 use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
 use crate::server;
@@ -306,14 +306,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .check()
         .map_err(|e| anyhow::anyhow!("{e}; fix --lease-duration or --lease-renew-interval"))?;
     let lease_ns = args.lease_namespace.clone().unwrap_or_else(|| args.namespace.clone());
-    let mut membership =
-        Membership::new(Api::namespaced(client.clone(), &lease_ns), coordination, args.replica_id());
-    membership.tick_and_report(&metrics, &mut || {}).await;
-    let gate = membership.gate();
+    let coordinator = membership::Thread::start(
+        kube_config.clone(),
+        lease_ns.clone(),
+        coordination,
+        args.replica_id(),
+        metrics.clone(),
+    )
+    .await?;
+    let gate = coordinator.gate.clone();
 
     // The config watches ask for this replica's shards only, through a client whose layer adds
     // the selector when the apiserver applies it (sharded_watch.rs).
-    let selector = SelectorLayer::new(shards, membership.owned(), metrics.clone())
+    let selector = SelectorLayer::new(shards, coordinator.owned.clone(), metrics.clone())
         .shard::<CRDConversionConfig>()
         .shard::<XRDConversionConfig>();
     let supported = sharded_watch::probe(&client, &lease_ns, shards).await;
@@ -332,7 +337,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("cannot build the watch client")?
         .with_layer(&selector)
         .build();
-    let membership_view = membership.snapshot();
+    let membership_view = coordinator.snapshot.clone();
     let debug = DebugShards { snapshot: membership_view.clone(), selector: selector.clone() };
     tokio::spawn(serve_health(args.metrics_listen, metrics.clone(), ready.clone(), debug));
 
@@ -344,14 +349,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Api::<CRDConversionConfig>::all(watch_client.clone()),
         scoped(&args.selector),
         gate.clone(),
-        membership.owned(),
+        coordinator.owned.clone(),
         metrics.clone(),
     ));
     let (xccs, xcc_sub, xcc_trigger_tx, xcc_events) = shared(sharded_watch::watch(
         Api::<XRDConversionConfig>::all(watch_client.clone()),
         scoped(&args.selector),
         gate.clone(),
-        membership.owned(),
+        coordinator.owned.clone(),
         metrics.clone(),
     ));
     // Secrets and Leases trigger no controller of their own: a deleted serving Secret wakes
@@ -388,10 +393,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     };
-    let (stop_coordinator, coordinator_stopped) = tokio::sync::oneshot::channel::<()>();
-    let coordinator_task = tokio::spawn(membership::run(membership, metrics, on_change, async {
-        let _ = coordinator_stopped.await;
-    }));
+    let mut coordinator = coordinator;
+    coordinator.run(on_change);
 
     // Who wakes whom, apart from each controller's own objects (see rebalance.rs):
     // server spec/deletion/existence and CA → the configs it affects (paced); its Leases and
@@ -532,8 +535,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     tokio::join!(cws_ctl, ccc_run, xcc_run);
     tracing::info!("controllers stopped");
-    let _ = stop_coordinator.send(());
-    let _ = coordinator_task.await;
+    coordinator.stop().await;
     Ok(())
 }
 

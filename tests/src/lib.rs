@@ -37,6 +37,50 @@ use kube::{Client, Config};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
+/// Server-side applies `obj` as field manager `manager`, forcing conflicts (each test owns
+/// the objects it applies); the error names the object.
+pub async fn apply_as<K>(api: &Api<K>, manager: &str, name: &str, obj: serde_json::Value) -> Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.patch(name, &kube::api::PatchParams::apply(manager).force(), &kube::api::Patch::Apply(&obj))
+        .await
+        .with_context(|| format!("applying {name}"))
+}
+
+/// `(time, object)` of every reconcile of `controller` that dco-operator's shard gate let
+/// through, from the operator's log at `RUST_LOG=dco_operator::context=debug` (its
+/// `Context::not_ours` logs one line each: the evidence of who reconciled what).
+pub fn gate_reconciles(log: &str, controller: &str) -> Vec<(k8s_openapi::jiff::Timestamp, String)> {
+    log.lines()
+        .map(strip_ansi)
+        .filter(|l| l.contains("this replica owns the object's shard") && l.contains(controller))
+        .filter_map(|l| {
+            let at = l.split_whitespace().next()?.parse().ok()?;
+            let obj = l.split(" object=").nth(1)?.split_whitespace().next()?.to_string();
+            Some((at, obj))
+        })
+        .collect()
+}
+
+/// A log line without its terminal colour codes.
+pub fn strip_ansi(l: &str) -> String {
+    let mut out = String::with_capacity(l.len());
+    let mut chars = l.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Where the cluster and its state live.
 #[derive(Debug, Clone)]
 pub struct Cluster {

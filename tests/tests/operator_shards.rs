@@ -78,13 +78,8 @@ fn start(env: &TestEnv, selector: &str, id: &str) -> Result<Replica> {
 /// The configs a replica's log shows reconciled since byte `from` of it.
 fn reconciled(r: &Replica, from: usize) -> Result<BTreeSet<String>> {
     let text = std::fs::read_to_string(&r.log)?;
-    Ok(text
-        .get(from..)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("this replica owns the object's shard") && l.contains("crdconversionconfig"))
-        .filter_map(|l| l.split(" object=").nth(1)?.split_whitespace().next().map(str::to_string))
-        .collect())
+    let since = text.get(from..).unwrap_or_default();
+    Ok(dco_tests::gate_reconciles(since, "crdconversionconfig").into_iter().map(|(_, o)| o).collect())
 }
 
 fn log_len(r: &Replica) -> usize {

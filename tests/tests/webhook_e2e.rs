@@ -73,9 +73,7 @@ async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj))
-        .await
-        .with_context(|| format!("applying {name}"))
+    dco_tests::apply_as(api, MANAGER, name, obj).await
 }
 
 fn b64(s: &str) -> String {

@@ -459,6 +459,23 @@ fn pause_owned_set_empties_at_the_renew_deadline_before_anyone_may_take() {
 }
 
 #[test]
+fn a_tick_is_due_when_a_lease_that_holds_this_replica_back_expires() {
+    let s = settings(4);
+    let mut store = Store::default();
+    let (mut a, mut b) = (Replica::new("a"), Replica::new("b"));
+    a.tick(&s, &mut store, t0(), false, false);
+    let t = b.tick(&s, &mut store, t0() + secs(1), false, false);
+    // b wants half of a's shards, held live by a: due when a's member Lease (renewed at t0)
+    // lapses, which comes before its shard Leases do.
+    assert_eq!(t.wake_at, Some(t0() + D), "{t:?}");
+    // a stops. At that moment b's view no longer counts a: it wants every shard, held by a
+    // until its shard Leases expire — the same instant here, so they are takeable at once.
+    let t = b.tick(&s, &mut store, t0() + D, false, false);
+    assert_eq!(takes(&t), all(4));
+    assert_eq!(t.wake_at, None, "nothing holds b back any more");
+}
+
+#[test]
 fn failing_member_renewal_empties_the_owned_set() {
     let s = settings(4);
     let mut store = Store::default();
