@@ -361,7 +361,7 @@ impl Thread {
                     return;
                 }
                 let Ok(mut on_change) = on_change_rx.await else { return };
-                run(m, metrics, move || on_change(), async {
+                run(m, metrics, on_change, async {
                     let _ = stop_rx.await;
                 })
                 .await;
