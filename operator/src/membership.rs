@@ -360,7 +360,7 @@ impl Thread {
                 if primed_tx.send(Ok((m.gate(), m.owned(), m.snapshot()))).is_err() {
                     return;
                 }
-                let Ok(mut on_change) = on_change_rx.await else { return };
+                let Ok(on_change) = on_change_rx.await else { return };
                 run(m, metrics, on_change, async {
                     let _ = stop_rx.await;
                 })
