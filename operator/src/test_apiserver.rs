@@ -290,6 +290,9 @@ mod tests {
         let (ctx, mut api, mut w) = test_context();
         w.server(server("a", true, 2, &[]));
         w.secret(tls_secret("a"));
+        // A first wiring waits for the destination like any move: both replicas report it.
+        w.lease(lease("a-1", "a", &[TARGET]));
+        w.lease(lease("a-2", "a", &[TARGET]));
         let cfg = config(None, json!({}));
         let task = run_config(ctx, cfg.clone()).await;
 
@@ -312,6 +315,34 @@ mod tests {
         let res = task.await.unwrap();
         assert!(res.is_ok(), "{res:?}");
         (reasons, st)
+    }
+
+    /// Until the destination's replicas report the target, a first wiring writes nothing to
+    /// the target: adopting a live target is a move too.
+    #[tokio::test]
+    async fn a_first_wiring_waits_for_the_destinations_leases() {
+        let (ctx, mut api, mut w) = test_context();
+        w.server(server("a", true, 2, &[]));
+        w.secret(tls_secret("a"));
+        w.lease(lease("a-1", "a", &[TARGET]));
+        w.lease(lease("a-2", "a", &[]));
+        let cfg = config(None, json!({}));
+        let task = run_config(ctx, cfg.clone()).await;
+        api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
+        api.expect(Method::GET, CCC_PATH).await.ok(&crd(json!({"strategy": "None"})));
+        let mut reasons = Vec::new();
+        let status = api.events_then(&mut reasons).await;
+        assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH), "no target patch");
+        let st = status.body["status"].clone();
+        status.with_status(&cfg);
+        assert!(task.await.unwrap().is_ok());
+        assert_eq!(reasons, ["HandoverStarted"]);
+        assert_eq!(st["handover"]["state"], "Compiling");
+        let cond = st["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "HandoverReady"))
+            .cloned();
+        assert_eq!(cond.map(|c| c["reason"].clone()), Some(json!("AwaitingDestination")));
     }
 
     #[tokio::test]

@@ -198,7 +198,7 @@ pub struct Route<'a> {
 /// How the destination's readiness was established.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Proof {
-    /// Through its served-target Leases (or nothing had to be handed over).
+    /// Through its served-target Leases (or the target named the destination already).
     Verified,
     /// A server that publishes no Leases: assumed, and said so in `HandoverReady`.
     Unverified,
@@ -330,8 +330,9 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
                 return s;
             }
             let ready = |proof| Move::DestinationReady(route, proof);
-            if route.source.is_none() || route.source == Some(dest) {
-                let note = format!("first wiring of the target to server {dest}: nothing to hand over");
+            if route.source == Some(dest) {
+                // The target names the destination already: re-wiring changes no routing.
+                let note = format!("the target already names server {dest}: nothing to hand over");
                 return go(
                     state,
                     ready(Proof::Verified),
@@ -341,9 +342,17 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
                     patching(dest),
                 );
             }
+            // A first wiring waits like any move: a live multi-version target is already
+            // served — by strategy None, or by another webhook — so adopting it is a move from
+            // that to the destination, which must hold the plan before the apiserver calls it.
             match facts.replicas(dest).as_destination() {
                 Serves => {
-                    let note = format!("every live replica of server {dest} reports a compiled plan");
+                    let note = match route.source {
+                        Some(_) => format!("every live replica of server {dest} reports a compiled plan"),
+                        None => format!(
+                            "every live replica of server {dest} reports a compiled plan; adopting the target"
+                        ),
+                    };
                     go(state, ready(Proof::Verified), facts, reason::DESTINATION_READY, note, patching(dest))
                 }
                 NoLeases => {

@@ -81,6 +81,126 @@ pub fn strip_ansi(l: &str) -> String {
     out
 }
 
+/// A binary of this workspace's debug build (`target/debug/<name>`), which the end-to-end
+/// tests run as local processes.
+pub fn workspace_binary(name: &str) -> Result<PathBuf> {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target"));
+    let bin = target.join("debug").join(name);
+    if !bin.exists() {
+        bail!("{} is missing: build it with `cargo build -p {name}`", bin.display());
+    }
+    Ok(bin)
+}
+
+/// dco-operator replicas running as local processes; killed when dropped.
+pub struct Operators(pub Vec<std::process::Child>);
+
+impl Drop for Operators {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts one dco-operator process per id in `ids`, scoped by `selector` to a test's objects,
+/// its webhook servers' workloads and its shard Leases in the test's namespace, with short
+/// webhook drain, renew and lease periods; `extra` flags go last. Logs go to
+/// `<testenv>/logs/dco-operator_<ns>_<id>.log`.
+pub fn start_operators(env: &TestEnv, selector: &str, ids: &[&str], extra: &[&str]) -> Result<Operators> {
+    let mut out = Operators(Vec::new());
+    for id in ids {
+        let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
+        let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(workspace_binary("dco-operator")?)
+            .args(["--namespace", &env.ns, "--replica-id", id, "--selector", selector])
+            .args(["--webhook-listen", "$(POD_IP):9443", "--webhook-arg=--drain-period=5s"])
+            .args(["--webhook-arg=--lease-renew-interval=5s", "--webhook-arg=--lease-duration=20s"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("KUBECONFIG", &env.cluster.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::from(file.try_clone()?))
+            .stderr(std::process::Stdio::from(file))
+            .spawn()
+            .context("starting dco-operator")?;
+        eprintln!("dco-operator {id} log: {}", log.display());
+        out.0.push(child);
+    }
+    Ok(out)
+}
+
+/// Runs the `echo-convert` fixture (tests/src/bin/echo-convert.rs) in `t`'s namespace as a
+/// foreign conversion webhook: a Deployment of 1 replica behind Service `echo-convert` (port
+/// 443, path `/convert`), serving a certificate for the Service's DNS names. Returns the CA
+/// (PEM) a CRD's `caBundle` must carry. The caller maps the image first
+/// ([`map_echo_convert`]).
+pub async fn deploy_echo_convert(t: &TestEnv) -> Result<String> {
+    use k8s_openapi::api::core::v1::{Secret, Service};
+    use kube::api::PostParams;
+    use serde_json::json;
+    let ns = t.ns.clone();
+    // serving certificate for the Service's DNS name, delivered through a Secret volume
+    let dns = vec![format!("echo-convert.{ns}.svc"), format!("echo-convert.{ns}.svc.cluster.local")];
+    let (ca, crt, key) = serving_cert(&dns)?;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "echo-convert-tls"},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca},
+    }))?;
+    t.api::<Secret>().create(&PostParams::default(), &secret).await?;
+
+    let deploy: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "echo-convert"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "echo-convert"}},
+            "template": {
+                "metadata": {"labels": {"app": "echo-convert"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": "webhook",
+                        "image": ECHO_CONVERT_IMAGE,
+                        "args": [
+                            "--bind=$(POD_IP):8443",
+                            "--cert=/etc/webhook/tls/tls.crt",
+                            "--key=/etc/webhook/tls/tls.key",
+                        ],
+                        "env": [
+                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        ],
+                        "ports": [{"name": "https", "containerPort": 8443}],
+                        "readinessProbe": {
+                            "httpGet": {"scheme": "HTTPS", "path": "/healthz", "port": "https"},
+                            "periodSeconds": 1,
+                        },
+                        "volumeMounts": [{"name": "tls", "mountPath": "/etc/webhook/tls", "readOnly": true}],
+                    }],
+                    "volumes": [{"name": "tls", "secret": {"secretName": "echo-convert-tls"}}],
+                },
+            },
+        },
+    }))?;
+    let deployments = t.api::<Deployment>();
+    deployments.create(&PostParams::default(), &deploy).await?;
+
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "echo-convert"},
+        "spec": {
+            "selector": {"app": "echo-convert"},
+            "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
+        },
+    }))?;
+    t.api::<Service>().create(&PostParams::default(), &svc).await?;
+    wait_deployment_available(&deployments, "echo-convert", 1, Duration::from_secs(120)).await?;
+
+    Ok(ca)
+}
+
 /// Where the cluster and its state live.
 #[derive(Debug, Clone)]
 pub struct Cluster {

@@ -6,13 +6,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::json;
 
-use dco_tests::{ECHO_CONVERT_IMAGE, TestEnv, wait_deployment_available, wait_for};
+use dco_tests::{TestEnv, wait_for};
 
 /// Deletes the (cluster-scoped) CRD when the test fails half-way; blocking
 /// and independent of the test's runtime.
@@ -45,61 +43,7 @@ async fn conversion_webhook_runs_as_a_pod_and_is_called_by_the_apiserver() -> Re
     let t = TestEnv::new("conv").await?;
     let ns = t.ns.clone();
 
-    // serving certificate for the Service's DNS name, delivered through a Secret volume
-    let dns = vec![format!("echo-convert.{ns}.svc"), format!("echo-convert.{ns}.svc.cluster.local")];
-    let (ca, crt, key) = dco_tests::serving_cert(&dns)?;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "echo-convert-tls"},
-        "type": "kubernetes.io/tls",
-        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca},
-    }))?;
-    t.api::<Secret>().create(&PostParams::default(), &secret).await?;
-
-    let deploy: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "echo-convert"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "echo-convert"}},
-            "template": {
-                "metadata": {"labels": {"app": "echo-convert"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [{
-                        "name": "webhook",
-                        "image": ECHO_CONVERT_IMAGE,
-                        "args": [
-                            "--bind=$(POD_IP):8443",
-                            "--cert=/etc/webhook/tls/tls.crt",
-                            "--key=/etc/webhook/tls/tls.key",
-                        ],
-                        "env": [
-                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                        ],
-                        "ports": [{"name": "https", "containerPort": 8443}],
-                        "readinessProbe": {
-                            "httpGet": {"scheme": "HTTPS", "path": "/healthz", "port": "https"},
-                            "periodSeconds": 1,
-                        },
-                        "volumeMounts": [{"name": "tls", "mountPath": "/etc/webhook/tls", "readOnly": true}],
-                    }],
-                    "volumes": [{"name": "tls", "secret": {"secretName": "echo-convert-tls"}}],
-                },
-            },
-        },
-    }))?;
-    let deployments = t.api::<Deployment>();
-    deployments.create(&PostParams::default(), &deploy).await?;
-
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "echo-convert"},
-        "spec": {
-            "selector": {"app": "echo-convert"},
-            "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
-        },
-    }))?;
-    t.api::<Service>().create(&PostParams::default(), &svc).await?;
-    wait_deployment_available(&deployments, "echo-convert", 1, Duration::from_secs(120)).await?;
+    let ca = dco_tests::deploy_echo_convert(&t).await?;
 
     // the CRD: v1 served, v2 served + storage, webhook conversion through the Service
     let group = format!("{ns}.e2e.dco.rs");

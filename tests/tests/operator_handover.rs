@@ -15,13 +15,11 @@
 //! scoped by `--selector` to this test's objects, and the
 //! config is pinned, so other tests' servers on the same cluster cannot interfere.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use dco_api::served_lease::{self, Report};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, LABEL_INSTANCE};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -40,72 +38,12 @@ use dco_tests::{TestEnv, hex, wait_for};
 const MANAGER: &str = "dco-operator-e2e";
 const WAIT: Duration = Duration::from_secs(120);
 
-fn binary(name: &str) -> Result<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| dco_tests::repo_root().join("target"));
-    let bin = target.join("debug").join(name);
-    if !bin.exists() {
-        bail!("{} is missing: build it with `cargo build -p {name}`", bin.display());
-    }
-    Ok(bin)
-}
-
-/// The operator's replica processes; killed when dropped.
-struct Operator(Vec<Child>);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// Two replicas, which divide the configs and servers by shard Leases in the test's namespace
 /// (docs/sharding.md): the move is made by whichever owns the config's shard.
 const REPLICAS: [&str; 2] = ["oph-1", "oph-2"];
 
-fn start_operator(env: &TestEnv, selector: &str, otlp: &str) -> Result<Operator> {
-    let mut replicas = Operator(Vec::new());
-    for id in REPLICAS {
-        replicas.0.push(start_replica(env, selector, otlp, id)?);
-    }
-    Ok(replicas)
-}
-
-fn start_replica(env: &TestEnv, selector: &str, otlp: &str, id: &str) -> Result<Child> {
-    let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
-    let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    let child = Command::new(binary("dco-operator")?)
-        .args([
-            "--namespace",
-            &env.ns,
-            "--replica-id",
-            id,
-            "--selector",
-            selector,
-            "--webhook-listen",
-            "$(POD_IP):9443",
-            "--webhook-arg=--drain-period=5s",
-            "--webhook-arg=--lease-renew-interval=5s",
-            "--webhook-arg=--lease-duration=20s",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--resync",
-            "60s",
-            "--otlp-endpoint",
-            otlp,
-        ])
-        .env("KUBECONFIG", &env.cluster.kubeconfig)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::from(out.try_clone()?))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .context("starting dco-operator")?;
-    eprintln!("dco-operator log: {}", log.display());
-    Ok(child)
+fn start_operator(env: &TestEnv, selector: &str, otlp: &str) -> Result<dco_tests::Operators> {
+    dco_tests::start_operators(env, selector, &REPLICAS, &["--resync", "60s", "--otlp-endpoint", otlp])
 }
 
 async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
@@ -190,8 +128,8 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
     let env = TestEnv::new("oph").await?;
     let client = env.client.clone();
     let ns = env.ns.clone();
-    binary("dco-webhook")?;
-    dco_tests::map_image("dco-webhook", binary("dco-webhook")?)?;
+    dco_tests::workspace_binary("dco-webhook")?;
+    dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
 
     // dco's own CRDs, as the chart ships them.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());

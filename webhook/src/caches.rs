@@ -251,11 +251,17 @@ impl Drop for Caches {
 }
 
 /// The server watch lives apart from the scoped caches: the scope itself comes from it.
+/// `selector` (`--server-selector`) narrows the pool to the servers the operator manages.
 pub fn watch_servers(
     client: &Client,
+    selector: Option<&str>,
     notify: Arc<Notify>,
 ) -> (Store<ConversionWebhookServer>, JoinHandle<()>) {
-    reflect(Api::all(client.clone()), watcher::Config::default(), notify, "ConversionWebhookServers")
+    let config = match selector {
+        Some(s) => watcher::Config::default().labels(s),
+        None => watcher::Config::default(),
+    };
+    reflect(Api::all(client.clone()), config, notify, "ConversionWebhookServers")
 }
 
 impl Caches {

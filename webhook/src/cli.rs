@@ -44,6 +44,11 @@ pub struct Args {
     /// (default: the instance name).
     #[arg(long, env = "DCO_SERVICE_NAME")]
     pub service_name: Option<String>,
+    /// Label selector of the ConversionWebhookServers that form the pool this replica
+    /// resolves targets over (default: every server). The operator sets it to its own
+    /// `--selector`, so its replicas and it resolve over exactly the same servers.
+    #[arg(long, env = "DCO_SERVER_SELECTOR")]
+    pub server_selector: Option<String>,
 
     /// Largest ConversionReview body accepted (bytes); larger gets 413.
     #[arg(long, env = "DCO_MAX_REQUEST_BYTES", default_value_t = 64 << 20)]

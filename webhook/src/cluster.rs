@@ -40,6 +40,7 @@ fn scope_of(servers: &Store<ConversionWebhookServer>, instance: &str) -> Scope {
 pub async fn run(
     client: Client,
     instance: String,
+    server_selector: Option<String>,
     syncer: Syncer,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
@@ -47,7 +48,7 @@ pub async fn run(
 ) {
     let mut stop = std::pin::pin!(stop);
     let notify = Arc::new(Notify::new());
-    let (servers, _servers_task) = caches::watch_servers(&client, notify.clone());
+    let (servers, _servers_task) = caches::watch_servers(&client, server_selector.as_deref(), notify.clone());
     tokio::select! {
         _ = servers.wait_until_ready() => {}
         () = &mut stop => return,

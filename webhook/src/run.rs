@@ -141,6 +141,7 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
         tokio::spawn(cluster::run(
             client.clone(),
             instance.clone(),
+            args.server_selector.clone(),
             syncer,
             health.clone(),
             metrics.clone(),

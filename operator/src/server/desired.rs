@@ -41,6 +41,7 @@ const TLS_VOLUME: &str = "serving-cert";
 pub const MANAGED_FLAGS: &[&str] = &[
     "--instance",
     "--service-name",
+    "--server-selector",
     "--listen",
     "--admin-listen",
     "--tls-cert-file",
@@ -51,12 +52,26 @@ pub const MANAGED_FLAGS: &[&str] = &[
 ];
 
 /// Split `extraArgs` into the ones passed on and the ones refused because they would
-/// override a managed flag (admission refuses those too; this is the controller's backstop).
+/// override a managed flag, in both the `--flag=value` and the `--flag value` form (the value
+/// goes with its flag). Admission will refuse those too; this is the controller's backstop.
 pub fn split_extra_args(extra: &[String]) -> (Vec<String>, Vec<String>) {
-    extra.iter().cloned().partition(|a| {
-        let flag = a.split('=').next().unwrap_or(a);
-        !MANAGED_FLAGS.contains(&flag)
-    })
+    let (mut kept, mut refused) = (Vec::new(), Vec::new());
+    let mut args = extra.iter().peekable();
+    while let Some(a) = args.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, _)) => (f, true),
+            None => (a.as_str(), false),
+        };
+        if !MANAGED_FLAGS.contains(&flag) {
+            kept.push(a.clone());
+            continue;
+        }
+        refused.push(a.clone());
+        if !inline && let Some(v) = args.next_if(|v| !v.starts_with('-')) {
+            refused.push(v.clone());
+        }
+    }
+    (kept, refused)
 }
 
 /// The port the webhook listens on, from `--listen` (`host:port`, `$(POD_IP):9443`).
@@ -111,6 +126,11 @@ pub fn args(cws: &ConversionWebhookServer, names: &ServerNames, settings: &Setti
         format!("--tls-cert-file={TLS_MOUNT}/tls.crt"),
         format!("--tls-key-file={TLS_MOUNT}/tls.key"),
     ];
+    // The replicas resolve over the servers this operator sees (`--selector`), or a target
+    // could be assigned here by the operator and elsewhere by the replicas.
+    if let Some(sel) = &settings.selector {
+        args.push(format!("--server-selector={sel}"));
+    }
     args.extend(split_extra_args(&settings.webhook_args).0);
     args.extend(split_extra_args(&cws.spec.extra_args).0);
     args
@@ -524,6 +544,17 @@ mod tests {
         );
         let env: Vec<_> = ctr.env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect();
         assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_IP", "RUST_LOG"]);
+        // An operator scoped by --selector hands it on: its replicas resolve over the same
+        // servers it does, and a server cannot override that.
+        let scoped = Settings { selector: Some("team=a".into()), ..settings() };
+        let c = cws("{extraArgs: ['--server-selector=other', '--server-selector', 'x']}");
+        let d = deployment(&c, &names, &scoped, &o);
+        let args = d.spec.template.spec.unwrap().containers[0].args.clone().unwrap();
+        assert_eq!(
+            args.iter().filter(|a| a.starts_with("--server-selector")).collect::<Vec<_>>(),
+            ["--server-selector=team=a"]
+        );
+        assert!(!args.contains(&"x".to_string()), "{args:?}");
         let probe = ctr.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
         assert_eq!((probe.path.as_deref(), probe.scheme.as_deref()), (Some("/readyz"), Some("HTTPS")));
         let ports: Vec<_> =

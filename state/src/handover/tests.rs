@@ -57,7 +57,9 @@ fn at(state: S, source: Option<&str>, dest: &str) -> HandoverStatus {
 }
 
 #[test]
-fn first_apply_skips_the_destination_guard_and_wires() {
+fn a_first_wiring_waits_for_the_destination_like_any_move() {
+    // Nothing names a webhook yet, but a live target is served all the same (strategy None,
+    // or a foreign webhook): adopting it must wait until the destination holds the plan.
     let f = facts("a", None, Serving::NotServing, Serving::NoLeases);
     let s = step(&HandoverStatus::default(), &f);
     assert_eq!(s.next.state, S::Compiling);
@@ -65,15 +67,24 @@ fn first_apply_skips_the_destination_guard_and_wires() {
     assert_eq!(s.next.attempt, 1);
     assert_eq!(s.next.traceparent.as_deref(), Some(TRACEPARENT));
     assert_eq!(s.event.as_ref().unwrap().reason, reason::STARTED);
+    for blocked in [Serving::NotServing, Serving::CannotTell("truncated".into())] {
+        let wait = step(&s.next, &facts("a", None, blocked.clone(), Serving::NoLeases));
+        assert_eq!(wait.next.state, S::Compiling, "{blocked:?} must block a first wiring");
+        assert!(wait.actions.is_empty());
+        assert_eq!(wait.condition.reason, reason::AWAITING_DESTINATION);
+    }
 
+    let f = facts("a", None, Serving::Serves, Serving::NoLeases);
     let s = step(&s.next, &f);
     assert_eq!(s.next.state, S::DestinationReady);
+    assert!(!s.next.unverified);
+    assert!(s.event.as_ref().unwrap().note.contains("adopting the target"), "{:?}", s.event);
     let s = step(&s.next, &f);
     assert_eq!(s.actions, vec![Action::WireTo("a".into())]);
     assert_eq!(s.condition.reason, reason::PATCHING);
 
     // The SSA landed: the target now names a.
-    let f = facts("a", Some("a"), Serving::NotServing, Serving::NoLeases);
+    let f = facts("a", Some("a"), Serving::Serves, Serving::NoLeases);
     let s = step(&s.next, &f);
     assert_eq!(s.next.state, S::Patched);
     let s = step(&s.next, &f);
@@ -82,6 +93,15 @@ fn first_apply_skips_the_destination_guard_and_wires() {
         s.condition,
         ConditionUpdate { status: true, reason: reason::READY, message: "served by server a".into() }
     );
+}
+
+#[test]
+fn a_first_wiring_to_a_server_without_leases_is_unverified() {
+    let f = facts("a", None, Serving::NoLeases, Serving::NoLeases);
+    let s = step(&HandoverStatus::default(), &f);
+    let s = step(&s.next, &f);
+    assert_eq!(s.next.state, S::DestinationReady);
+    assert!(s.next.unverified, "assumed, and said so");
 }
 
 #[test]
@@ -253,8 +273,8 @@ fn serving() -> impl Strategy<Value = Serving> {
 proptest! {
     /// Over any sequence of observations, the machine wires the target to a server only when
     /// that server's replicas all reported the target in this move (or it could not publish
-    /// Leases at all, or there was nothing to hand over), and it never wires anything while
-    /// the resolver has no answer.
+    /// Leases at all, or the target named it already) — a first wiring included — and it
+    /// never wires anything while the resolver has no answer.
     #[test]
     fn never_wires_to_an_unready_destination(
         seq in proptest::collection::vec((0usize..3, 0usize..4, serving(), serving(), any::<bool>()), 1..60)
@@ -272,7 +292,7 @@ proptest! {
             let s = step(&state, &f);
             if s.next.attempt != before.attempt { proven = None; }
             if before.state == S::Compiling && s.next.state == S::DestinationReady {
-                let exempt = before.source.is_none() || before.source.as_deref() == Some(dest);
+                let exempt = before.source.as_deref() == Some(dest);
                 prop_assert!(exempt || matches!(dst, Serving::Serves | Serving::NoLeases));
                 proven = s.next.destination.clone();
             }
@@ -400,10 +420,10 @@ fn check(before: &HandoverStatus, f: &Facts) {
         }
     }
     // Entering DestinationReady from Compiling: the destination proved it serves (or could not
-    // publish Leases), unless there was nothing to hand over.
+    // publish Leases), a first wiring included, unless the target named it already.
     if before.state == S::Compiling && s.next.state == S::DestinationReady {
         let dest = dest.unwrap();
-        let exempt = before.source.is_none() || before.source.as_deref() == Some(dest);
+        let exempt = before.source.as_deref() == Some(dest);
         let proven = matches!(f.replicas(dest).as_destination(), Serving::Serves | Serving::NoLeases);
         assert!(gate_ok && f.compiled.is_ok() && (exempt || proven), "{ctx}");
         assert_eq!(
