@@ -129,6 +129,8 @@ pub trait ConversionConfig {
     fn target_kind(&self) -> TargetKind;
     fn target_name(&self) -> &str;
     fn conversion(&self) -> &ConversionSpec;
+    /// `status.handover`, if the operator wrote one.
+    fn handover(&self) -> Option<&HandoverStatus>;
 }
 
 impl ConversionConfig for XRDConversionConfig {
@@ -142,6 +144,9 @@ impl ConversionConfig for XRDConversionConfig {
     fn conversion(&self) -> &ConversionSpec {
         &self.spec.conversion
     }
+    fn handover(&self) -> Option<&HandoverStatus> {
+        self.status.as_ref()?.handover.as_ref()
+    }
 }
 
 impl ConversionConfig for CRDConversionConfig {
@@ -154,6 +159,9 @@ impl ConversionConfig for CRDConversionConfig {
     }
     fn conversion(&self) -> &ConversionSpec {
         &self.spec.conversion
+    }
+    fn handover(&self) -> Option<&HandoverStatus> {
+        self.status.as_ref()?.handover.as_ref()
     }
 }
 

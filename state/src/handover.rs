@@ -394,6 +394,27 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
             if let Some(s) = blocked(state) {
                 return s;
             }
+            // The proof must still hold when the wiring is written, not only when it was
+            // made: between the two the destination may have dropped the plan (a reassignment
+            // away and back, or a reconcile that stalled), and a wiring on a stale proof
+            // routes reviews to replicas without it (the model check, state/tests/model.rs).
+            if route.source != Some(dest) {
+                let still = match facts.replicas(dest).as_destination() {
+                    Serves => Ok(()),
+                    NoLeases if proof == Proof::Unverified => Ok(()),
+                    NoLeases => Err("publishes no served-target Leases any more".to_string()),
+                    NotServing => Err("no longer has every live replica report the target".to_string()),
+                    CannotTell(why) => Err(format!("cannot tell whether it still serves the target: {why}")),
+                };
+                if let Err(why) = still {
+                    return stay(
+                        state,
+                        false,
+                        reason::AWAITING_DESTINATION,
+                        format!("server {dest} {why}; waiting before wiring the target to it"),
+                    );
+                }
+            }
             let mut s = stay(state, false, reason::PATCHING, format!("wiring the target to server {dest}"));
             s.actions.push(Action::WireTo(dest.to_string()));
             s

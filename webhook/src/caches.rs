@@ -359,6 +359,7 @@ fn config_view<C: ConversionConfig + Resource>(kind: &str, c: &C) -> ConfigView 
         target_kind: c.target_kind(),
         spec: Arc::new(c.conversion().clone()),
         fingerprint: fingerprint(c),
+        moved_from: c.handover().and_then(crate::sync::MovedFrom::of),
     }
 }
 

@@ -19,6 +19,9 @@ pub enum HoldReason {
     Assigned,
     /// Not assigned here, but the live target's `spec.conversion` still names our Service.
     NamedBySpecConversion,
+    /// Not assigned here and not named, but the target is moving away from this instance
+    /// and apiservers may still route to it (`sync::MovedFrom::holds`).
+    MovingAway,
     /// Static mode: every config in the directory is served.
     Static,
 }
@@ -42,6 +45,9 @@ pub struct Facts {
     pub target_exists: bool,
     /// The live target's `spec.conversion...service.name` equals our Service name.
     pub names_our_service: bool,
+    /// The config's handover moves the target away from this instance, recently enough that
+    /// an apiserver may still call us (`sync::MovedFrom::holds`).
+    pub moving_away: bool,
     /// The registry has an entry for the target.
     pub held: bool,
     /// When the current drain began, if one is running.
@@ -77,6 +83,9 @@ pub fn decide(f: &Facts) -> Decision {
     if f.names_our_service {
         return Decision::Hold(HoldReason::NamedBySpecConversion);
     }
+    if f.moving_away {
+        return Decision::Hold(HoldReason::MovingAway);
+    }
     if !f.held {
         return Decision::Ignore;
     }
@@ -104,11 +113,25 @@ mod tests {
             static_mode: false,
             target_exists: true,
             names_our_service: false,
+            moving_away: false,
             held: false,
             drain_started: None,
             drain_period: Duration::from_secs(30),
             now: Instant::now(),
         }
+    }
+
+    #[test]
+    fn a_target_moving_away_is_held_even_by_a_replica_without_it() {
+        // A restarted source replica: nothing held, not assigned, not named any more, but
+        // the move away from it is recent enough that an apiserver may still call it.
+        let f = Facts { moving_away: true, ..facts() };
+        assert_eq!(decide(&f), Decision::Hold(HoldReason::MovingAway));
+        assert_eq!(
+            decide(&Facts { target_exists: false, ..f }),
+            Decision::Ignore,
+            "a deleted target calls no one"
+        );
     }
 
     #[test]

@@ -72,6 +72,7 @@ pub fn desired_lease(s: &LeaseSettings, pod_uid: &str, encoded: &Encoded, now: M
 }
 
 pub struct LeasePublisher {
+    health: Arc<crate::health::Health>,
     settings: LeaseSettings,
     leases: Api<Lease>,
     pods: Api<Pod>,
@@ -97,8 +98,10 @@ impl LeasePublisher {
         settings: LeaseSettings,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
+        health: Arc<crate::health::Health>,
     ) -> Self {
         LeasePublisher {
+            health,
             leases: Api::namespaced(client.clone(), &settings.namespace),
             pods: Api::namespaced(client, &settings.namespace),
             settings,
@@ -125,7 +128,7 @@ impl LeasePublisher {
                 uid
             }
         };
-        let targets = self.registry.served_targets();
+        let targets = self.registry.reported_targets();
         let encoded = served_lease::encode(&targets, self.settings.max_encoded_bytes);
         if self.last_truncated != Some(encoded.is_truncated()) {
             if let Encoded::Truncated { encoded_bytes, cap } = &encoded {
@@ -164,6 +167,7 @@ impl LeasePublisher {
             let wait = match self.publish().await {
                 Ok(()) => {
                     self.metrics.lease_publishes.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+                    self.health.mark_lease_published();
                     self.settings.renew_interval
                 }
                 Err(e) => {

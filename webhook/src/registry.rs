@@ -101,10 +101,24 @@ impl Registry {
         self.map.load_full()
     }
 
-    /// Targets with a servable plan, sorted: what the replica publishes in its Lease.
+    /// Targets with a servable plan, sorted.
     pub fn served_targets(&self) -> Vec<String> {
+        self.targets(|e| e.served.is_some())
+    }
+
+    /// What the replica reports in its served-target Lease, sorted: servable plans that are not
+    /// draining. A draining plan still answers (for apiservers that have not switched yet) but
+    /// is on its way out, so the Lease stops listing it when the drain starts, not when the plan
+    /// is dropped: a Lease never lists a plan the replica no longer has, and a move back here
+    /// waits until the drain is cancelled. The model check (state/tests/model.rs) found the
+    /// move that trusted a Lease still listing a plan dropped a moment before.
+    pub fn reported_targets(&self) -> Vec<String> {
+        self.targets(|e| e.served.is_some() && e.draining_until.is_none())
+    }
+
+    fn targets(&self, keep: impl Fn(&Entry) -> bool) -> Vec<String> {
         let mut out: Vec<String> =
-            self.map.load().values().filter(|e| e.served.is_some()).map(|e| e.target.clone()).collect();
+            self.map.load().values().filter(|e| keep(e)).map(|e| e.target.clone()).collect();
         out.sort();
         out
     }
@@ -271,5 +285,16 @@ mod tests {
         reg.insert(failed);
         assert_eq!(reg.served_targets(), ["b"]);
         assert_eq!(reg.len(), 2);
+    }
+
+    #[test]
+    fn a_draining_plan_is_served_but_not_reported() {
+        let reg = Registry::new();
+        reg.insert(entry("b", 1));
+        let mut draining = entry("c", 1);
+        draining.draining_until = Some(SystemTime::now() + std::time::Duration::from_secs(5));
+        reg.insert(draining);
+        assert_eq!(reg.served_targets(), ["b", "c"], "it still answers");
+        assert_eq!(reg.reported_targets(), ["b"], "its Lease no longer lists it");
     }
 }

@@ -157,7 +157,9 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
                     lease_duration: args.lease_duration,
                     max_encoded_bytes: args.served_targets_max_bytes,
                 };
-                let publisher = LeasePublisher::new(client, settings, registry.clone(), metrics.clone());
+                health.require_lease();
+                let publisher =
+                    LeasePublisher::new(client, settings, registry.clone(), metrics.clone(), health.clone());
                 tokio::spawn(publisher.run(stopped(stop_rx.clone())));
             }
             _ => tracing::warn!(

@@ -137,6 +137,7 @@ fn view<C: ConversionConfig>(c: &C, kind: &str, name: &str, fingerprint: String)
         target_kind: c.target_kind(),
         spec: Arc::new(c.conversion().clone()),
         fingerprint,
+        moved_from: None,
     }
 }
 

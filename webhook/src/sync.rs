@@ -30,6 +30,47 @@ pub struct ConfigView {
     pub spec: Arc<ConversionSpec>,
     /// Changes whenever the spec may have (uid + generation).
     pub fingerprint: String,
+    /// The move of the target away from a server, as `status.handover` records it: the
+    /// source's replicas hold the target while it may still be routed to them
+    /// ([`MovedFrom::holds`]).
+    pub moved_from: Option<MovedFrom>,
+}
+
+/// Where a config's target is moving away from (`status.handover.source`), and how far the
+/// move is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MovedFrom {
+    pub server: String,
+    pub state: dco_api::HandoverState,
+    /// When the move entered `state`.
+    pub since: Option<SystemTime>,
+}
+
+impl MovedFrom {
+    pub fn of(h: &dco_api::HandoverStatus) -> Option<MovedFrom> {
+        let since = h
+            .since
+            .as_deref()
+            .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(SystemTime::from);
+        Some(MovedFrom { server: h.source.clone()?, state: h.state, since })
+    }
+
+    /// Whether the source `instance` must still hold the target, although it is neither
+    /// assigned nor named: from DestinationReady (the wiring may be written at any moment)
+    /// until one drain period after Patched or SourceDropped (apiservers switch on their own
+    /// schedule). What a replica that restarted meanwhile cannot know from the target alone:
+    /// the model check (state/tests/model.rs) found a restarted source replica ready without
+    /// the plan while an apiserver still routed to it.
+    pub fn holds(&self, instance: &str, drain: Duration, now: SystemTime) -> bool {
+        use dco_api::HandoverState as S;
+        self.server == instance
+            && match self.state {
+                S::DestinationReady => true,
+                S::Patched | S::SourceDropped => self.since.is_none_or(|t| now < t + drain),
+                S::Unassigned | S::Compiling => false,
+            }
+    }
 }
 
 /// One target (CRD or XRD) as compact JSON with `apiVersion` and `kind` set. A parsed
@@ -155,6 +196,9 @@ impl Syncer {
                 target_exists: live.is_some(),
                 names_our_service: live.and_then(TargetView::service_name)
                     == Some(self.identity.service_name.as_str()),
+                moving_away: config
+                    .and_then(|c| c.moved_from.as_ref())
+                    .is_some_and(|m| m.holds(&self.identity.instance, self.drain_period, SystemTime::now())),
                 held: entry.is_some(),
                 drain_started: self.drains.get(target).copied(),
                 drain_period: self.drain_period,
@@ -444,6 +488,7 @@ mod tests {
                 target_kind: TargetKind::Crd,
                 spec: Arc::new(spec),
                 fingerprint: format!("c@{hub}"),
+                moved_from: None,
             }],
             targets: HashMap::from([(
                 (TargetKind::Crd, TARGET.to_string()),
@@ -565,6 +610,40 @@ mod tests {
         let r = s.pass(&world("v2", 2, Some("b"), Some("svc-b")), t0 + Duration::from_secs(30));
         assert_eq!(r.dropped, 1);
         assert!(s.registry().get(TARGET).is_none());
+    }
+
+    #[test]
+    fn a_restarted_source_replica_holds_a_target_moved_away_until_a_drain_after_the_switch() {
+        use dco_api::HandoverState as S;
+        let drain = Duration::from_secs(30);
+        let now = SystemTime::now();
+        let moved = |state, ago: u64| MovedFrom {
+            server: "a".into(),
+            state,
+            since: Some(now - Duration::from_secs(ago)),
+        };
+        assert!(moved(S::DestinationReady, 600).holds("a", drain, now), "the wiring may land at any moment");
+        assert!(moved(S::Patched, 10).holds("a", drain, now));
+        assert!(moved(S::SourceDropped, 29).holds("a", drain, now));
+        assert!(!moved(S::SourceDropped, 31).holds("a", drain, now), "every apiserver has switched by then");
+        assert!(!moved(S::Patched, 10).holds("b", drain, now), "only the source holds it");
+        assert!(
+            !moved(S::Compiling, 1).holds("a", drain, now),
+            "nothing is re-wired before DestinationReady"
+        );
+
+        // A fresh replica of a (no plan, no drain) with the target wired to b a moment ago.
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        let mut w = world("v2", 2, Some("b"), Some("svc-b"));
+        w.configs[0].moved_from = Some(moved(S::Patched, 1));
+        s.pass(&w, Instant::now());
+        let e = s.registry().get(TARGET).expect("held");
+        assert_eq!(e.hold, HoldReason::MovingAway);
+        assert!(e.served.is_some(), "compiled, so a lagging apiserver's call is answered");
+        w.configs[0].moved_from = Some(moved(S::SourceDropped, 60));
+        let t = Instant::now();
+        s.pass(&w, t);
+        assert!(s.registry().get(TARGET).unwrap().draining_until.is_some(), "then it drains as usual");
     }
 
     #[test]
