@@ -153,13 +153,23 @@ impl World {
     /// from DestinationReady until a drain period after the switch, which here is until every
     /// apiserver's view has caught up).
     fn should_hold(&self, x: usize) -> bool {
-        let moving_away = self.status.source == Some(x as Srv)
+        self.ours(x) || self.moving_away(x)
+    }
+
+    /// Assigned or named: held and reported.
+    fn ours(&self, x: usize) -> bool {
+        self.assigned as usize == x || self.named(x)
+    }
+
+    /// Moving away from `x` and maybe still routed there: built by a replica without it and
+    /// served as draining (not reported); never dropped meanwhile.
+    fn moving_away(&self, x: usize) -> bool {
+        self.status.source == Some(x as Srv)
             && match self.status.state {
                 HandoverState::DestinationReady => true,
                 HandoverState::Patched | HandoverState::SourceDropped => self.in_a_view(x),
                 HandoverState::Unassigned | HandoverState::Compiling => false,
-            };
-        self.assigned as usize == x || self.named(x) || moving_away
+            }
     }
 
     /// What the operator observes of server `x`.
@@ -255,10 +265,10 @@ impl Model for Protocol {
                 if rep.up && !rep.holds && w.should_hold(x) {
                     out.push(Act::Compile(x, r));
                 }
-                if rep.holds && !rep.draining && !w.should_hold(x) {
+                if rep.holds && !rep.draining && !w.ours(x) {
                     out.push(Act::StartDrain(x, r));
                 }
-                if rep.draining && w.should_hold(x) {
+                if rep.draining && w.ours(x) {
                     out.push(Act::CancelDrain(x, r));
                 }
                 // The drain is over: still neither assigned nor named (webhook/src/hold.rs),
@@ -316,7 +326,11 @@ impl Model for Protocol {
                 n.reassigns += 1;
             }
             Act::Sync(i) => n.views[i] = n.wired,
-            Act::Compile(x, r) => n.replicas[x][r].holds = true,
+            Act::Compile(x, r) => {
+                let ours = n.ours(x);
+                let rep = &mut n.replicas[x][r];
+                (rep.holds, rep.draining) = (true, !ours);
+            }
             Act::StartDrain(x, r) => n.replicas[x][r].draining = true,
             Act::CancelDrain(x, r) => n.replicas[x][r].draining = false,
             Act::Drop(x, r) => (n.replicas[x][r].holds, n.replicas[x][r].draining) = (false, false),

@@ -20,7 +20,8 @@ pub enum HoldReason {
     /// Not assigned here, but the live target's `spec.conversion` still names our Service.
     NamedBySpecConversion,
     /// Not assigned here and not named, but the target is moving away from this instance
-    /// and apiservers may still route to it (`sync::MovedFrom::holds`).
+    /// and apiservers may still route to it (`sync::MovedFrom::holds`): built by a replica
+    /// that did not hold it (one that restarted during the move) and served as draining.
     MovingAway,
     /// Static mode: every config in the directory is served.
     Static,
@@ -83,7 +84,9 @@ pub fn decide(f: &Facts) -> Decision {
     if f.names_our_service {
         return Decision::Hold(HoldReason::NamedBySpecConversion);
     }
-    if f.moving_away {
+    if f.moving_away && !f.held {
+        // Build it, to serve as a draining plan (not reported in the Lease): a replica that
+        // holds it already just drains it as below.
         return Decision::Hold(HoldReason::MovingAway);
     }
     if !f.held {
@@ -127,6 +130,9 @@ mod tests {
         // the move away from it is recent enough that an apiserver may still call it.
         let f = Facts { moving_away: true, ..facts() };
         assert_eq!(decide(&f), Decision::Hold(HoldReason::MovingAway));
+        // One that holds it drains it as usual: the Lease stops listing it, the move settles.
+        let held = Facts { held: true, ..f };
+        assert!(matches!(decide(&held), Decision::Drain { .. }), "{:?}", decide(&held));
         assert_eq!(
             decide(&Facts { target_exists: false, ..f }),
             Decision::Ignore,

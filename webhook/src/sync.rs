@@ -209,8 +209,14 @@ impl Syncer {
                     if self.drains.remove(target).is_some() {
                         tracing::info!(target, ?reason, "drain cancelled: the target is ours again");
                     }
-                    let next =
+                    let mut next =
                         self.hold(target, kind, reason, config, live, entry.map(Arc::as_ref), &mut report);
+                    if reason == HoldReason::MovingAway
+                        && let Some(e) = next.as_mut()
+                    {
+                        // Served for lagging apiservers, not reported: the next pass drains it.
+                        e.draining_until = Some(SystemTime::now() + self.drain_period);
+                    }
                     if let Some(next) = next {
                         changes.push((target.to_string(), Some(next)));
                     }
