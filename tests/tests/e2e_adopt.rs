@@ -28,7 +28,9 @@ use dco_tests::{TestEnv, wait_for};
 
 const MANAGER: &str = "dco-e2e-adopt";
 const WAIT: Duration = Duration::from_secs(120);
-const OBJECTS: usize = 10;
+const OBJECTS: usize = 12;
+/// Load clients running at once, each on its own objects (so each checks its own writes).
+const CLIENTS: usize = 3;
 
 async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
 where
@@ -62,9 +64,11 @@ impl Load {
     }
 }
 
-/// Writes at the spoke version and reads every object back at both versions, checking each
-/// value, until `stop`: about 3 requests per 50 ms.
+/// Client `client` of [`CLIENTS`]: writes its objects at the spoke version, reads each back at
+/// the hub version and lists at the spoke version, checking every value, until `stop`: about
+/// 3 requests per 50 ms.
 fn load(
+    client: usize,
     v1: Api<DynamicObject>,
     v2: Api<DynamicObject>,
     group: String,
@@ -76,7 +80,7 @@ fn load(
         let mut k = 0u64;
         while !stop.load(Ordering::SeqCst) {
             k += 1;
-            let i = k as usize % OBJECTS;
+            let i = (k as usize * CLIENTS + client) % OBJECTS;
             let name = format!("w{i}");
             let value = format!("v{k}");
             let obj = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": name},
@@ -193,7 +197,9 @@ async fn adopt(
     let generation = crds.get(&target).await?.metadata.generation.unwrap_or_default();
 
     let (stop, counts) = (Arc::new(AtomicBool::new(false)), Arc::new(Load::default()));
-    let task = load(v1.clone(), v2.clone(), group.clone(), f, stop.clone(), counts.clone());
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|c| load(c, v1.clone(), v2.clone(), group.clone(), f, stop.clone(), counts.clone()))
+        .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     ensure!(
         counts.failed.load(Ordering::SeqCst) == 0,
@@ -224,7 +230,9 @@ async fn adopt(
     // Keep the load on the adopted target a little longer: the apiserver's switch is done.
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::SeqCst);
-    task.await?;
+    for t in tasks {
+        t.await?;
+    }
 
     let (ok, failed, wrong) = (
         counts.ok.load(Ordering::SeqCst),
