@@ -286,18 +286,31 @@ mod tests {
 
     /// A first wiring to server `a`, driven through the API: the Event reasons in order and
     /// the status written.
-    async fn first_wiring() -> (Vec<String>, Value) {
+    /// A reconcile of a new config for an unwired target (strategy None), server `a` with 2
+    /// ready replicas whose Leases list what `second` says for the second replica (the first
+    /// reports the target), up to the config's and the target's reads.
+    async fn adopting(
+        second: &[&str],
+    ) -> (
+        ApiServerVerifier,
+        CRDConversionConfig,
+        tokio::task::JoinHandle<crate::error::Result<kube::runtime::controller::Action>>,
+    ) {
         let (ctx, mut api, mut w) = test_context();
         w.server(server("a", true, 2, &[]));
         w.secret(tls_secret("a"));
-        // A first wiring waits for the destination like any move: both replicas report it.
         w.lease(lease("a-1", "a", &[TARGET]));
-        w.lease(lease("a-2", "a", &[TARGET]));
+        w.lease(lease("a-2", "a", second));
         let cfg = config(None, json!({}));
         let task = run_config(ctx, cfg.clone()).await;
-
         api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(json!({"strategy": "None"})));
+        (api, cfg, task)
+    }
+
+    async fn first_wiring() -> (Vec<String>, Value) {
+        // A first wiring waits for the destination like any move: both replicas report it.
+        let (mut api, cfg, task) = adopting(&[TARGET]).await;
         let mut reasons = Vec::new();
         let patch = api.events_then(&mut reasons).await;
         assert_eq!((&patch.method, patch.path.as_str()), (&Method::PATCH, CCC_PATH));
@@ -321,15 +334,7 @@ mod tests {
     /// the target: adopting a live target is a move too.
     #[tokio::test]
     async fn a_first_wiring_waits_for_the_destinations_leases() {
-        let (ctx, mut api, mut w) = test_context();
-        w.server(server("a", true, 2, &[]));
-        w.secret(tls_secret("a"));
-        w.lease(lease("a-1", "a", &[TARGET]));
-        w.lease(lease("a-2", "a", &[]));
-        let cfg = config(None, json!({}));
-        let task = run_config(ctx, cfg.clone()).await;
-        api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
-        api.expect(Method::GET, CCC_PATH).await.ok(&crd(json!({"strategy": "None"})));
+        let (mut api, cfg, task) = adopting(&[]).await;
         let mut reasons = Vec::new();
         let status = api.events_then(&mut reasons).await;
         assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH), "no target patch");
