@@ -10,6 +10,10 @@
 //!   comes back converted) after its config is created for an existing CRD, and after its
 //!   CRD is created for an existing config.
 //!
+//! - `rebuild`: what one change of a CRD's spec costs its clients (every move makes one): a
+//!   watch of the kind and a LIST every 20 ms across the change, reporting when the watch
+//!   ended and the window of failed LISTs, by status code.
+//!
 //! Fixtures go to stdout as one JSON `List` for `kubectl apply -f -`; their sizes to stderr.
 
 use std::time::{Duration, Instant};
@@ -64,6 +68,20 @@ enum Command {
         #[arg(long)]
         server: String,
     },
+    /// What a change of a CRD's spec costs the kind's watchers and listers.
+    Rebuild {
+        #[command(flatten)]
+        run: Run,
+        /// Where the kind's objects live.
+        #[arg(long)]
+        namespace: String,
+        /// Objects of the kind.
+        #[arg(long, default_value_t = 200)]
+        objects: usize,
+        /// How long to observe after the change.
+        #[arg(long, default_value = "10s", value_parser = humantime)]
+        observe: Duration,
+    },
     /// Time from a config's (or a CRD's) creation until the target is served.
     Probe {
         #[command(flatten)]
@@ -108,6 +126,10 @@ fn main() -> anyhow::Result<()> {
             report_sizes("target CRD", &crds);
             report_sizes("config", &configs);
             print_list(crds.into_iter().chain(configs).collect())
+        }
+        Command::Rebuild { run: Run { suffix, label }, namespace, objects, observe } => {
+            let label = parse_label(&label)?;
+            tokio::runtime::Runtime::new()?.block_on(rebuild(&suffix, &label, &namespace, objects, observe))
         }
         Command::Probe { run: Run { suffix, label }, server, namespace, timeout } => {
             let label = parse_label(&label)?;
@@ -579,5 +601,118 @@ async fn probe(
         floor.as_secs_f64(),
         (served - servable).as_secs_f64()
     );
+    Ok(())
+}
+
+/// One change of a CRD's spec (a printer column added, as harmless as a change gets; a move's
+/// `spec.conversion` write is one too), watched from the kind's side.
+async fn rebuild(
+    suffix: &str,
+    label: &(String, String),
+    namespace: &str,
+    objects: usize,
+    observe: Duration,
+) -> anyhow::Result<()> {
+    use futures::AsyncBufReadExt;
+    use futures::StreamExt;
+    let client = kube::Client::try_default().await?;
+    let crds = dynamic(
+        &client,
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    );
+    let group = format!("rebuild.{suffix}");
+    let name = format!("gadgets.{group}");
+    let crd = |columns: Value| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name, "labels": {label.0.clone(): label.1.clone()}},
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {"n": {"type": "integer"}}}}}}}]}})
+    };
+    let pp = kube::api::PatchParams::apply("dco-scale").force();
+    crds.patch(&name, &pp, &kube::api::Patch::Apply(crd(json!([])))).await?;
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Gadget"), "gadgets");
+    let gadgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in 0..objects {
+        let o: DynamicObject =
+            serde_json::from_value(json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget",
+            "metadata": {"name": format!("g{i}")}, "spec": {"n": i}}))?;
+        loop {
+            match gadgets.create(&PostParams::default(), &o).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(e)) if e.code == 409 => break,
+                Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(e) => return Err(e).context("creating the objects"),
+            }
+        }
+    }
+    let rv = gadgets.list_metadata(&Default::default()).await?.metadata.resource_version.unwrap_or_default();
+
+    let t0 = Instant::now();
+    let watch = {
+        let client = client.clone();
+        let url = format!(
+            "/apis/{group}/v1/namespaces/{namespace}/gadgets?watch=true&resourceVersion={rv}&timeoutSeconds=300"
+        );
+        tokio::spawn(async move {
+            let Ok(req) = http::Request::get(url).body(Vec::new()) else { return None };
+            let Ok(reader) = client.request_stream(req).await else { return None };
+            let mut lines = reader.lines();
+            while let Some(Ok(_)) = lines.next().await {}
+            Some(t0.elapsed())
+        })
+    };
+    let lists = {
+        let gadgets = gadgets.clone();
+        tokio::spawn(async move {
+            let mut out: Vec<(Duration, u16)> = Vec::new();
+            while t0.elapsed() < observe {
+                let code = match gadgets.list_metadata(&Default::default()).await {
+                    Ok(_) => 200,
+                    Err(kube::Error::Api(e)) => e.code,
+                    Err(_) => 0,
+                };
+                out.push((t0.elapsed(), code));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            out
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let changed = t0.elapsed();
+    crds.patch(
+        &name,
+        &pp,
+        &kube::api::Patch::Apply(crd(json!([{"name": "N", "type": "integer", "jsonPath": ".spec.n"}]))),
+    )
+    .await?;
+    let lists = lists.await?;
+    let ended = tokio::time::timeout(Duration::from_secs(1), watch).await.ok().and_then(|r| r.ok()).flatten();
+    let failed: Vec<&(Duration, u16)> = lists.iter().filter(|(_, c)| *c != 200).collect();
+    let mut by_code = std::collections::BTreeMap::<u16, usize>::new();
+    for (_, c) in &failed {
+        *by_code.entry(*c).or_default() += 1;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0 - changed.as_secs_f64() * 1000.0;
+    println!(
+        "{}",
+        json!({
+            "objects": objects,
+            "lists": lists.len(),
+            "failedLists": failed.len(),
+            "failedByCode": by_code.iter().map(|(c, n)| (c.to_string(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
+            "failedFromMs": failed.first().map(|(t, _)| ms(*t)),
+            "failedUntilMs": failed.last().map(|(t, _)| ms(*t)),
+            "watchEndedAfterMs": ended.map(ms),
+        })
+    );
+    let _ = crds.delete(&name, &Default::default()).await;
     Ok(())
 }
