@@ -317,6 +317,8 @@ pub type OnChange = Box<dyn FnMut() + Send>;
 /// docs/sharding.md "Never two owners").
 pub struct Thread {
     pub gate: Gate,
+    /// Ask for a tick now (a shard Lease was freed, a member joined): see [`run`].
+    pub nudge: std::sync::Arc<tokio::sync::Notify>,
     pub owned: watch::Receiver<Owned>,
     pub snapshot: watch::Receiver<Snapshot>,
     on_change: Option<tokio::sync::oneshot::Sender<OnChange>>,
@@ -339,6 +341,8 @@ impl Thread {
         let (on_change_tx, on_change_rx) = oneshot::channel::<OnChange>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (done_tx, done_rx) = oneshot::channel::<()>();
+        let nudge = std::sync::Arc::new(tokio::sync::Notify::new());
+        let nudged = nudge.clone();
         std::thread::Builder::new().name("dco-coordinator".into()).spawn(move || {
             let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(rt) => rt,
@@ -361,7 +365,7 @@ impl Thread {
                     return;
                 }
                 let Ok(on_change) = on_change_rx.await else { return };
-                run(m, metrics, on_change, async {
+                run(m, metrics, on_change, nudged, async {
                     let _ = stop_rx.await;
                 })
                 .await;
@@ -374,6 +378,7 @@ impl Thread {
             .map_err(|e| anyhow::anyhow!(e))?;
         Ok(Thread {
             gate,
+            nudge,
             owned,
             snapshot,
             on_change: Some(on_change_tx),
@@ -401,11 +406,14 @@ impl Thread {
 
 /// Runs a tick every renew interval until `stop` resolves, then frees this replica's shard
 /// Leases (within 5 s) so the others take them at once. `on_change` runs after every tick
-/// that changed the owned set (the OnChange callback: re-enqueue every owned object).
+/// that changed the owned set (the OnChange callback: re-enqueue every owned object). A
+/// `nudge` asks for a tick now — another replica freed a shard Lease, or a member joined —
+/// so a shard in transit waits for no interval (at most one nudged tick per `NUDGE_GAP`).
 pub async fn run(
     mut m: Membership,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     mut on_change: impl FnMut(),
+    nudge: std::sync::Arc<tokio::sync::Notify>,
     stop: impl std::future::Future<Output = ()>,
 ) {
     // At a fixed rate, not an interval after each tick ends: a tick's own time (slow
@@ -416,6 +424,7 @@ pub async fn run(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = std::pin::pin!(stop);
     let mut wake: Option<tokio::time::Instant> = None;
+    let mut last = tokio::time::Instant::now();
     loop {
         // Early, at a Lease's expiry (a little after it: the Lease must read expired then).
         let early = async {
@@ -428,7 +437,9 @@ pub async fn run(
             () = &mut stop => break,
             _ = ticks.tick() => {}
             () = early => {}
+            () = nudge.notified() => tokio::time::sleep_until(last + NUDGE_GAP).await,
         }
+        last = tokio::time::Instant::now();
         wake = m.tick_and_report(&metrics, &mut on_change).await.map(|at| {
             let until = at.duration_since(Timestamp::now());
             let wait = if until.is_negative() { std::time::Duration::ZERO } else { until.unsigned_abs() };
@@ -487,6 +498,9 @@ impl Membership {
         }
     }
 }
+
+/// The least time between a tick and a nudged one: frees and joins come in bursts.
+const NUDGE_GAP: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How long after a Lease's expiry the early tick runs, so that the Lease reads expired.
 const WAKE_MARGIN: std::time::Duration = std::time::Duration::from_millis(100);

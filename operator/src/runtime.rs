@@ -451,9 +451,27 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         out
     };
     tokio::spawn(drive("Secret", secret_events, None, secret_changes, fanout.clone()));
+    // Another replica's free of a shard Lease, or a new member, asks this Coordinator for a
+    // tick now rather than at its next interval (membership::run).
+    let coordinator_nudges = {
+        let (nudge, me) = (coordinator.nudge.clone(), membership::member_lease_name(&args.replica_id()));
+        let mut members = std::collections::BTreeSet::new();
+        move |ev: &watcher::Result<watcher::Event<Lease>>| {
+            let Ok(watcher::Event::Apply(l)) = ev else { return };
+            if l.namespace().as_deref() != Some(lease_ns.as_str()) {
+                return;
+            }
+            let role = l.labels().get(membership::LABEL_ROLE).map(String::as_str);
+            let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
+            let joined = role == Some("member") && l.name_any() != me && members.insert(l.name_any());
+            if (role == Some("shard") && holder.is_empty()) || joined {
+                nudge.notify_one();
+            }
+        }
+    };
     let lease_fanout = fanout.clone();
     tokio::spawn(async move {
-        let mut triggers = std::pin::pin!(lease_triggers(lease_events));
+        let mut triggers = std::pin::pin!(lease_triggers(lease_events.inspect(coordinator_nudges)));
         while let Some(server) = triggers.next().await {
             let progress = Wake::Progress(server.name.clone());
             if !lease_fanout.wake(progress).await || !lease_fanout.wake(Wake::Server(server)).await {
