@@ -109,6 +109,11 @@ pub struct Membership {
     last_renewal: Option<Timestamp>,
     owned: watch::Sender<Owned>,
     snapshot: watch::Sender<Snapshot>,
+    /// This replica's member Lease as last written: what its ownership Events are about.
+    member: Option<Lease>,
+    /// Records an Event on the member Lease per change of the owned shards (`kubectl describe
+    /// lease dco-operator-member-<id>`); none in unit tests.
+    recorder: Option<kube::runtime::events::Recorder>,
 }
 
 impl Membership {
@@ -121,6 +126,8 @@ impl Membership {
             last_renewal: None,
             owned: watch::Sender::new(Owned::default()),
             snapshot: watch::Sender::new(snapshot),
+            member: None,
+            recorder: None,
         }
     }
 
@@ -167,7 +174,10 @@ impl Membership {
                     let lease =
                         self.lease(&name, ROLE_MEMBER, Some(now), by_name.get(name.as_str()).copied());
                     match self.write(&name, lease).await? {
-                        Some(_) => self.last_renewal = Some(now),
+                        Some(written) => {
+                            self.last_renewal = Some(now);
+                            self.member = Some(written);
+                        }
                         None => report.conflicts += 1,
                     }
                 }
@@ -359,7 +369,13 @@ impl Thread {
                         return;
                     }
                 };
+                let reporter = kube::runtime::events::Reporter {
+                    controller: crate::context::FIELD_MANAGER.to_string(),
+                    instance: Some(me.clone()),
+                };
+                let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
                 let mut m = Membership::new(Api::namespaced(client, &namespace), settings, me);
+                m.recorder = Some(recorder);
                 m.tick_and_report(&metrics, &mut || {}).await;
                 if primed_tx.send(Ok((m.gate(), m.owned(), m.snapshot()))).is_err() {
                     return;
@@ -483,6 +499,24 @@ impl Membership {
                     tracing::info!(replica = %self.me, owned = ?owned, taken = ?r.taken, freed = ?r.freed,
                         "the shards this replica owns changed; re-enqueueing their objects");
                     on_change();
+                    if let (Some(recorder), Some(member)) = (&self.recorder, &self.member) {
+                        let note = format!(
+                            "owns {} of {} shards {owned:?}; took {:?}, freed {:?}",
+                            owned.len(),
+                            self.settings.shards.count(),
+                            r.taken,
+                            r.freed
+                        );
+                        dco_state::drive::publish(
+                            recorder,
+                            member,
+                            false,
+                            "ShardsChanged",
+                            "Coordinate",
+                            note,
+                        )
+                        .await;
+                    }
                 }
                 r.wake_at
             }

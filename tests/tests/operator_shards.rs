@@ -129,6 +129,23 @@ async fn two_replicas_divide_the_configs_and_the_survivor_takes_over() -> Result
     })
     .await?;
 
+    // Each change of a replica's shards is an Event on its member Lease (`kubectl describe
+    // lease dco-operator-member-op-a`).
+    let events: Api<k8s_openapi::api::events::v1::Event> = t.api();
+    wait_for("a ShardsChanged Event on each member Lease", Duration::from_secs(30), || async {
+        let list = events.list(&ListParams::default()).await?;
+        let on = |id: &str| {
+            list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("ShardsChanged")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                        == Some(&format!("dco-operator-member-{id}"))
+                    && e.note.as_deref().is_some_and(|n| n.contains(&format!("of {SHARDS} shards")))
+            })
+        };
+        Ok((on("op-a") && on("op-b")).then_some(()))
+    })
+    .await?;
+
     let names: Vec<String> = (0..CONFIGS).map(|i| format!("{}-c{i}", t.ns)).collect();
     let apply_all = |stamp: String| {
         let cccs = cccs.clone();
