@@ -462,6 +462,11 @@ fn dynamic(
     Api::all_with(client.clone(), &ar)
 }
 
+/// CustomResourceDefinitions, as dynamic objects.
+fn crd_api(client: &kube::Client) -> Api<DynamicObject> {
+    dynamic(client, "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions")
+}
+
 async fn create(api: &Api<DynamicObject>, v: Value) -> anyhow::Result<()> {
     let o: DynamicObject = serde_json::from_value(v)?;
     api.create(&PostParams::default(), &o)
@@ -545,13 +550,7 @@ async fn probe(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
-    let crds = dynamic(
-        &client,
-        "apiextensions.k8s.io",
-        "v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-    );
+    let crds = crd_api(&client);
     let configs =
         dynamic(&client, "conversion.dco.rs", "v1alpha1", "CRDConversionConfig", "crdconversionconfigs");
 
@@ -616,13 +615,7 @@ async fn rebuild(
     use futures::AsyncBufReadExt;
     use futures::StreamExt;
     let client = kube::Client::try_default().await?;
-    let crds = dynamic(
-        &client,
-        "apiextensions.k8s.io",
-        "v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-    );
+    let crds = crd_api(&client);
     let group = format!("rebuild.{suffix}");
     let name = format!("gadgets.{group}");
     let crd = |columns: Value| {
