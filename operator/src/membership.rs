@@ -318,6 +318,36 @@ impl Membership {
     }
 }
 
+/// Which Lease events ask this replica's Coordinator for a tick now (`run`'s nudge): another
+/// replica freed a shard Lease, or a member joined. Not our own renewals, which would loop.
+pub struct Nudges {
+    namespace: String,
+    me: String,
+    members: std::collections::BTreeSet<String>,
+}
+
+impl Nudges {
+    pub fn new(namespace: String, replica_id: &str) -> Self {
+        Nudges { namespace, me: member_lease_name(replica_id), members: Default::default() }
+    }
+
+    /// Whether this applied Lease calls for a tick now.
+    pub fn observe(&mut self, l: &Lease) -> bool {
+        if l.metadata.namespace.as_deref() != Some(self.namespace.as_str()) {
+            return false;
+        }
+        let role = l.metadata.labels.as_ref().and_then(|m| m.get(LABEL_ROLE)).map(String::as_str);
+        let name = l.metadata.name.clone().unwrap_or_default();
+        match role {
+            Some(ROLE_SHARD) => {
+                l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default().is_empty()
+            }
+            Some(ROLE_MEMBER) => name != self.me && self.members.insert(name),
+            _ => false,
+        }
+    }
+}
+
 /// The OnChange callback, handed to the Coordinator's thread once the watches exist.
 pub type OnChange = Box<dyn FnMut() + Send>;
 
@@ -681,6 +711,30 @@ mod tests {
 #[cfg(test)]
 mod gate_tests {
     use super::*;
+
+    #[test]
+    fn a_freed_shard_and_a_new_member_nudge_our_own_renewals_do_not() {
+        let lease = |ns: &str, name: &str, role: &str, holder: Option<&str>| Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                labels: Some(BTreeMap::from([(LABEL_ROLE.to_string(), role.to_string())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec { holder_identity: holder.map(str::to_string), ..LeaseSpec::default() }),
+        };
+        let mut n = Nudges::new("dco-system".into(), "op-a");
+        assert!(n.observe(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, None)));
+        assert!(n.observe(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, Some(""))));
+        assert!(!n.observe(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, Some("op-b"))));
+        assert!(!n.observe(&lease("elsewhere", "dco-operator-shard-3", ROLE_SHARD, None)));
+        assert!(!n.observe(&lease("dco-system", "dco-operator-member-op-a", ROLE_MEMBER, Some("op-a"))));
+        assert!(n.observe(&lease("dco-system", "dco-operator-member-op-b", ROLE_MEMBER, Some("op-b"))));
+        assert!(
+            !n.observe(&lease("dco-system", "dco-operator-member-op-b", ROLE_MEMBER, Some("op-b"))),
+            "renewals of a known member"
+        );
+    }
 
     #[test]
     fn the_gate_lets_through_only_owned_shards_and_only_until_their_deadline() {

@@ -374,22 +374,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         cccs: cccs.clone(),
     };
     let ctx = Arc::new(Context::new(client.clone(), settings, stores.clone(), metrics.clone(), gate.clone()));
-    // OnChange: every object of the three kinds goes back into its controller's queue; the
-    // gate lets through the owned ones.
-    let (requeue_servers, requeue_cccs, requeue_xccs) =
-        (server_tx.clone(), ccc_trigger_tx.clone(), xcc_trigger_tx.clone());
+    // OnChange: every held server goes back into its controller's queue (the gate lets the
+    // owned ones through). The configs need no such pass: the same change restarts their
+    // shard-scoped watches, whose relist enqueues every held config once it is in the store
+    // (`drive`), so a second enqueue here would only reconcile each of them twice.
     let on_change = {
-        let (servers, cccs, xccs, gate) = (servers.clone(), cccs.clone(), xccs.clone(), gate.clone());
+        let (servers, gate, requeue) = (servers.clone(), gate.clone(), server_tx.clone());
         move || {
-            let ours = |m: &kube::core::ObjectMeta| gate.holds(m.uid.as_deref());
-            for s in servers.state().iter().filter(|o| ours(o.meta())) {
-                let _ = requeue_servers.send(ObjectRef::from_obj(s.as_ref()));
-            }
-            for c in cccs.state().iter().filter(|o| ours(o.meta())) {
-                let _ = requeue_cccs.send(ObjectRef::from_obj(c.as_ref()));
-            }
-            for c in xccs.state().iter().filter(|o| ours(o.meta())) {
-                let _ = requeue_xccs.send(ObjectRef::from_obj(c.as_ref()));
+            for s in servers.state().iter().filter(|o| gate.holds(o.meta().uid.as_deref())) {
+                let _ = requeue.send(ObjectRef::from_obj(s.as_ref()));
             }
         }
     };
@@ -454,17 +447,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Another replica's free of a shard Lease, or a new member, asks this Coordinator for a
     // tick now rather than at its next interval (membership::run).
     let coordinator_nudges = {
-        let (nudge, me) = (coordinator.nudge.clone(), membership::member_lease_name(&args.replica_id()));
-        let mut members = std::collections::BTreeSet::new();
+        let nudge = coordinator.nudge.clone();
+        let mut nudges = membership::Nudges::new(lease_ns, &args.replica_id());
         move |ev: &watcher::Result<watcher::Event<Lease>>| {
-            let Ok(watcher::Event::Apply(l)) = ev else { return };
-            if l.namespace().as_deref() != Some(lease_ns.as_str()) {
-                return;
-            }
-            let role = l.labels().get(membership::LABEL_ROLE).map(String::as_str);
-            let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
-            let joined = role == Some("member") && l.name_any() != me && members.insert(l.name_any());
-            if (role == Some("shard") && holder.is_empty()) || joined {
+            if let Ok(watcher::Event::Apply(l)) = ev
+                && nudges.observe(l)
+            {
                 nudge.notify_one();
             }
         }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -25,17 +25,6 @@ const CONFIGS: usize = 20;
 const SHARDS: usize = 32;
 const LEASE_DURATION_S: u64 = 9;
 const RENEW_S: u64 = 2;
-
-fn binary() -> Result<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| dco_tests::repo_root().join("target"));
-    let bin = target.join("debug").join("dco-operator");
-    if !bin.exists() {
-        bail!("{} is missing: build it with `cargo build -p dco-operator`", bin.display());
-    }
-    Ok(bin)
-}
 
 struct Replica {
     child: Child,
@@ -58,7 +47,7 @@ fn start(env: &TestEnv, selector: &str, id: &str) -> Result<Replica> {
     let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
     let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let metrics = format!("127.0.0.1:{}", free_port()?);
-    let child = Command::new(binary()?)
+    let child = Command::new(dco_tests::workspace_binary("dco-operator")?)
         .args(["--namespace", &env.ns, "--selector", selector, "--replica-id", id])
         .args(["--lease-duration", &format!("{LEASE_DURATION_S}s")])
         .args(["--lease-renew-interval", &format!("{RENEW_S}s")])

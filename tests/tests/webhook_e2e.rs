@@ -9,10 +9,9 @@
 //! `cargo build -p dco-webhook`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use dco_api::served_lease::{self, Report};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -30,17 +29,6 @@ use dco_tests::{TestEnv, wait_deployment_available, wait_for};
 
 const IMAGE: &str = "dco-webhook:e2e";
 const MANAGER: &str = "dco-webhook-e2e";
-
-fn webhook_binary() -> Result<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| dco_tests::repo_root().join("target"));
-    let bin = target.join("debug").join("dco-webhook");
-    if !bin.exists() {
-        bail!("{} is missing: build it with `cargo build -p dco-webhook`", bin.display());
-    }
-    Ok(bin)
-}
 
 /// Deletes cluster-scoped objects the test made, on a runtime of its own with a client of its
 /// own: a kube Client's connection task lives on the runtime that made it, and that runtime
@@ -113,7 +101,7 @@ async fn ready_pods(pods: &Api<Pod>, app: &str) -> Result<Vec<Pod>> {
 
 #[tokio::test]
 async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Result<()> {
-    dco_tests::map_image("dco-webhook", webhook_binary()?)?;
+    dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("wh").await?;
     let ns = t.ns.clone();
     let client = t.client.clone();
