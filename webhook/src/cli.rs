@@ -100,6 +100,11 @@ pub struct Args {
     /// still served (apiservers pick up spec.conversion changes asynchronously).
     #[arg(long, env = "DCO_DRAIN_PERIOD", default_value = "30s", value_parser = parse_duration)]
     pub drain_period: Duration,
+    /// Test only: switch off the hold rule's second clause (a target whose spec.conversion
+    /// still names our Service is held). The move tests run once with it to show what they
+    /// catch without the mechanism (tests/src/moves.rs); never set it in a cluster.
+    #[arg(long, hide = true)]
+    pub unsafe_test_no_hold_while_named: bool,
 
     /// Served-target Lease heartbeat.
     #[arg(long, env = "DCO_LEASE_RENEW_INTERVAL", default_value = "30s", value_parser = parse_duration)]

@@ -100,7 +100,13 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
         service_name: args.service_name.clone().unwrap_or_else(|| instance.clone()),
         static_mode,
     };
-    let syncer = Syncer::new(compiler, registry.clone(), metrics.clone(), identity, args.drain_period);
+    let mut syncer = Syncer::new(compiler, registry.clone(), metrics.clone(), identity, args.drain_period);
+    if args.unsafe_test_no_hold_while_named {
+        tracing::warn!(
+            "--unsafe-test-no-hold-while-named: a target named by its spec.conversion is not held (test only)"
+        );
+        syncer = syncer.without_hold_while_named();
+    }
 
     if let Some(dir) = args.static_dir.clone() {
         // Fail fast on a bad directory at start; later edits that break it keep the old plans.

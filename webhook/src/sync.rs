@@ -144,6 +144,8 @@ pub struct Syncer {
     identity: Identity,
     drain_period: Duration,
     drains: HashMap<String, Instant>,
+    /// False only with the test switch `--unsafe-test-no-hold-while-named` (webhook/src/cli.rs).
+    hold_while_named: bool,
 }
 
 impl Syncer {
@@ -154,7 +156,20 @@ impl Syncer {
         identity: Identity,
         drain_period: Duration,
     ) -> Self {
-        Syncer { compiler, registry, metrics, identity, drain_period, drains: HashMap::new() }
+        Syncer {
+            compiler,
+            registry,
+            metrics,
+            identity,
+            drain_period,
+            drains: HashMap::new(),
+            hold_while_named: true,
+        }
+    }
+
+    /// The test switch: the hold rule's second clause never applies.
+    pub fn without_hold_while_named(self) -> Self {
+        Syncer { hold_while_named: false, ..self }
     }
 
     pub fn registry(&self) -> &Arc<Registry> {
@@ -194,8 +209,8 @@ impl Syncer {
                 assigned_here,
                 static_mode: self.identity.static_mode,
                 target_exists: live.is_some(),
-                names_our_service: live.and_then(TargetView::service_name)
-                    == Some(self.identity.service_name.as_str()),
+                names_our_service: self.hold_while_named
+                    && live.and_then(TargetView::service_name) == Some(self.identity.service_name.as_str()),
                 moving_away: config
                     .and_then(|c| c.moved_from.as_ref())
                     .is_some_and(|m| m.holds(&self.identity.instance, self.drain_period, SystemTime::now())),
