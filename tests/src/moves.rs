@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use dco_api::assign::{ServerInfo, Servers};
+use dco_api::served_lease::{self, Report};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, LABEL_INSTANCE};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -235,13 +236,19 @@ pub struct MoveReport {
     pub took: Duration,
     pub states: Vec<String>,
     pub spec_changes: i64,
+    /// One for a move, none for a change or fault that must not move the target.
+    pub expected_changes: i64,
+    /// A move settled verified; a non-move left the handover status alone.
     pub verified: bool,
     pub errors: Vec<String>,
 }
 
 impl MoveReport {
     pub fn clean(&self) -> bool {
-        self.load.failed == 0 && self.load.wrong == 0 && self.verified && self.spec_changes == 1
+        self.load.failed == 0
+            && self.load.wrong == 0
+            && self.verified
+            && self.spec_changes == self.expected_changes
     }
 }
 
@@ -503,10 +510,7 @@ impl World {
             })
             .await?;
         wait_for(&format!("{} wired to {service}", self.target), WAIT, || async {
-            let crd = self.crds.get(&self.target).await?;
-            Ok((dco_api::target::wired_service(&serde_json::to_value(&crd)?).map(|(_, n)| n.to_string())
-                == Some(service.clone()))
-            .then_some(()))
+            Ok((self.wired().await? == Some(service.clone())).then_some(()))
         })
         .await?;
         Ok(seen)
@@ -529,6 +533,7 @@ impl World {
             took,
             states,
             spec_changes: self.generation().await? - b.generation,
+            expected_changes: 1,
             verified: reason == "HandoverReady" && !seen.unverified,
             errors: self.counts.errors(),
         };
@@ -545,23 +550,68 @@ impl World {
         Ok(r)
     }
 
-    /// A change that must not move the target: for `hold` its spec and status stay as they are.
-    pub async fn no_move(&mut self, what: &str, b: Begin, hold: Duration) -> Result<()> {
+    /// A change or fault that must not move the target: for `hold` its spec and handover
+    /// status stay as they are, and the load fails nothing.
+    pub async fn no_move(&mut self, what: &str, b: Begin, hold: Duration) -> Result<MoveReport> {
         tokio::time::sleep(hold).await;
         let moved = self.history.since(b.seen);
-        let changes = self.generation().await? - b.generation;
-        let load = self.counts.tally() - b.tally;
+        let r = MoveReport {
+            what: what.to_string(),
+            load: self.counts.tally() - b.tally,
+            took: b.at.elapsed(),
+            states: moved.iter().map(|(_, s)| s.state.clone()).collect(),
+            spec_changes: self.generation().await? - b.generation,
+            expected_changes: 0,
+            verified: moved.is_empty(),
+            errors: self.counts.errors(),
+        };
         eprintln!(
-            "{what}: no move ({} statuses seen, spec changed {changes}×); {} requests ok, {} failed",
+            "{what}: {} requests ok, {} failed, {} wrong; {} statuses seen, spec changed {}×",
+            r.load.ok,
+            r.load.failed,
+            r.load.wrong,
             moved.len(),
-            load.ok,
-            load.failed
+            r.spec_changes
         );
-        ensure!(
-            moved.is_empty() && changes == 0,
-            "{what}: the target moved: {moved:?}, spec changed {changes}×"
-        );
-        Ok(())
+        self.reports.push(r.clone());
+        Ok(r)
+    }
+
+    /// `(live, listing)`: the live served-target Leases of server `s`, and how many of them
+    /// list the target.
+    pub async fn leases_of(&self, s: &str) -> Result<(usize, usize)> {
+        let lp = ListParams::default().labels(&format!("{LABEL_INSTANCE}={s}"));
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let (mut live, mut listing) = (0, 0);
+        for l in self.leases.list(&lp).await?.items {
+            let spec = l.spec.unwrap_or_default();
+            let (Some(renew), Some(secs)) = (spec.renew_time, spec.lease_duration_seconds) else { continue };
+            if renew.0 + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(secs)) < now {
+                continue;
+            }
+            live += 1;
+            let ann = l.metadata.annotations.unwrap_or_default();
+            if matches!(served_lease::read(&ann), Report::Targets(t) if t.contains(&self.target)) {
+                listing += 1;
+            }
+        }
+        Ok((live, listing))
+    }
+
+    /// The Service the target's spec.conversion names now.
+    pub async fn wired(&self) -> Result<Option<String>> {
+        let crd = serde_json::to_value(self.crds.get(&self.target).await?)?;
+        Ok(dco_api::target::wired_service(&crd).map(|(_, n)| n.to_string()))
+    }
+
+    /// Waits until server `s` has 2 ready replicas again, each with a live Lease listing the
+    /// target (after a fault, before the next).
+    pub async fn wait_recovered(&self, s: &str) -> Result<()> {
+        wait_for(&format!("server {s} to recover: 2 ready replicas listing the target"), WAIT, || async {
+            let ready = self.replicas(s).await?.iter().filter(|r| r.2).count();
+            Ok((ready == 2 && self.leases_of(s).await? == (2, 2)).then_some(()))
+        })
+        .await
     }
 
     /// Stops the load, prints every move's line, removes what the test made, and fails unless

@@ -1,0 +1,94 @@
+//! Faults during and between moves, under load (issue #15), on the world of
+//! `tests/src/moves.rs` (two servers of 2 replicas, 2 operator replicas, a three-version
+//! target, a load client writing and reading at every version for the whole test):
+//!
+//! 1. kill -9 of a destination replica mid-move: the moment every live Lease of the
+//!    destination lists the target (the fact that makes the move DestinationReady), before
+//!    the operator wires it;
+//! 2. the operator replica that owns the config killed after Patched, before SourceDropped
+//!    (the move waits there for the source's drain): the other replica finishes it;
+//! 3. SIGSTOP of a destination replica before a move: its Lease goes stale and it stops
+//!    answering probes; the move must not wire the target while that replica may be routed to
+//!    (Ready) without reporting it, and proceeds once it is neither Ready nor live;
+//! 4. kill -9 of a replica of the serving instance while settled.
+//!
+//! Each ends settled, with zero failed requests and zero wrong values (at least one ready
+//! replica of the serving instance is alive throughout), and a move changes the target's spec
+//! once.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use dco_tests::moves::{World, signal};
+use dco_tests::wait_for;
+
+#[tokio::test]
+async fn faults_during_and_between_moves_fail_no_request() -> Result<()> {
+    let mut w = World::new("flt").await?;
+    let [a, b] = w.servers.clone();
+    let b_service = format!("dco-webhook-{b}");
+
+    // 1. kill -9 a destination replica once both of b's Leases list the target (its process
+    // id found beforehand, so that the kill races the operator's wiring as closely as it can).
+    let (pod, pid, _) = w.replicas(&b).await?.into_iter().next().context("a replica of b")?;
+    let m = w.begin().await?;
+    w.set_pin(Some(&b)).await?;
+    let started = Instant::now();
+    while w.leases_of(&b).await? != (2, 2) {
+        ensure!(started.elapsed() < dco_tests::moves::WAIT, "b's Leases never listed the target");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    signal(pid, "KILL")?;
+    let wired_at_kill = w.wired().await? == Some(b_service.clone());
+    eprintln!(
+        "killed destination replica {pod} (pid {pid}) with the target {} wired to b",
+        if wired_at_kill { "already" } else { "not yet" }
+    );
+    w.finish("kill -9 a destination replica mid-move", m, &a, &b).await?;
+    w.wait_recovered(&b).await?;
+
+    // 2. The owning operator killed in Patched (the source's drain keeps the move there).
+    let m = w.begin().await?;
+    w.set_pin(None).await?;
+    w.history
+        .wait("the move back to a to be Patched", m.seen, |s| s.state == "Patched" && s.destination == a)
+        .await?;
+    let owner = w.config_owner().await?;
+    w.kill_operator(&owner)?;
+    ensure!(
+        !w.history.since(m.seen).iter().any(|(_, s)| s.state == "SourceDropped"),
+        "the move was over before the operator was killed"
+    );
+    w.finish("the owning operator killed after Patched", m, &b, &a).await?;
+    w.start_operator("3")?;
+
+    // 3. SIGSTOP a replica of b, then move to b.
+    let (pod, pid, _) = w.replicas(&b).await?.into_iter().next().context("a replica of b")?;
+    signal(pid, "STOP")?;
+    let stopped = Instant::now();
+    let m = w.begin().await?;
+    w.set_pin(Some(&b)).await?;
+    // Until the target is wired to b: whenever it is, the stopped replica is no longer Ready.
+    let pods = w.pods.clone();
+    let (wired_after, ready_then) =
+        wait_for("the target to be wired to b", dco_tests::moves::WAIT, || async {
+            let ready = pods.get(&pod).await.map(|p| dco_tests::pod_ready(&p)).unwrap_or(false);
+            Ok((w.wired().await? == Some(b_service.clone())).then(|| (stopped.elapsed(), ready)))
+        })
+        .await?;
+    eprintln!("SIGSTOP of {pod}: the target was wired to b {:.1} s later", wired_after.as_secs_f64());
+    ensure!(!ready_then, "the move wired b while its stopped replica {pod} was still Ready");
+    w.finish("SIGSTOP of a destination replica", m, &a, &b).await?;
+    signal(pid, "CONT")?;
+    w.wait_recovered(&b).await?;
+
+    // 4. kill -9 a replica of the serving instance b while settled.
+    let m = w.begin().await?;
+    let (pod, pid, _) = w.replicas(&b).await?.into_iter().next().context("a replica of b")?;
+    signal(pid, "KILL")?;
+    eprintln!("killed serving replica {pod} (pid {pid})");
+    w.no_move("kill -9 a serving replica while settled", m, Duration::from_secs(10)).await?;
+    w.wait_recovered(&b).await?;
+
+    w.end().await
+}
