@@ -6,7 +6,9 @@
 //! The second clause closes the handover window from the losing side: the operator repoints
 //! the target only after the destination serves it, and until then the apiserver keeps
 //! calling us. When neither holds, a plan already held is kept for a short drain period,
-//! because apiservers pick up a changed `spec.conversion` asynchronously.
+//! because apiservers pick up a changed `spec.conversion` asynchronously: the period runs
+//! from the drain's start and again from every review the draining plan answers, since a
+//! review proves an apiserver has not switched yet.
 //!
 //! Pure: facts in, decision out. The sync loop gathers the facts and acts.
 
@@ -53,6 +55,8 @@ pub struct Facts {
     pub held: bool,
     /// When the current drain began, if one is running.
     pub drain_started: Option<Instant>,
+    /// When the held plan last answered a review during the drain.
+    pub last_review: Option<Instant>,
     pub drain_period: Duration,
     pub now: Instant,
 }
@@ -93,7 +97,9 @@ pub fn decide(f: &Facts) -> Decision {
         return Decision::Ignore;
     }
     let started = f.drain_started.unwrap_or(f.now);
-    let until = started + f.drain_period;
+    // An apiserver that still called us during the drain has not switched: wait for a quiet
+    // period after its last call too (registry.rs `LastReview`).
+    let until = f.last_review.map_or(started, |r| r.max(started)) + f.drain_period;
     if f.now < until { Decision::Drain { started, until } } else { Decision::Drop(DropReason::Released) }
 }
 
@@ -119,6 +125,7 @@ mod tests {
             moving_away: false,
             held: false,
             drain_started: None,
+            last_review: None,
             drain_period: Duration::from_secs(30),
             now: Instant::now(),
         }
@@ -170,6 +177,20 @@ mod tests {
         assert_eq!(decide(&done), Decision::Drop(DropReason::Released));
         let no_drain = Facts { drain_period: Duration::ZERO, ..f };
         assert_eq!(decide(&no_drain), Decision::Drop(DropReason::Released));
+    }
+
+    #[test]
+    fn a_review_during_the_drain_extends_it() {
+        let now = Instant::now();
+        let secs = Duration::from_secs;
+        let draining = Facts { held: true, drain_started: Some(now), now: now + secs(30), ..facts() };
+        assert_eq!(decide(&draining), Decision::Drop(DropReason::Released), "no review: the drain ends");
+        let called = Facts { last_review: Some(now + secs(20)), ..draining };
+        assert_eq!(decide(&called), Decision::Drain { started: now, until: now + secs(50) });
+        assert_eq!(decide(&Facts { now: now + secs(50), ..called }), Decision::Drop(DropReason::Released));
+        // A review from before the drain (an older one kept on the entry) changes nothing.
+        let old = Facts { last_review: Some(now - secs(10)), ..draining };
+        assert_eq!(decide(&old), Decision::Drop(DropReason::Released));
     }
 
     #[test]

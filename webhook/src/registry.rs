@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
@@ -56,8 +56,31 @@ pub struct Entry {
     pub served: Option<Served>,
     pub failure: Option<Failure>,
     pub hold: HoldReason,
-    /// Set while the entry is draining: neither hold clause applies any more.
+    /// Set while the entry is draining: neither hold clause applies any more. The deadline as
+    /// the drain began: a review answered meanwhile extends it ([`LastReview`]).
     pub draining_until: Option<SystemTime>,
+    /// When the entry last answered a review while draining.
+    pub last_review: LastReview,
+}
+
+/// When a draining entry last answered a review. Shared by every copy of the entry (a pass
+/// clones an entry to change it; the request path only stamps it), so the sync pass sees the
+/// reviews of the entry it drains. A review proves an apiserver still routes the target here:
+/// the drain runs `--drain-period` from the last one (`hold::decide`), not only from the
+/// switch, so an apiserver slow to pick up a re-wiring (e2e_rebalance: one still called the
+/// source 11 s after the write, with 63 CRDs re-wired at once) is still answered.
+#[derive(Clone, Debug, Default)]
+pub struct LastReview(Arc<Mutex<Option<Instant>>>);
+
+impl LastReview {
+    pub fn stamp(&self, at: Instant) {
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *last = Some(last.map_or(at, |l| l.max(at)));
+    }
+
+    pub fn get(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Entry {
@@ -202,6 +225,7 @@ mod tests {
             failure: None,
             hold: HoldReason::Assigned,
             draining_until: None,
+            last_review: LastReview::default(),
         }
     }
 

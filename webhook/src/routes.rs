@@ -168,6 +168,11 @@ async fn convert_inner(
         );
         return (Outcome::unknown_target, text(StatusCode::SERVICE_UNAVAILABLE, msg));
     };
+    if entry.draining_until.is_some() {
+        // An apiserver still routes the target here: the drain lasts until they stop
+        // (registry.rs `LastReview`). Only draining entries pay for the stamp.
+        entry.last_review.stamp(std::time::Instant::now());
+    }
     let Some(plan) = entry.plan().cloned() else {
         let why = entry.failure.as_ref().map_or("no plan compiled yet", |f| f.message.as_str());
         let msg = format!(

@@ -17,7 +17,7 @@ use dco_api::config::{ConversionSpec, TargetKind};
 use crate::hold::{self, Decision, DropReason, Facts, HoldReason};
 use crate::metrics::{Metrics, TargetLabel};
 use crate::plan::{Compilation, Compiler};
-use crate::registry::{ConfigRef, Entry, Failure, Registry, Served};
+use crate::registry::{ConfigRef, Entry, Failure, LastReview, Registry, Served};
 
 /// One config as the pass sees it.
 #[derive(Clone, Debug)]
@@ -216,6 +216,7 @@ impl Syncer {
                     .is_some_and(|m| m.holds(&self.identity.instance, self.drain_period, SystemTime::now())),
                 held: entry.is_some(),
                 drain_started: self.drains.get(target).copied(),
+                last_review: entry.and_then(|e| e.last_review.get()),
                 drain_period: self.drain_period,
                 now,
             };
@@ -319,6 +320,7 @@ impl Syncer {
             failure: None,
             hold: reason,
             draining_until: None,
+            last_review: LastReview::default(),
         };
         let Some(config) = config else {
             // Held by spec.conversion alone, with the config gone: keep serving what we
@@ -630,6 +632,25 @@ mod tests {
         assert!(s.registry().get(TARGET).is_some());
         let r = s.pass(&world("v2", 2, Some("b"), Some("svc-b")), t0 + Duration::from_secs(30));
         assert_eq!(r.dropped, 1);
+        assert!(s.registry().get(TARGET).is_none());
+    }
+
+    #[test]
+    fn a_drained_plan_that_is_still_called_is_dropped_only_a_drain_period_after_the_last_call() {
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        let t0 = Instant::now();
+        let secs = Duration::from_secs;
+        s.pass(&world("v2", 1, None, Some("svc-a")), t0);
+        // Re-wired to b: the drain starts.
+        let moved = world("v2", 2, Some("b"), Some("svc-b"));
+        assert_eq!(s.pass(&moved, t0).next_wake, Some(t0 + secs(30)));
+        // An apiserver that has not switched calls 25 s in (routes.rs stamps the entry).
+        s.registry().get(TARGET).unwrap().last_review.stamp(t0 + secs(25));
+        let r = s.pass(&moved, t0 + secs(30));
+        assert_eq!((r.dropped, r.next_wake), (0, Some(t0 + secs(55))), "served on after the last call");
+        assert!(s.registry().get(TARGET).unwrap().served.is_some());
+        assert!(s.registry().reported_targets().is_empty(), "still draining: not reported");
+        assert_eq!(s.pass(&moved, t0 + secs(55)).dropped, 1);
         assert!(s.registry().get(TARGET).is_none());
     }
 

@@ -119,6 +119,7 @@ fn entry(target: &str, served: bool, failure: Option<&str>) -> Entry {
         }),
         hold: HoldReason::Assigned,
         draining_until: None,
+        last_review: Default::default(),
     }
 }
 
@@ -268,6 +269,23 @@ async fn unknown_target_fails_closed_with_503() {
         metrics.contains(r#"dco_webhook_requests_total{target="<unknown>",result="unknown_target"} 1"#),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn a_review_of_a_draining_plan_is_stamped_so_the_drain_waits_for_the_apiservers() {
+    let h = start(Limits::default()).await;
+    let body = || review("apiextensions.k8s.io/v1", vec![widget("a", json!({}))]).to_string();
+    let (status, text) = h.post("widgets.example.org", body()).await;
+    assert_eq!(status, 200, "{text}");
+    let held = h.app.registry.get("widgets.example.org").unwrap();
+    assert_eq!(held.last_review.get(), None, "a plan that is not draining is not stamped");
+    // The sync pass starts a drain (sync.rs): the copy it swaps in shares the stamp.
+    let draining = Entry { draining_until: Some(SystemTime::now()), ..(*held).clone() };
+    h.app.registry.insert(draining);
+    let before = std::time::Instant::now();
+    let (status, text) = h.post("widgets.example.org", body()).await;
+    assert_eq!(status, 200, "a draining plan still answers: {text}");
+    assert!(held.last_review.get().is_some_and(|t| t >= before), "the review was not stamped");
 }
 
 #[tokio::test]
