@@ -17,8 +17,10 @@
 //! apiserver, docs/operations.md "What a move costs the cluster", so a move writes it once).
 //!
 //! `DCO_E2E_NO_HOLD_WHILE_NAMED=1` starts the webhook replicas with the test switch
-//! `--unsafe-test-no-hold-while-named` (webhook/src/cli.rs): the hold rule's second clause is
-//! off, and the tests must then fail.
+//! `--unsafe-test-no-hold-while-named` (webhook/src/cli.rs): a source replica no longer holds
+//! the target while its spec.conversion names it (nor extends its drain by the reviews it
+//! answers), and the tests must then fail: e2e_moves in the move whose operator is killed,
+//! e2e_faults in the SIGSTOP fault, both moves that wait longer than the drain period.
 
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

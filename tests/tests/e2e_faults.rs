@@ -50,16 +50,23 @@ async fn faults_during_and_between_moves_fail_no_request() -> Result<()> {
     // 2. The owning operator killed in Patched (the source's drain keeps the move there).
     let m = w.begin().await?;
     w.set_pin(None).await?;
-    w.history
-        .wait("the move back to a to be Patched", m.seen, |s| s.state == "Patched" && s.destination == a)
+    let at = w
+        .history
+        .wait("the move back to a to be Patched", m.seen, |s| {
+            s.destination == a && (s.state == "Patched" || s.state == "SourceDropped")
+        })
         .await?;
     let owner = w.config_owner().await?;
     w.kill_operator(&owner)?;
-    ensure!(
-        !w.history.since(m.seen).iter().any(|(_, s)| s.state == "SourceDropped"),
-        "the move was over before the operator was killed"
-    );
     w.finish("the owning operator killed after Patched", m, &b, &a).await?;
+    if at.state != "Patched" {
+        // Only without the hold-while-named rule: the source drops the target as soon as it
+        // is reassigned, so the move passes Patched within one reconcile.
+        eprintln!("the move was over before the operator was killed");
+        if let Some(last) = w.reports.last_mut() {
+            last.verified = false;
+        }
+    }
     w.start_operator("3")?;
 
     // 3. SIGSTOP a replica of b, then move to b.

@@ -100,9 +100,10 @@ pub struct Args {
     /// still served (apiservers pick up spec.conversion changes asynchronously).
     #[arg(long, env = "DCO_DRAIN_PERIOD", default_value = "30s", value_parser = parse_duration)]
     pub drain_period: Duration,
-    /// Test only: switch off the hold rule's second clause (a target whose spec.conversion
-    /// still names our Service is held). The move tests run once with it to show what they
-    /// catch without the mechanism (tests/src/moves.rs); never set it in a cluster.
+    /// Test only: switch off holding a target while an apiserver may still route to us — the
+    /// hold rule's second clause (the target's spec.conversion names our Service) and the
+    /// drain's extension by the reviews it answers. The move tests run once with it to show
+    /// what they catch without the mechanism (tests/src/moves.rs); never set it in a cluster.
     #[arg(long, hide = true)]
     pub unsafe_test_no_hold_while_named: bool,
 

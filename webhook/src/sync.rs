@@ -167,7 +167,8 @@ impl Syncer {
         }
     }
 
-    /// The test switch: the hold rule's second clause never applies.
+    /// The test switch: the hold rule's second clause never applies, and neither does its
+    /// proof by traffic (a review answered during the drain extends it).
     pub fn without_hold_while_named(self) -> Self {
         Syncer { hold_while_named: false, ..self }
     }
@@ -216,7 +217,7 @@ impl Syncer {
                     .is_some_and(|m| m.holds(&self.identity.instance, self.drain_period, SystemTime::now())),
                 held: entry.is_some(),
                 drain_started: self.drains.get(target).copied(),
-                last_review: entry.and_then(|e| e.last_review.get()),
+                last_review: entry.filter(|_| self.hold_while_named).and_then(|e| e.last_review.get()),
                 drain_period: self.drain_period,
                 now,
             };
