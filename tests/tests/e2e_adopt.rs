@@ -13,7 +13,7 @@
 //! (`--server-selector`), so both see one default.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -24,6 +24,7 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use dco_api::{CRDConversionConfig, ConversionWebhookServer};
+use dco_tests::moves::Counts;
 use dco_tests::{TestEnv, wait_for};
 
 const MANAGER: &str = "dco-e2e-adopt";
@@ -45,25 +46,6 @@ struct Fields {
     hub: &'static str,
 }
 
-/// Counts of the load client.
-#[derive(Default)]
-struct Load {
-    ok: AtomicU64,
-    failed: AtomicU64,
-    wrong: AtomicU64,
-    errors: std::sync::Mutex<Vec<String>>,
-}
-
-impl Load {
-    fn fail(&self, wrong: bool, what: String) {
-        if wrong { &self.wrong } else { &self.failed }.fetch_add(1, Ordering::SeqCst);
-        let mut e = self.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if e.len() < 10 {
-            e.push(what);
-        }
-    }
-}
-
 /// Client `client` of [`CLIENTS`]: writes its objects at the spoke version, reads each back at
 /// the hub version and lists at the spoke version, checking every value, until `stop`: about
 /// 3 requests per 50 ms.
@@ -74,7 +56,7 @@ fn load(
     group: String,
     f: &'static Fields,
     stop: Arc<AtomicBool>,
-    counts: Arc<Load>,
+    counts: Arc<Counts>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut k = 0u64;
@@ -196,7 +178,7 @@ async fn adopt(
     }
     let generation = crds.get(&target).await?.metadata.generation.unwrap_or_default();
 
-    let (stop, counts) = (Arc::new(AtomicBool::new(false)), Arc::new(Load::default()));
+    let (stop, counts) = (Arc::new(AtomicBool::new(false)), Arc::new(Counts::default()));
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|c| load(c, v1.clone(), v2.clone(), group.clone(), f, stop.clone(), counts.clone()))
         .collect();
@@ -204,7 +186,7 @@ async fn adopt(
     ensure!(
         counts.failed.load(Ordering::SeqCst) == 0,
         "before the adoption: {:?}",
-        counts.errors.lock().map(|e| e.clone())
+        counts.errors()
     );
 
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
@@ -242,7 +224,7 @@ async fn adopt(
     eprintln!(
         "adopting {target}: {ok} requests ok, {failed} failed, {wrong} wrong; settled {took:?} after the config"
     );
-    let errors = counts.errors.lock().map(|e| e.clone()).unwrap_or_default();
+    let errors = counts.errors();
     ensure!(failed == 0 && wrong == 0, "adopting {target}: {failed} failed, {wrong} wrong: {errors:?}");
     ensure!(ok >= 20, "the load made only {ok} requests");
     let c = cfgs.get(&cfg).await?;
