@@ -480,13 +480,18 @@ async fn run(client: Client, ns: String) -> Result<()> {
             load(mine, stop.clone(), counts.clone())
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let (m, s, failed, wrong) = counts.counts();
-    ensure!(
-        failed == 0 && wrong == 0 && m > 0 && s > 0,
-        "before C joined: {m}+{s} ok, {failed} failed, {wrong} wrong: {:?}",
-        counts.errors()
-    );
+    // A few rounds over every sample target before C joins (a count, not a time: the
+    // machine may be slow), none of which may fail.
+    wait_for("the load to go round its targets", WAIT, || async {
+        let (m, s, failed, wrong) = counts.counts();
+        ensure!(
+            failed == 0 && wrong == 0,
+            "before C joined: {m}+{s} ok, {failed} failed, {wrong} wrong: {:?}",
+            counts.errors()
+        );
+        Ok((m >= 4 * SAMPLE as u64 / 2 && s >= 4 * SAMPLE as u64 / 2).then_some(()))
+    })
+    .await?;
 
     // C joins.
     let c_applied = Timestamp::now();
