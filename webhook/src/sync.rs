@@ -44,6 +44,8 @@ pub struct MovedFrom {
     pub state: dco_api::HandoverState,
     /// When the move entered `state`.
     pub since: Option<SystemTime>,
+    /// The move's W3C traceparent: one per move, so it tells two moves apart.
+    pub move_id: Option<String>,
 }
 
 impl MovedFrom {
@@ -53,7 +55,7 @@ impl MovedFrom {
             .as_deref()
             .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok())
             .map(SystemTime::from);
-        Some(MovedFrom { server: h.source.clone()?, state: h.state, since })
+        Some(MovedFrom { server: h.source.clone()?, state: h.state, since, move_id: h.traceparent.clone() })
     }
 
     /// Whether the source `instance` must still hold the target, although it is neither
@@ -146,6 +148,10 @@ pub struct Syncer {
     drains: HashMap<String, Instant>,
     /// False only with the test switch `--unsafe-test-no-hold-while-named` (webhook/src/cli.rs).
     hold_while_named: bool,
+    /// Targets this process held and drained to the end during a move away (by the move's
+    /// id): `MovingAway` rebuilds a plan for a replica that restarted meanwhile, not for one
+    /// that has just served and drained it.
+    drained: HashMap<String, String>,
 }
 
 impl Syncer {
@@ -164,6 +170,7 @@ impl Syncer {
             drain_period,
             drains: HashMap::new(),
             hold_while_named: true,
+            drained: HashMap::new(),
         }
     }
 
@@ -206,15 +213,17 @@ impl Syncer {
             let Some(kind) = kind else { continue };
             let live = world.targets.get(&(kind, target.to_string()));
             let assigned_here = config.is_some_and(|c| self.assigned_here(world, c));
+            let moved_from = config.and_then(|c| c.moved_from.as_ref());
             let facts = Facts {
                 assigned_here,
                 static_mode: self.identity.static_mode,
                 target_exists: live.is_some(),
                 names_our_service: self.hold_while_named
                     && live.and_then(TargetView::service_name) == Some(self.identity.service_name.as_str()),
-                moving_away: config
-                    .and_then(|c| c.moved_from.as_ref())
-                    .is_some_and(|m| m.holds(&self.identity.instance, self.drain_period, SystemTime::now())),
+                moving_away: moved_from.is_some_and(|m| {
+                    m.holds(&self.identity.instance, self.drain_period, SystemTime::now())
+                        && (m.move_id.is_none() || m.move_id.as_ref() != self.drained.get(target))
+                }),
                 held: entry.is_some(),
                 drain_started: self.drains.get(target).copied(),
                 last_review: entry.filter(|_| self.hold_while_named).and_then(|e| e.last_review.get()),
@@ -223,6 +232,9 @@ impl Syncer {
             };
             match hold::decide(&facts) {
                 Decision::Hold(reason) => {
+                    if reason != HoldReason::MovingAway {
+                        self.drained.remove(target);
+                    }
                     if self.drains.remove(target).is_some() {
                         tracing::info!(target, ?reason, "drain cancelled: the target is ours again");
                     }
@@ -259,10 +271,15 @@ impl Syncer {
                         DropReason::TargetGone => {
                             tracing::info!(target, "dropping the plan: the target was deleted")
                         }
-                        DropReason::Released => tracing::info!(
-                            target,
-                            "dropping the plan: not assigned to this instance, spec.conversion names another Service, drain over"
-                        ),
+                        DropReason::Released => {
+                            tracing::info!(
+                                target,
+                                "dropping the plan: not assigned to this instance, spec.conversion names another Service, drain over"
+                            );
+                            if let Some(id) = moved_from.and_then(|m| m.move_id.clone()) {
+                                self.drained.insert(target.to_string(), id);
+                            }
+                        }
                     }
                     report.dropped += 1;
                     changes.push((target.to_string(), None));
@@ -273,6 +290,8 @@ impl Syncer {
             }
         }
 
+        // Only configs that still name a target can move it away again.
+        self.drained.retain(|t, _| by_target.contains_key(t.as_str()));
         if !changes.is_empty() {
             self.registry.update(|m| {
                 for (target, e) in changes {
@@ -664,6 +683,7 @@ mod tests {
             server: "a".into(),
             state,
             since: Some(now - Duration::from_secs(ago)),
+            move_id: Some("move-1".into()),
         };
         assert!(moved(S::DestinationReady, 600).holds("a", drain, now), "the wiring may land at any moment");
         assert!(moved(S::Patched, 10).holds("a", drain, now));
@@ -687,6 +707,34 @@ mod tests {
         let t = Instant::now();
         s.pass(&w, t);
         assert!(s.registry().get(TARGET).unwrap().draining_until.is_some(), "then it drains as usual");
+    }
+
+    #[test]
+    fn a_replica_that_drained_a_target_does_not_rebuild_it_for_the_same_move() {
+        use dco_api::HandoverState as S;
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        let t0 = Instant::now();
+        let secs = Duration::from_secs;
+        s.pass(&world("v2", 1, None, Some("svc-a")), t0);
+        // Re-wired to b: this replica drains the plan and drops it when the drain is over.
+        let moved = |id: &str| {
+            let mut w = world("v2", 2, Some("b"), Some("svc-b"));
+            w.configs[0].moved_from = Some(MovedFrom {
+                server: "a".into(),
+                state: S::SourceDropped,
+                since: Some(SystemTime::now()),
+                move_id: Some(id.into()),
+            });
+            w
+        };
+        s.pass(&moved("move-1"), t0);
+        assert_eq!(s.pass(&moved("move-1"), t0 + secs(30)).dropped, 1);
+        // Within the move's MovingAway window, but this process has served and drained it.
+        s.pass(&moved("move-1"), t0 + secs(31));
+        assert!(s.registry().get(TARGET).is_none(), "drained once is enough");
+        // Another move away from a (a new id) is another window.
+        s.pass(&moved("move-2"), t0 + secs(32));
+        assert_eq!(s.registry().get(TARGET).map(|e| e.hold), Some(HoldReason::MovingAway));
     }
 
     #[test]
