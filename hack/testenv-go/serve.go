@@ -20,10 +20,14 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	apiservercompat "k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	basecompatibility "k8s.io/component-base/compatibility"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
@@ -45,19 +49,21 @@ const defaultControllers = "deployment-controller,replicaset-controller,garbage-
 	"pod-garbage-collector-controller"
 
 type serveConfig struct {
-	stateDir      string
-	repoRoot      string
-	apiserverPort int
-	etcdPort      int
-	featureGates  string
-	controllers   string
-	nodeName      string
-	podIPRange    string
-	images        multiFlag
-	imageMapFile  string
-	keepData      bool
-	verbosity     int
-	extraAPIFlags multiFlag
+	stateDir       string
+	repoRoot       string
+	apiserverPort  int
+	apiservers     int
+	apiserver2Port int
+	etcdPort       int
+	featureGates   string
+	controllers    string
+	nodeName       string
+	podIPRange     string
+	images         multiFlag
+	imageMapFile   string
+	keepData       bool
+	verbosity      int
+	extraAPIFlags  multiFlag
 }
 
 type multiFlag []string
@@ -76,6 +82,8 @@ func runServe(args []string) int {
 	fs.StringVar(&cfg.stateDir, "state-dir", filepath.Join(cwd, "target", "testenv"), "directory for state, pods, logs and kubeconfig")
 	fs.StringVar(&cfg.repoRoot, "repo-root", cwd, "relative binary paths of the image map are resolved against this directory")
 	fs.IntVar(&cfg.apiserverPort, "apiserver-port", envInt("DCO_TESTENV_APISERVER_PORT", 0), "kube-apiserver secure port on 127.0.0.1 (0: a free port)")
+	fs.IntVar(&cfg.apiservers, "apiservers", envInt("DCO_TESTENV_APISERVERS", 2), "kube-apiservers on the one etcd, 1 or 2 (the second serves <state-dir>/kubeconfig-2)")
+	fs.IntVar(&cfg.apiserver2Port, "apiserver2-port", envInt("DCO_TESTENV_APISERVER2_PORT", 0), "the second kube-apiserver's secure port on 127.0.0.1 (0: a free port)")
 	fs.IntVar(&cfg.etcdPort, "etcd-port", envInt("DCO_TESTENV_ETCD_PORT", 0), "etcd client port on 127.0.0.1 (0: a free port)")
 	fs.StringVar(&cfg.featureGates, "feature-gates", envStr("DCO_TESTENV_FEATURE_GATES", "ShardedListAndWatch=true"), "kube-apiserver/controller-manager feature gates")
 	fs.StringVar(&cfg.controllers, "controllers", envStr("DCO_TESTENV_CONTROLLERS", defaultControllers), "kube-controller-manager --controllers")
@@ -87,6 +95,10 @@ func runServe(args []string) int {
 	fs.IntVar(&cfg.verbosity, "v", envInt("DCO_TESTENV_V", 0), "klog verbosity")
 	fs.Var(&cfg.extraAPIFlags, "apiserver-arg", "extra kube-apiserver flag, e.g. --apiserver-arg=--audit-log-path=... (repeatable)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if cfg.apiservers != 1 && cfg.apiservers != 2 {
+		fmt.Fprintf(os.Stderr, "--apiservers (DCO_TESTENV_APISERVERS) must be 1 or 2, not %d\n", cfg.apiservers)
 		return 2
 	}
 	if cfg.imageMapFile == "" {
@@ -177,6 +189,20 @@ func serve(cfg serveConfig) error {
 		return err
 	}
 	host := "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	// The second apiserver: same etcd, flags and serving certificate (its SANs
+	// hold 127.0.0.1), its own port, CRD informer and storage.
+	var api2Ln net.Listener
+	var api2Port int
+	var host2 string
+	kubeconfig2Path := filepath.Join(stateDir, "kubeconfig-2")
+	os.Remove(kubeconfig2Path)
+	if cfg.apiservers == 2 {
+		if api2Ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.apiserver2Port))); err != nil {
+			return fmt.Errorf("second apiserver listener: %w", err)
+		}
+		api2Port = api2Ln.Addr().(*net.TCPAddr).Port
+		host2 = "https://127.0.0.1:" + strconv.Itoa(api2Port)
+	}
 
 	// --- kubeconfig -------------------------------------------------------------
 	kubeconfigPath := filepath.Join(stateDir, "kubeconfig")
@@ -230,7 +256,7 @@ func serve(cfg serveConfig) error {
 
 	// --- kube-apiserver -----------------------------------------------------------
 	apiErr := make(chan error, 1)
-	if err := startAPIServer(ctx, cfg, pk, apiLn, etcdPort, apiErr); err != nil {
+	if err := startAPIServer(ctx, cfg, pk, apiLn, etcdPort, false, apiErr); err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(adminCfg)
@@ -244,6 +270,29 @@ func serve(cfg serveConfig) error {
 
 	var wg sync.WaitGroup
 	resolver.start(ctx, client)
+
+	// --- the second kube-apiserver -------------------------------------------------
+	// Started once the first is ready: it then finds the cluster bootstrapped,
+	// and the first has read the hostname its identity Lease is named after.
+	// It comes up while the controller-manager and the kubelet do.
+	var api2Err chan error // nil with one apiserver: never ready to receive
+	var client2 kubernetes.Interface
+	if api2Ln != nil {
+		if err := writeAdminKubeconfig(kubeconfig2Path, host2, pk); err != nil {
+			return err
+		}
+		cfg2, err := clientcmd.BuildConfigFromFlags("", kubeconfig2Path)
+		if err != nil {
+			return err
+		}
+		if client2, err = kubernetes.NewForConfig(cfg2); err != nil {
+			return err
+		}
+		api2Err = make(chan error, 1)
+		if err := startAPIServer(ctx, cfg, pk, api2Ln, etcdPort, true, api2Err); err != nil {
+			return fmt.Errorf("second kube-apiserver: %w", err)
+		}
+	}
 
 	// --- kube-controller-manager -------------------------------------------------
 	kcmErr := make(chan error, 1)
@@ -272,8 +321,17 @@ func serve(cfg serveConfig) error {
 	if err := kl.waitRegistered(ctx, time.Minute); err != nil {
 		return err
 	}
+	if client2 != nil {
+		if err := waitReadyz(ctx, client2, api2Err, 3*time.Minute); err != nil {
+			return fmt.Errorf("second kube-apiserver: %w", err)
+		}
+		klog.InfoS("second kube-apiserver ready", "host", host2)
+	}
 
 	ready := fmt.Sprintf("pid=%d\nhost=%s\napiserver_port=%d\netcd_port=%d\nkubeconfig=%s\n", os.Getpid(), host, apiPort, etcdPort, kubeconfigPath)
+	if client2 != nil {
+		ready += fmt.Sprintf("host2=%s\napiserver2_port=%d\nkubeconfig2=%s\n", host2, api2Port, kubeconfig2Path)
+	}
 	if err := os.WriteFile(filepath.Join(stateDir, "ready"), []byte(ready), 0o644); err != nil {
 		return err
 	}
@@ -285,6 +343,8 @@ func serve(cfg serveConfig) error {
 		klog.InfoS("shutting down", "signal", s.String())
 	case err := <-apiErr:
 		runErr = fmt.Errorf("kube-apiserver exited: %w", err)
+	case err := <-api2Err:
+		runErr = fmt.Errorf("second kube-apiserver exited: %w", err)
 	case err := <-kcmErr:
 		runErr = fmt.Errorf("kube-controller-manager exited: %w", err)
 	}
@@ -298,9 +358,14 @@ func serve(cfg serveConfig) error {
 	case <-done:
 	case <-time.After(10 * time.Second):
 	}
-	select {
-	case <-apiErr:
-	case <-time.After(10 * time.Second):
+	for _, ch := range []chan error{apiErr, api2Err} {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+		}
 	}
 	closeEtcd.Do(etcd.Close)
 	os.Remove(filepath.Join(stateDir, "run", "testenv.pid"))
@@ -355,8 +420,26 @@ func waitReadyz(ctx context.Context, client kubernetes.Interface, errCh chan err
 	return nil
 }
 
-func startAPIServer(ctx context.Context, cfg serveConfig, pk *pki, ln net.Listener, etcdPort int, errCh chan error) error {
+// startAPIServer runs a kube-apiserver in this process. second is the second
+// one on the same etcd: it gets the same flags, but process-wide settings are
+// left as the first applied them.
+func startAPIServer(ctx context.Context, cfg serveConfig, pk *pki, ln net.Listener, etcdPort int, second bool, errCh chan error) error {
 	s := apiserveroptions.NewServerRunOptions()
+	if second {
+		// As kube's own multi-apiserver integration tests do (kastesting.StartTestServer):
+		// a registry of its own around a copy of the feature gate, so that Set()
+		// does not re-set the process-wide gate the first apiserver is reading.
+		// The flags are the same, so the copy ends up equal to it.
+		reg := basecompatibility.NewComponentGlobalsRegistry()
+		if err := reg.Register(basecompatibility.DefaultKubeComponent, apiservercompat.DefaultBuildEffectiveVersion(), utilfeature.DefaultMutableFeatureGate.DeepCopy()); err != nil {
+			return err
+		}
+		s.GenericServerRunOptions.ComponentGlobalsRegistry = reg
+		// Its own identity Lease (apiserver-<hash of the hostname>), as a second
+		// host would have; the first read the real hostname during its start.
+		host, _ := os.Hostname()
+		genericapiserver.SetHostnameFuncForTests(host + "-apiserver-2")
+	}
 	fss := s.Flags()
 	fs := fss.FlagSet("testenv")
 	for _, f := range fss.FlagSets {
@@ -402,9 +485,11 @@ func startAPIServer(ctx context.Context, cfg serveConfig, pk *pki, ln net.Listen
 	if err := s.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
 		return err
 	}
-	rest.SetDefaultWarningHandler(rest.NoWarnings{})
-	if err := logsapi.ValidateAndApply(s.Logs, nil); err != nil {
-		return err
+	if !second {
+		rest.SetDefaultWarningHandler(rest.NoWarnings{})
+		if err := logsapi.ValidateAndApply(s.Logs, nil); err != nil {
+			return err
+		}
 	}
 	completed, err := s.Complete(ctx)
 	if err != nil {

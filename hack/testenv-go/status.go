@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,25 +30,46 @@ func runStatus(args []string) int {
 			fmt.Printf(f, a...)
 		}
 	}
+	// The ready file, rewritten at every start, names the second apiserver's
+	// kubeconfig when it runs one (a kubeconfig-2 may be left from a run before):
+	// then both must answer.
 	kc := filepath.Join(*stateDir, "kubeconfig")
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		say("not running: %v\n", err)
-		return 1
-	}
-	cfg.Timeout = *timeout
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		say("not running: %v\n", err)
-		return 1
+	kubeconfigs := []string{kc}
+	if ready, err := os.ReadFile(filepath.Join(*stateDir, "ready")); err == nil {
+		for _, l := range strings.Split(string(ready), "\n") {
+			if kc2, ok := strings.CutPrefix(l, "kubeconfig2="); ok {
+				kubeconfigs = append(kubeconfigs, kc2)
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if _, err := client.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
-		say("not ready: %v\n", err)
-		return 1
+	var client kubernetes.Interface
+	for i, path := range kubeconfigs {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			say("not running: %v\n", err)
+			return 1
+		}
+		cfg.Timeout = *timeout
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			say("not running: %v\n", err)
+			return 1
+		}
+		name := "apiserver"
+		if i > 0 {
+			name = fmt.Sprintf("apiserver%d", i+1)
+		}
+		if _, err := c.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+			say("not ready: %s %s: %v\n", name, cfg.Host, err)
+			return 1
+		}
+		say("%-10s %s (ready, %s)\n", name, cfg.Host, filepath.Base(path))
+		if client == nil {
+			client = c
+		}
 	}
-	say("apiserver  %s (ready)\n", cfg.Host)
 	say("kubeconfig %s\n", kc)
 	if v, err := client.Discovery().ServerVersion(); err == nil {
 		say("version    %s\n", v.GitVersion)

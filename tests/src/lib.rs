@@ -17,6 +17,7 @@
 //!   the namespace on drop (unless `DCO_TESTS_KEEP_NAMESPACES=1`).
 //! * [`wait_for`] and friends poll with a timeout and say what they waited for.
 
+pub mod apiservers;
 pub mod moves;
 pub mod operator_pods;
 
