@@ -40,6 +40,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, P
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
+use crate::apiservers::RebuildProbe;
 use crate::{TestEnv, container_pid, fnv1a64, pod_ready, wait_for};
 
 pub const MANAGER: &str = "dco-e2e-moves";
@@ -242,6 +243,9 @@ pub struct MoveReport {
     pub expected_changes: i64,
     /// A move settled verified; a non-move left the handover status alone.
     pub verified: bool,
+    /// How far apart the apiservers switched to the new spec.conversion (a move), or `None`
+    /// when one did not (a move is then not clean) or nothing changed.
+    pub apiserver_lag: Option<Duration>,
     pub errors: Vec<String>,
 }
 
@@ -275,6 +279,8 @@ pub struct World {
     /// How many apiservers the load alternates between.
     pub apiservers: usize,
     pub reports: Vec<MoveReport>,
+    /// Each apiserver's storage rebuild of the target's kind: when each switched.
+    probe: Option<RebuildProbe>,
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -298,8 +304,9 @@ impl World {
         crate::map_image("dco-webhook", crate::workspace_binary("dco-webhook")?)?;
         let t = TestEnv::new(prefix).await?;
         let client = t.client.clone();
-        let mut load_clients = vec![client.clone()];
-        load_clients.extend(second_apiserver().await?);
+        // Both apiservers of the cluster (docs/testenv.md): required, since each switches
+        // spec.conversion on its own schedule and the drain period must cover the slower.
+        let load_clients = vec![client.clone(), crate::apiservers::client2().await?];
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in dco_api::crds() {
             let name = crd.metadata.name.clone().unwrap_or_default();
@@ -327,6 +334,7 @@ impl World {
             counts: Arc::default(),
             apiservers: load_clients.len(),
             reports: Vec::new(),
+            probe: None,
             stop: Arc::default(),
             tasks: Vec::new(),
             servers,
@@ -404,6 +412,9 @@ impl World {
                 load_clients.iter().map(|cl| VERSIONS.map(|v| w.versioned(cl, v))).collect();
             w.tasks.push(load(c, apis, w.group.clone(), w.stop.clone(), w.counts.clone()));
         }
+        let ar =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&w.group, "v2", "Gadget"), "gadgets");
+        w.probe = Some(RebuildProbe::start(load_clients.clone(), &ar, &w.t.ns).await?);
         tokio::time::sleep(Duration::from_secs(3)).await;
         let before = w.counts.tally();
         ensure!(
@@ -525,6 +536,10 @@ impl World {
         let seen = self.wait_settled(b.seen, to).await.with_context(|| what.to_string())?;
         let took = b.at.elapsed();
         ensure!(seen.source == from, "{what}: the move came from {:?}, not {from}", seen.source);
+        let switch = match &self.probe {
+            Some(p) => Some(p.wait_switches_after(b.at, WAIT).await.with_context(|| what.to_string())?),
+            None => None,
+        };
         tokio::time::sleep(DRAIN + Duration::from_secs(3)).await;
         let cfg = self.cfgs.get(&self.cfg).await?;
         let reason = crate::moves::ready_reason(&cfg);
@@ -537,16 +552,18 @@ impl World {
             spec_changes: self.generation().await? - b.generation,
             expected_changes: 1,
             verified: reason == "HandoverReady" && !seen.unverified,
+            apiserver_lag: switch.as_ref().and_then(|s| s.lag()),
             errors: self.counts.errors(),
         };
         eprintln!(
-            "{what}: {} requests ok, {} failed, {} wrong; settled in {:.1} s through {:?}; spec changed {}×; HandoverReady reason {reason}",
+            "{what}: {} requests ok, {} failed, {} wrong; settled in {:.1} s through {:?}; spec changed {}×; HandoverReady reason {reason}; apiservers switched {}",
             r.load.ok,
             r.load.failed,
             r.load.wrong,
             r.took.as_secs_f64(),
             r.states,
-            r.spec_changes
+            r.spec_changes,
+            switch.map_or("(one apiserver)".to_string(), |s| s.describe())
         );
         self.reports.push(r.clone());
         Ok(r)
@@ -565,6 +582,7 @@ impl World {
             spec_changes: self.generation().await? - b.generation,
             expected_changes: 0,
             verified: moved.is_empty(),
+            apiserver_lag: None,
             errors: self.counts.errors(),
         };
         eprintln!(
@@ -626,18 +644,19 @@ impl World {
         }
         let total = self.counts.tally();
         eprintln!(
-            "\n{:<48} {:>8} {:>7} {:>6} {:>8} {:>5}  states",
-            "move", "requests", "failed", "wrong", "settled", "spec"
+            "\n{:<48} {:>8} {:>7} {:>6} {:>8} {:>5} {:>8}  states",
+            "move", "requests", "failed", "wrong", "settled", "spec", "api lag"
         );
         for r in &self.reports {
             eprintln!(
-                "{:<48} {:>8} {:>7} {:>6} {:>7.1}s {:>5}  {}",
+                "{:<48} {:>8} {:>7} {:>6} {:>7.1}s {:>5} {:>8}  {}",
                 r.what,
                 r.load.ok + r.load.failed + r.load.wrong,
                 r.load.failed,
                 r.load.wrong,
                 r.took.as_secs_f64(),
                 r.spec_changes,
+                r.apiserver_lag.map_or("-".to_string(), |l| format!("{:.1}ms", l.as_secs_f64() * 1000.0)),
                 r.states.join(" → ")
             );
         }
@@ -706,11 +725,6 @@ impl Drop for World {
             ]);
         }
     }
-}
-
-/// A client of the cluster's second apiserver, when it runs one (docs/testenv.md).
-async fn second_apiserver() -> Result<Option<Client>> {
-    Ok(None)
 }
 
 /// The reason of a config's `HandoverReady=True` condition, if it has one.
