@@ -183,11 +183,7 @@ async fn adopt(
         .map(|c| load(c, v1.clone(), v2.clone(), group.clone(), f, stop.clone(), counts.clone()))
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    ensure!(
-        counts.failed.load(Ordering::SeqCst) == 0,
-        "before the adoption: {:?}",
-        counts.errors()
-    );
+    ensure!(counts.failed.load(Ordering::SeqCst) == 0, "before the adoption: {:?}", counts.errors());
 
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
     let cfg = format!("{}-{name}", t.ns);
