@@ -32,6 +32,9 @@ pub enum Outcome {
     over_budget,
     /// The plan panicked; answered with 500.
     internal_error,
+    /// A Failure ConversionReview: the config no longer compiles and its `driftPolicy` is
+    /// FailClosed.
+    fail_closed,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -46,6 +46,10 @@ pub struct Failure {
     pub locations: Vec<String>,
     pub at: SystemTime,
     pub fingerprint: String,
+    /// The config's `driftPolicy` is FailClosed: reviews are answered with this failure, not
+    /// with the last good plan (which stays, so a compile that succeeds again swaps nothing
+    /// in the Lease).
+    pub fail_closed: bool,
 }
 
 #[derive(Clone)]
@@ -86,6 +90,12 @@ impl LastReview {
 impl Entry {
     pub fn plan(&self) -> Option<&Arc<dyn ServablePlan>> {
         self.served.as_ref().map(|s| &s.plan)
+    }
+
+    /// The failure reviews must be answered with instead of the plan (`driftPolicy:
+    /// FailClosed` and the config no longer compiles).
+    pub fn closed(&self) -> Option<&Failure> {
+        self.failure.as_ref().filter(|f| f.fail_closed)
     }
 }
 

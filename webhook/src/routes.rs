@@ -173,6 +173,14 @@ async fn convert_inner(
         // (registry.rs `LastReview`). Only draining entries pay for the stamp.
         entry.last_review.stamp(std::time::Instant::now());
     }
+    if let Some(f) = entry.closed() {
+        // A ConversionReview, not a 503: the apiserver passes its message on to the client.
+        let msg = format!(
+            "ConversionWebhookServer {:?} refuses to convert target {target:?}: {}",
+            app.instance, f.message
+        );
+        return (Outcome::fail_closed, failure_review(&body, &msg));
+    }
     let Some(plan) = entry.plan().cloned() else {
         let why = entry.failure.as_ref().map_or("no plan compiled yet", |f| f.message.as_str());
         let msg = format!(
@@ -300,6 +308,9 @@ struct EntryView<'a> {
     draining_until: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     last_error: Option<ErrorView<'a>>,
+    /// Reviews are answered with `last_error` (driftPolicy FailClosed).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    fail_closed: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -338,6 +349,7 @@ async fn debug_registry(State(app): State<Arc<App>>) -> Response {
                 locations: &f.locations,
                 at: rfc3339(f.at),
             }),
+            fail_closed: e.closed().is_some(),
         })
         .collect();
     match serde_json::to_vec_pretty(&views) {

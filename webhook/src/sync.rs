@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use dco_api::assign::Servers;
-use dco_api::config::{ConversionSpec, TargetKind};
+use dco_api::config::{ConversionSpec, DriftPolicy, TargetKind};
 
 use crate::hold::{self, Decision, DropReason, Facts, HoldReason};
 use crate::metrics::{Metrics, TargetLabel};
@@ -385,6 +385,7 @@ impl Syncer {
                 locations: Vec::new(),
                 at: SystemTime::now(),
                 fingerprint: fp,
+                fail_closed: false,
             });
             return Some(next);
         };
@@ -421,8 +422,11 @@ impl Syncer {
                     .compile_failures
                     .get_or_create(&TargetLabel { target: target.to_string() })
                     .inc();
-                let keeping = if next.served.is_some() {
-                    "keeping the last good plan"
+                let fail_closed = config.spec.drift_policy == DriftPolicy::FailClosed;
+                let keeping = if fail_closed {
+                    "driftPolicy FailClosed: conversions of the target fail until it compiles again; fix the config or the target's schema (driftPolicy KeepServingStale would keep serving the last good plan)"
+                } else if next.served.is_some() {
+                    "driftPolicy KeepServingStale: keeping the last good plan"
                 } else {
                     "no plan to serve until it compiles"
                 };
@@ -455,6 +459,7 @@ impl Syncer {
                     locations: compiled.locations,
                     at: SystemTime::now(),
                     fingerprint: fp,
+                    fail_closed,
                 });
             }
         }
@@ -492,7 +497,7 @@ mod tests {
     impl Compiler for Counting {
         fn compile(&self, spec: &ConversionSpec, target: &serde_json::Value) -> Compilation {
             self.0.fetch_add(1, Ordering::SeqCst);
-            if spec.hub_version == "bad" {
+            if spec.hub_version == "bad" || target.pointer("/spec/drifted") == Some(&serde_json::json!(true)) {
                 return Compilation {
                     plan: None,
                     errors: vec!["spoke v1, rule 0 (FieldRename) spec.x: no such path".into()],
@@ -610,6 +615,51 @@ mod tests {
         let e = s.registry().get(TARGET).unwrap();
         assert!(e.failure.is_none());
         assert_eq!(e.served.as_ref().unwrap().plan_hash, "v3-1");
+    }
+
+    /// `world` with the target's schema drifted (generation 2) and the config's driftPolicy.
+    fn drifted(policy: DriftPolicy, generation: i64, drift: bool) -> World {
+        let mut w = world("v2", generation, None, None);
+        let spec = Arc::make_mut(&mut w.configs[0].spec);
+        spec.drift_policy = policy;
+        w.configs[0].fingerprint = format!("c@v2@{policy:?}");
+        let crd = serde_json::json!({"metadata": {"name": TARGET, "generation": generation},
+            "spec": {"drifted": drift}});
+        w.targets.insert((TargetKind::Crd, TARGET.into()), TargetView::new(&crd, format!("t@{generation}")));
+        w
+    }
+
+    #[test]
+    fn a_drift_under_fail_closed_closes_the_target_and_keep_serving_stale_does_not() {
+        for policy in [DriftPolicy::FailClosed, DriftPolicy::KeepServingStale] {
+            let mut s = syncer("a", Arc::new(Counting::default()));
+            let now = Instant::now();
+            s.pass(&drifted(policy, 1, false), now);
+            assert!(s.registry().get(TARGET).unwrap().closed().is_none());
+            assert_eq!(s.pass(&drifted(policy, 2, true), now).failed, 1);
+            let e = s.registry().get(TARGET).unwrap();
+            // The plan stays either way: the Lease keeps listing the target, so nothing moves.
+            assert_eq!(e.served.as_ref().unwrap().plan_hash, "v2-1", "{policy:?}");
+            assert_eq!(s.registry().reported_targets(), [TARGET], "{policy:?}");
+            let f = e.failure.as_ref().unwrap();
+            assert!(f.message.contains("CRDConversionConfig \"widgets\"") && f.message.contains(TARGET), "{}", f.message);
+            match policy {
+                DriftPolicy::FailClosed => {
+                    assert_eq!(e.closed(), Some(f));
+                    assert!(f.message.contains("driftPolicy FailClosed: conversions of the target fail"), "{}", f.message);
+                    assert!(f.message.contains("spec.x: no such path"), "names the drift: {}", f.message);
+                }
+                DriftPolicy::KeepServingStale => {
+                    assert!(e.closed().is_none());
+                    assert!(f.message.contains("driftPolicy KeepServingStale: keeping the last good plan"), "{}", f.message);
+                }
+            }
+            // The schema drifts back: served again, nothing closed.
+            s.pass(&drifted(policy, 3, false), now);
+            let e = s.registry().get(TARGET).unwrap();
+            assert!(e.failure.is_none() && e.closed().is_none(), "{policy:?}");
+            assert_eq!(e.served.as_ref().unwrap().plan_hash, "v2-3");
+        }
     }
 
     #[test]

@@ -116,6 +116,7 @@ fn entry(target: &str, served: bool, failure: Option<&str>) -> Entry {
             locations: vec!["spoke v1, rule 0 (FieldRename), spec.x".into()],
             at: SystemTime::now(),
             fingerprint: "f".into(),
+            fail_closed: false,
         }),
         hold: HoldReason::Assigned,
         draining_until: None,
@@ -269,6 +270,46 @@ async fn unknown_target_fails_closed_with_503() {
         metrics.contains(r#"dco_webhook_requests_total{target="<unknown>",result="unknown_target"} 1"#),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn a_fail_closed_target_answers_a_failure_review_naming_the_config_and_the_drift() {
+    let h = start(Limits::default()).await;
+    let mut closed = entry(
+        "widgets.example.org",
+        true,
+        Some("CRDConversionConfig \"widgets\" does not compile against CustomResourceDefinition \"widgets.example.org\""),
+    );
+    closed.failure.as_mut().unwrap().fail_closed = true;
+    h.app.registry.insert(closed);
+    let body = review("apiextensions.k8s.io/v1", vec![widget("a", json!({}))]).to_string();
+    let (status, text) = h.post("widgets.example.org", body).await;
+    // A review, so the apiserver shows the message to whoever read or wrote the object.
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["response"]["uid"], "uid-123");
+    assert_eq!(v["response"]["result"]["status"], "Failure");
+    assert_eq!(v["response"]["convertedObjects"], json!([]), "the stale plan must not answer");
+    let msg = v["response"]["result"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("\"pool-a\"")
+            && msg.contains("CRDConversionConfig \"widgets\"")
+            && msg.contains("widgets.example.org")
+            && msg.contains("spec.x: no such path"),
+        "{msg}"
+    );
+    let (_, metrics) = h.admin("/metrics").await;
+    assert!(
+        metrics.contains(r#"dco_webhook_requests_total{target="widgets.example.org",result="fail_closed"} 1"#),
+        "{metrics}"
+    );
+    let (_, registry) = h.admin("/debug/registry").await;
+    assert!(registry.contains(r#""failClosed": true"#), "{registry}");
+    // KeepServingStale (the same failure, not closed) keeps answering from the plan.
+    let mut stale = entry("widgets.example.org", true, Some("CRDConversionConfig \"widgets\" does not compile"));
+    stale.failure.as_mut().unwrap().fail_closed = false;
+    h.app.registry.insert(stale);
+    h.assert_still_serving().await;
 }
 
 #[tokio::test]

@@ -14,8 +14,8 @@ use k8s_openapi::api::autoscaling::v2::{
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
-    PodSpec, PodTemplateSpec, Probe, SecretVolumeSource, SecurityContext, Service, ServiceAccount,
-    ServicePort, Volume, VolumeMount,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretVolumeSource, SecurityContext,
+    Service, ServiceAccount, ServicePort, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{
@@ -36,6 +36,45 @@ pub const ADMIN_PORT_NAME: &str = "admin";
 /// Where the serving Secret is mounted in the webhook container.
 pub const TLS_MOUNT: &str = "/etc/dco/tls";
 const TLS_VOLUME: &str = "serving-cert";
+/// The uid and gid the webhook runs as: numeric, so the kubelet can check `runAsNonRoot`
+/// without reading the image's `USER` (65532 is distroless' `nonroot`).
+pub const RUN_AS: i64 = 65532;
+
+/// Pod Security "restricted" at Pod level: non-root with a numeric uid/gid, the runtime's
+/// default seccomp profile. `fsGroup` lets that uid read the mounted volumes whatever their mode.
+pub fn pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        fs_group: Some(RUN_AS),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            localhost_profile: None,
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// Pod Security "restricted" at container level, repeated from the Pod's so the container is
+/// compliant on its own: no privilege escalation, every capability dropped, and a read-only
+/// root filesystem — dco-webhook writes no file (it reads its certificate, `--static-dir` and
+/// the API; logs go to stdout), so it needs no writable `/tmp`.
+pub fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_string()]), add: None }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            localhost_profile: None,
+        }),
+        ..SecurityContext::default()
+    }
+}
 
 /// Flags of dco-webhook the operator sets itself; `extraArgs` may not override them.
 pub const MANAGED_FLAGS: &[&str] = &[
@@ -217,13 +256,7 @@ pub fn deployment(
         liveness_probe: Some(probe("/healthz", 10, 6, 10)),
         resources: spec.resources.clone(),
         volume_mounts: Some(mounts),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_string()]), add: None }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(container_security_context()),
         ..Container::default()
     };
     let mut pod_labels = spec.pod_labels.clone();
@@ -231,6 +264,7 @@ pub fn deployment(
     let pod_spec = PodSpec {
         containers: vec![container],
         service_account_name: Some(names.service_account(cws)),
+        security_context: Some(pod_security_context()),
         volumes: Some(volumes),
         node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
         tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
@@ -572,6 +606,111 @@ mod tests {
         );
         assert_eq!(pod.service_account_name.as_deref(), Some("dco-webhook-pool-a"));
         assert_eq!(ctr.image.as_deref(), Some(settings().webhook_image.as_str()));
+    }
+
+    /// The checks of Pod Security "restricted" (k8s.io/pod-security-admission, policy
+    /// `restricted` v1.25+) that a rendered Pod can fail, each on the value the kubelet would
+    /// use: the container's own, else the Pod's.
+    fn restricted_violations(pod: &PodSpec) -> Vec<String> {
+        let mut out = Vec::new();
+        let psc = pod.security_context.clone().unwrap_or_default();
+        for f in [pod.host_network, pod.host_pid, pod.host_ipc] {
+            if f == Some(true) {
+                out.push("host namespaces".to_string());
+            }
+        }
+        let allowed = |v: &Volume| {
+            v.config_map.is_some()
+                || v.csi.is_some()
+                || v.downward_api.is_some()
+                || v.empty_dir.is_some()
+                || v.ephemeral.is_some()
+                || v.persistent_volume_claim.is_some()
+                || v.projected.is_some()
+                || v.secret.is_some()
+        };
+        for v in pod.volumes.iter().flatten().filter(|v| !allowed(v)) {
+            out.push(format!("volume {}", v.name));
+        }
+        if psc.run_as_user == Some(0) {
+            out.push("pod runAsUser 0".to_string());
+        }
+        for c in pod.containers.iter().chain(pod.init_containers.iter().flatten()) {
+            let sc = c.security_context.clone().unwrap_or_default();
+            let n = &c.name;
+            if sc.privileged == Some(true) {
+                out.push(format!("{n}: privileged"));
+            }
+            if sc.allow_privilege_escalation != Some(false) {
+                out.push(format!("{n}: allowPrivilegeEscalation"));
+            }
+            let caps = sc.capabilities.clone().unwrap_or_default();
+            if !caps.drop.unwrap_or_default().iter().any(|d| d == "ALL") {
+                out.push(format!("{n}: capabilities.drop ALL"));
+            }
+            if caps.add.unwrap_or_default().iter().any(|a| a != "NET_BIND_SERVICE") {
+                out.push(format!("{n}: capabilities.add"));
+            }
+            if sc.run_as_non_root.or(psc.run_as_non_root) != Some(true) {
+                out.push(format!("{n}: runAsNonRoot"));
+            }
+            if sc.run_as_user.or(psc.run_as_user).is_none_or(|u| u == 0) {
+                // Not a restricted check itself, but without a numeric uid the kubelet can only
+                // check runAsNonRoot against the image's USER, which may be a name.
+                out.push(format!("{n}: no numeric non-zero runAsUser"));
+            }
+            let seccomp = sc.seccomp_profile.clone().or(psc.seccomp_profile.clone());
+            if !seccomp.is_some_and(|p| p.type_ == "RuntimeDefault" || p.type_ == "Localhost") {
+                out.push(format!("{n}: seccompProfile"));
+            }
+            if sc.read_only_root_filesystem != Some(true) {
+                out.push(format!("{n}: readOnlyRootFilesystem"));
+            }
+            for p in c.ports.iter().flatten() {
+                if p.host_port.is_some_and(|h| h != 0) {
+                    out.push(format!("{n}: hostPort"));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn webhook_pods_pass_pod_security_restricted() {
+        let c = cws(
+            "{extraVolumes: [{name: scratch, emptyDir: {}}], extraVolumeMounts: [{name: scratch, mountPath: /scratch}]}",
+        );
+        let names = ServerNames::of(&c, "dco-system");
+        let o = owner(&c).unwrap();
+        let pod = deployment(&c, &names, &settings(), &o).spec.template.spec.unwrap();
+        assert_eq!(restricted_violations(&pod), Vec::<String>::new());
+        let psc = pod.security_context.as_ref().unwrap();
+        assert_eq!(
+            (psc.run_as_non_root, psc.run_as_user, psc.run_as_group, psc.fs_group),
+            (Some(true), Some(65532), Some(65532), Some(65532))
+        );
+        assert_eq!(psc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+        let sc = pod.containers[0].security_context.as_ref().unwrap();
+        assert_eq!(
+            (sc.allow_privilege_escalation, sc.read_only_root_filesystem, sc.run_as_non_root, sc.run_as_user),
+            (Some(false), Some(true), Some(true), Some(65532))
+        );
+        assert_eq!(sc.capabilities.as_ref().unwrap().drop.as_deref(), Some(&["ALL".to_string()][..]));
+        assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+        // The check itself can fail: the same Pod without its contexts violates restricted.
+        let mut bare = pod.clone();
+        bare.security_context = None;
+        bare.containers[0].security_context = None;
+        let v = restricted_violations(&bare);
+        for want in [
+            "allowPrivilegeEscalation",
+            "capabilities.drop ALL",
+            "runAsNonRoot",
+            "seccompProfile",
+            "readOnlyRootFilesystem",
+        ] {
+            assert!(v.iter().any(|x| x.ends_with(want)), "{want} not in {v:?}");
+        }
     }
 
     #[test]
