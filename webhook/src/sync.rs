@@ -497,7 +497,8 @@ mod tests {
     impl Compiler for Counting {
         fn compile(&self, spec: &ConversionSpec, target: &serde_json::Value) -> Compilation {
             self.0.fetch_add(1, Ordering::SeqCst);
-            if spec.hub_version == "bad" || target.pointer("/spec/drifted") == Some(&serde_json::json!(true)) {
+            if spec.hub_version == "bad" || target.pointer("/spec/drifted") == Some(&serde_json::json!(true))
+            {
                 return Compilation {
                     plan: None,
                     errors: vec!["spoke v1, rule 0 (FieldRename) spec.x: no such path".into()],
@@ -642,16 +643,28 @@ mod tests {
             assert_eq!(e.served.as_ref().unwrap().plan_hash, "v2-1", "{policy:?}");
             assert_eq!(s.registry().reported_targets(), [TARGET], "{policy:?}");
             let f = e.failure.as_ref().unwrap();
-            assert!(f.message.contains("CRDConversionConfig \"widgets\"") && f.message.contains(TARGET), "{}", f.message);
+            assert!(
+                f.message.contains("CRDConversionConfig \"widgets\"") && f.message.contains(TARGET),
+                "{}",
+                f.message
+            );
             match policy {
                 DriftPolicy::FailClosed => {
                     assert_eq!(e.closed(), Some(f));
-                    assert!(f.message.contains("driftPolicy FailClosed: conversions of the target fail"), "{}", f.message);
+                    assert!(
+                        f.message.contains("driftPolicy FailClosed: conversions of the target fail"),
+                        "{}",
+                        f.message
+                    );
                     assert!(f.message.contains("spec.x: no such path"), "names the drift: {}", f.message);
                 }
                 DriftPolicy::KeepServingStale => {
                     assert!(e.closed().is_none());
-                    assert!(f.message.contains("driftPolicy KeepServingStale: keeping the last good plan"), "{}", f.message);
+                    assert!(
+                        f.message.contains("driftPolicy KeepServingStale: keeping the last good plan"),
+                        "{}",
+                        f.message
+                    );
                 }
             }
             // The schema drifts back: served again, nothing closed.

@@ -278,7 +278,9 @@ async fn a_fail_closed_target_answers_a_failure_review_naming_the_config_and_the
     let mut closed = entry(
         "widgets.example.org",
         true,
-        Some("CRDConversionConfig \"widgets\" does not compile against CustomResourceDefinition \"widgets.example.org\""),
+        Some(
+            "CRDConversionConfig \"widgets\" does not compile against CustomResourceDefinition \"widgets.example.org\"",
+        ),
     );
     closed.failure.as_mut().unwrap().fail_closed = true;
     h.app.registry.insert(closed);
@@ -300,13 +302,15 @@ async fn a_fail_closed_target_answers_a_failure_review_naming_the_config_and_the
     );
     let (_, metrics) = h.admin("/metrics").await;
     assert!(
-        metrics.contains(r#"dco_webhook_requests_total{target="widgets.example.org",result="fail_closed"} 1"#),
+        metrics
+            .contains(r#"dco_webhook_requests_total{target="widgets.example.org",result="fail_closed"} 1"#),
         "{metrics}"
     );
     let (_, registry) = h.admin("/debug/registry").await;
     assert!(registry.contains(r#""failClosed": true"#), "{registry}");
     // KeepServingStale (the same failure, not closed) keeps answering from the plan.
-    let mut stale = entry("widgets.example.org", true, Some("CRDConversionConfig \"widgets\" does not compile"));
+    let mut stale =
+        entry("widgets.example.org", true, Some("CRDConversionConfig \"widgets\" does not compile"));
     stale.failure.as_mut().unwrap().fail_closed = false;
     h.app.registry.insert(stale);
     h.assert_still_serving().await;

@@ -1,0 +1,297 @@
+//! `driftPolicy` on the local cluster: one dco-webhook replica (a Deployment made by the test,
+//! as the operator would) serves two CRDs, one config each, one `FailClosed` and one
+//! `KeepServingStale`. Both CRDs' v1 schema then drifts so the configs no longer compile: a
+//! read at v1 through the apiserver fails with a message naming the FailClosed config, and
+//! keeps working (from the last good plan) for the KeepServingStale one. Restoring the schema
+//! serves the FailClosed target again.
+//!
+//! Needs `target/debug/dco-webhook` (`cargo build -p dco-webhook`).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Resource;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
+use serde_json::{Value, json};
+
+use dco_tests::{TestEnv, wait_deployment_available, wait_for};
+
+const MANAGER: &str = "dco-drift-e2e";
+
+/// Deletes the cluster-scoped objects the test made, on a runtime and client of its own (the
+/// test's runtime is blocked in this Drop).
+struct ClusterScoped(Vec<(ApiResource, String)>);
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        let objs = std::mem::take(&mut self.0);
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| {
+                rt.block_on(async {
+                    let Ok(client) = dco_tests::client().await else { return };
+                    for (ar, name) in objs {
+                        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                        let _ = api.delete(&name, &DeleteParams::background()).await;
+                    }
+                })
+            })
+        })
+        .join();
+    }
+}
+
+fn ar<K: Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    dco_tests::apply_as(api, MANAGER, name, obj).await
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[tokio::test]
+async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_serving() -> Result<()> {
+    dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
+    let t = TestEnv::new("drift").await?;
+    let ns = t.ns.clone();
+    let client = t.client.clone();
+    let instance = dco_tests::unique_name("drift");
+    let cluster_role = format!("dco-webhook-{ns}");
+    let mut guard = ClusterScoped(Vec::new());
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in dco_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd)).await?;
+    }
+    let cws_ar = ar::<dco_api::ConversionWebhookServer>();
+    let ccc_ar = ar::<dco_api::CRDConversionConfig>();
+    let cws: Api<DynamicObject> = Api::all_with(client.clone(), &cws_ar);
+    let cccs: Api<DynamicObject> = Api::all_with(client.clone(), &ccc_ar);
+    wait_for("the dco CRDs to be served", Duration::from_secs(30), || async {
+        Ok(cccs.list(&ListParams::default().limit(1)).await.ok().map(|_| ()))
+    })
+    .await?;
+    guard.0.push((cws_ar.clone(), instance.clone()));
+    apply(
+        &cws,
+        &instance,
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+        "metadata": {"name": instance}, "spec": {"namespace": ns, "replicas": 1}}),
+    )
+    .await?;
+
+    // RBAC as the operator grants it.
+    guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
+    guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
+    apply(
+        &Api::<ServiceAccount>::namespaced(client.clone(), &ns),
+        "dco-webhook",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-webhook"}}),
+    )
+    .await?;
+    apply(&Api::<ClusterRole>::all(client.clone()), &cluster_role, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": cluster_role},
+        "rules": [
+            {"apiGroups": ["conversion.dco.rs"], "resources": ["xrdconversionconfigs", "crdconversionconfigs", "conversionwebhookservers"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apiextensions.crossplane.io"], "resources": ["compositeresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        ]})).await?;
+    apply(&Api::<ClusterRoleBinding>::all(client.clone()), &cluster_role, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": cluster_role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns}]})).await?;
+    apply(&t.api::<Role>(), "dco-webhook-leases", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "dco-webhook-leases"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "patch"]}]})).await?;
+    apply(&t.api::<RoleBinding>(), "dco-webhook-leases", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "dco-webhook-leases"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dco-webhook-leases"},
+        "subjects": [{"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns}]})).await?;
+
+    let (ca, crt, key) = dco_tests::serving_cert(&[
+        format!("{instance}.{ns}.svc"),
+        format!("{instance}.{ns}.svc.cluster.local"),
+    ])?;
+    apply(
+        &t.api::<Secret>(),
+        "dco-webhook-tls",
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "dco-webhook-tls"}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca}}),
+    )
+    .await?;
+    apply(&t.api::<Service>(), &instance, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": instance},
+        "spec": {"selector": {"app": instance}, "ports": [{"name": "https", "port": 443, "targetPort": 9443}]}})).await?;
+
+    // Two targets alike but for the policy: v2 stores spec.storageGB, v1 calls it
+    // spec.storageSize.
+    let schema = |size: &str, drifted: bool| {
+        let mut props = json!({size: {"type": "integer"}});
+        if drifted {
+            props["color"] = json!({"type": "string"});
+        }
+        json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": props}}}})
+    };
+    let group = |policy: &str| format!("{}.{ns}.e2e.dco.rs", policy.to_lowercase());
+    let target = |policy: &str| format!("widgets.{}", group(policy));
+    let config = |policy: &str| format!("{instance}-{}", policy.to_lowercase());
+    let crd = |policy: &str, drifted: bool| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": target(policy)},
+        "spec": {"group": group(policy), "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v2", "served": true, "storage": true, "schema": schema("storageGB", false)},
+                {"name": "v1", "served": true, "storage": false, "schema": schema("storageSize", drifted)}],
+            "conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+                "clientConfig": {"caBundle": b64(&ca), "service": {"name": instance, "namespace": ns,
+                    "path": format!("/convert/{}", target(policy)), "port": 443}}}}}})
+    };
+    let policies = ["FailClosed", "KeepServingStale"];
+    for policy in policies {
+        guard.0.push((ar::<CustomResourceDefinition>(), target(policy)));
+        apply(&crds, &target(policy), crd(policy, false)).await?;
+        guard.0.push((ccc_ar.clone(), config(policy)));
+        apply(&cccs, &config(policy), json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+            "metadata": {"name": config(policy)},
+            "spec": {"targetCRD": {"name": target(policy)}, "hubVersion": "v2", "webhookServerRef": {"name": instance},
+                "driftPolicy": policy,
+                "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
+                    "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}})).await?;
+    }
+
+    let args = vec![
+        format!("--instance={instance}"),
+        "--listen=$(POD_IP):9443".to_string(),
+        "--admin-listen=$(POD_IP):8080".to_string(),
+        "--tls-cert-file=/etc/dco/tls/tls.crt".to_string(),
+        "--tls-key-file=/etc/dco/tls/tls.key".to_string(),
+        "--lease-renew-interval=2s".to_string(),
+        "--shutdown-delay=1s".to_string(),
+        "--shutdown-timeout=5s".to_string(),
+    ];
+    let deployments = t.api::<Deployment>();
+    apply(&deployments, &instance, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": instance}},
+            "template": {"metadata": {"labels": {"app": instance}}, "spec": {
+                "serviceAccountName": "dco-webhook",
+                "terminationGracePeriodSeconds": 10,
+                "containers": [{"name": "webhook", "image": "dco-webhook:e2e", "args": args,
+                    "env": [
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                        {"name": "RUST_LOG", "value": "info"}],
+                    "ports": [{"name": "https", "containerPort": 9443}],
+                    "readinessProbe": {"httpGet": {"scheme": "HTTPS", "path": "/readyz", "port": "https"}, "periodSeconds": 1},
+                    "volumeMounts": [{"name": "tls", "mountPath": "/etc/dco/tls", "readOnly": true}]}],
+                "volumes": [{"name": "tls", "secret": {"secretName": "dco-webhook-tls"}}]}}}})).await?;
+    wait_deployment_available(&deployments, &instance, 1, Duration::from_secs(120)).await?;
+
+    let widgets = |policy: &str, v: &str| -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(&group(policy), v, "Widget");
+        Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk_with_plural(&gvk, "widgets"))
+    };
+    // Written at the hub, read at the spoke: every read at v1 is a conversion.
+    for policy in policies {
+        let obj: DynamicObject =
+            serde_json::from_value(json!({"apiVersion": format!("{}/v2", group(policy)),
+            "kind": "Widget", "metadata": {"name": "w"}, "spec": {"storageGB": 10}}))?;
+        widgets(policy, "v2").create(&PostParams::default(), &obj).await?;
+        let v1 = widgets(policy, "v1");
+        let got =
+            wait_for(&format!("{policy}: a read at v1 to be converted"), Duration::from_secs(60), || async {
+                Ok(v1.get("w").await.ok())
+            })
+            .await?;
+        assert_eq!(got.data["spec"], json!({"storageSize": 10}), "{policy}: before the drift");
+    }
+
+    // The drift: v1 gains spec.color, which the hub cannot hold; neither config compiles
+    // any more (the field is unmapped).
+    for policy in policies {
+        apply(&crds, &target(policy), crd(policy, true)).await?;
+    }
+    let fc = widgets("FailClosed", "v1");
+    let refused = wait_for("FailClosed: a read at v1 to be refused", Duration::from_secs(60), || async {
+        match fc.get("w").await {
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(e)) => Ok(Some(e)),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await?;
+    eprintln!("the apiserver answered: {}", refused.message);
+    let fc_config = config("FailClosed");
+    for needle in [
+        format!("CRDConversionConfig \"{fc_config}\" does not compile"),
+        format!(
+            "ConversionWebhookServer \"{instance}\" refuses to convert target \"{}\"",
+            target("FailClosed")
+        ),
+        "driftPolicy FailClosed".to_string(),
+        "spec.color".to_string(),
+    ] {
+        assert!(
+            refused.message.contains(&needle),
+            "missing {needle:?} in the apiserver's error: {refused:?}"
+        );
+    }
+    // The hub version is read without conversion, so it stays readable.
+    widgets("FailClosed", "v2").get("w").await.context("FailClosed: reading at the hub")?;
+
+    // KeepServingStale: once the replica shows the compile failure, the last good plan
+    // still answers.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = t.api();
+    let pod = pods.list(&ListParams::default().labels(&format!("app={instance}"))).await?.items;
+    let ip = pod.first().and_then(|p| p.status.as_ref()?.pod_ip.clone()).context("the replica's Pod IP")?;
+    let stale_target = target("KeepServingStale");
+    wait_for("KeepServingStale: the replica to see the drift", Duration::from_secs(60), || async {
+        let (_, body) = dco_tests::http_get(&format!("{ip}:8080"), "/debug/registry").await?;
+        let entries: Vec<Value> = serde_json::from_str(&body).unwrap_or_default();
+        Ok(entries
+            .iter()
+            .find(|e| e["target"] == json!(stale_target))
+            .filter(|e| e["lastError"]["message"].as_str().is_some_and(|m| m.contains("KeepServingStale")))
+            .map(|e| assert!(e.get("failClosed").is_none(), "{e}")))
+    })
+    .await?;
+    let stale = widgets("KeepServingStale", "v1");
+    for _ in 0..5 {
+        let got = stale.get("w").await.context("KeepServingStale: reading at v1 after the drift")?;
+        assert_eq!(got.data["spec"], json!({"storageSize": 10}), "the last good plan answers");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The schema back as it was: FailClosed serves again.
+    apply(&crds, &target("FailClosed"), crd("FailClosed", false)).await?;
+    let back = wait_for("FailClosed: reads at v1 to work again", Duration::from_secs(60), || async {
+        Ok(fc.get("w").await.ok())
+    })
+    .await?;
+    assert_eq!(back.data["spec"], json!({"storageSize": 10}));
+
+    for policy in policies {
+        crds.delete(&target(policy), &DeleteParams::default()).await?;
+    }
+    t.cleanup().await;
+    drop(guard);
+    Ok(())
+}
