@@ -108,13 +108,8 @@ async fn webhook_pods_are_admitted_in_a_restricted_namespace() -> Result<()> {
             .collect();
         return Err(e).context(format!("{workload} in {}: FailedCreate events {failed:?}", t.ns));
     }
-    let ready = dco_tests::wait_ready_pods(
-        &pods,
-        &format!("conversion.dco.rs/instance={server}"),
-        2,
-        WAIT,
-    )
-    .await?;
+    let ready =
+        dco_tests::wait_ready_pods(&pods, &format!("conversion.dco.rs/instance={server}"), 2, WAIT).await?;
     // The Pods as admitted carry the restricted settings (the apiserver stored what it checked).
     for p in &ready {
         let spec = p.spec.clone().unwrap_or_default();

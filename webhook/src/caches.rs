@@ -1,9 +1,10 @@
 //! The replica's watches (kube-runtime reflectors): ConversionWebhookServers (all: the pool
-//! and the default decide assignment), both config kinds and the targets' metadata (CRDs, and
-//! XRDs once Crossplane's CompositeResourceDefinition CRD exists), the last three narrowed by
-//! the instance's `cacheSelector`. Targets are watched as metadata only; the ones a config
-//! names are read whole by `targets.rs`, after which the sync loop is woken and reads the
-//! stores.
+//! and the default decide assignment), both config kinds, narrowed by the instance's
+//! `cacheSelector`, and the targets' metadata (CRDs, and XRDs once Crossplane's
+//! CompositeResourceDefinition CRD exists), never narrowed: `cacheSelector` picks configs, as
+//! in the reference, and a target without the configs' labels must still be found and served.
+//! Targets are watched as metadata only; the ones a config names are read whole by
+//! `targets.rs`, after which the sync loop is woken and reads the stores.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,12 +49,20 @@ impl Scope {
         Ok(Scope { label_selector: (!s.is_empty()).then_some(s) })
     }
 
+    /// The config watches: narrowed by `cacheSelector`.
     fn config(&self) -> watcher::Config {
         let c = watcher::Config::default();
         match &self.label_selector {
             Some(s) => c.labels(s),
             None => c,
         }
+    }
+
+    /// The target (CRD, XRD) watches: never narrowed. The selector is about configs; CRDs and
+    /// XRDs carry their own labels (a Crossplane package's, a chart's), and a selected config
+    /// whose target lacks the label would otherwise compile against nothing and go unserved.
+    fn targets(&self) -> watcher::Config {
+        watcher::Config::default()
     }
 }
 
@@ -280,7 +289,7 @@ impl Caches {
             reflect(Api::all(client.clone()), scope.config(), wake.clone(), "XRDConversionConfigs");
         let (cccs, t2) =
             reflect(Api::all(client.clone()), scope.config(), wake.clone(), "CRDConversionConfigs");
-        let (crds, events) = target_metadata(Api::all(client.clone()), (), scope.config());
+        let (crds, events) = target_metadata(Api::all(client.clone()), (), scope.targets());
         let t3 = tokio::spawn(drive(events, wake.clone(), "CustomResourceDefinitions"));
         let xrds: XrdSlot = Arc::new(Mutex::new(None));
         let (settled, xrds_settled) = tokio::sync::watch::channel(false);
@@ -392,7 +401,7 @@ async fn watch_xrds_when_installed(
         tokio::time::sleep(XRD_PROBE_INTERVAL).await;
     }
     let res = xrd_resource();
-    let (reader, stream) = target_metadata(Api::all_with(client, &res), res, scope.config());
+    let (reader, stream) = target_metadata(Api::all_with(client, &res), res, scope.targets());
     let driving = drive(stream, notify.clone(), "CompositeResourceDefinitions");
     let mut driving = std::pin::pin!(driving);
     tokio::select! {
@@ -405,4 +414,37 @@ async fn watch_xrds_when_installed(
         },
     }
     driving.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(spec: serde_json::Value) -> ConversionWebhookServer {
+        ConversionWebhookServer::new("s", serde_json::from_value(spec).unwrap())
+    }
+
+    #[test]
+    fn cache_selector_narrows_the_configs_and_never_the_targets() {
+        let s = server(serde_json::json!({"cacheSelector": {"matchLabels": {"team": "a"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]}}));
+        let scope = Scope::of(Some(&s)).unwrap();
+        let configs = scope.config().label_selector.unwrap_or_default();
+        assert!(configs.contains("team=a") && configs.contains("tier in (gold)"), "{configs}");
+        // CRDs and XRDs are watched whole: a target without the configs' labels is still seen.
+        assert_eq!(scope.targets().label_selector, None);
+
+        let unscoped = Scope::of(Some(&server(serde_json::json!({})))).unwrap();
+        assert_eq!((unscoped.config().label_selector, unscoped.targets().label_selector), (None, None));
+        assert_eq!(Scope::of(None).unwrap(), Scope::default());
+    }
+
+    #[test]
+    fn a_bad_cache_selector_is_named() {
+        let s = server(
+            serde_json::json!({"cacheSelector": {"matchExpressions": [{"key": "tier", "operator": "Bogus"}]}}),
+        );
+        let err = Scope::of(Some(&s)).unwrap_err();
+        assert!(err.starts_with("spec.cacheSelector is not a valid label selector"), "{err}");
+    }
 }
