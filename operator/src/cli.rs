@@ -64,6 +64,47 @@ pub struct Args {
     /// How often the coordinator renews its Leases and re-divides the shards.
     #[arg(long, env = "DCO_LEASE_RENEW_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub lease_renew_interval: Duration,
+    /// Serve the validating admission webhook (docs/admission.md) behind this Service
+    /// (`namespace/name`), and keep its ValidatingWebhookConfiguration and certificate.
+    /// Off when unset: a registered webhook with `failurePolicy: Fail` needs a Service that
+    /// reaches the operator Pods, which only a deployment (the chart, or the flags below) has.
+    #[arg(long, env = "DCO_ADMISSION_SERVICE", value_parser = parse_service)]
+    pub admission_service: Option<(String, String)>,
+    /// Address the admission webhook listens on (HTTPS, `POST /validate`).
+    #[arg(long, env = "DCO_ADMISSION_LISTEN", default_value = "0.0.0.0:9443")]
+    pub admission_listen: SocketAddr,
+    /// Port of the admission Service (it forwards to --admission-listen's port).
+    #[arg(long, env = "DCO_ADMISSION_PORT", default_value_t = 443)]
+    pub admission_port: u16,
+    /// Labels of the operator Pods (`k=v,...`): when set, the operator applies the admission
+    /// Service itself, selecting them; otherwise the chart provides it.
+    #[arg(long, env = "DCO_ADMISSION_POD_SELECTOR")]
+    pub admission_pod_selector: Option<String>,
+    /// Name of the ValidatingWebhookConfiguration (default: dco-operator-admission, with a
+    /// hash of --selector appended when it is set, so several operators keep one each).
+    #[arg(long, env = "DCO_ADMISSION_WEBHOOK_NAME")]
+    pub admission_webhook_name: Option<String>,
+}
+
+fn parse_service(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err(format!("{s:?} is not namespace/name")),
+    }
+}
+
+/// `k=v,k2=v2` as a map (the Service's selector).
+pub fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+            _ => Err(format!("--admission-pod-selector: {p:?} is not key=value")),
+        })
+        .collect()
 }
 
 impl Args {
@@ -104,5 +145,17 @@ mod tests {
         assert_eq!(a.webhook_args, ["--drain-period=5s", "--lease-renew-interval=5s"]);
         assert_eq!(a.resync, Duration::from_secs(30));
         assert!(parse_duration("5 parsecs").is_err());
+        assert!(a.admission_service.is_none(), "admission is off unless asked for");
+        let a = Args::try_parse_from([
+            "dco-operator",
+            "--admission-service=dco-system/dco-admission",
+            "--admission-listen=127.0.0.1:9444",
+            "--admission-pod-selector=app=dco-operator",
+        ])
+        .unwrap();
+        assert_eq!(a.admission_service, Some(("dco-system".into(), "dco-admission".into())));
+        assert_eq!(a.admission_port, 443);
+        assert_eq!(parse_labels("app=dco-operator, tier=x").unwrap().len(), 2);
+        assert!(Args::try_parse_from(["dco-operator", "--admission-service=nope"]).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! each XRDConversionConfig and CRDConversionConfig, `server` runs each
 //! ConversionWebhookServer's workload and status. `runtime` wires the caches and controllers.
 
+pub mod admission;
 pub mod assigned;
 pub mod cli;
 pub mod config;

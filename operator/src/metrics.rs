@@ -47,6 +47,15 @@ pub struct Metrics {
     pub watch_events: Family<KindLabel, Counter>,
     pub watch_dropped: Family<KindLabel, Counter>,
     pub watch_restarts: Family<KindLabel, Counter>,
+    /// Admission reviews answered (admission/serve.rs), by kind and verdict, and how long.
+    pub admission_reviews: Family<AdmissionLabels, Counter>,
+    pub admission_duration: Histogram,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    pub kind: String,
+    pub allowed: &'static str,
 }
 
 /// The kind of a shard-scoped watch (sharded_watch.rs).
@@ -124,8 +133,22 @@ impl Default for Metrics {
             "Restarts of the shard-scoped watches after the owned shards changed, by kind",
             watch_restarts.clone(),
         );
+        let admission_reviews = Family::<AdmissionLabels, Counter>::default();
+        let admission_duration = Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0]);
+        registry.register(
+            "admission_reviews",
+            "Admission reviews answered, by kind and verdict",
+            admission_reviews.clone(),
+        );
+        registry.register(
+            "admission_duration_seconds",
+            "Time to answer an admission review",
+            admission_duration.clone(),
+        );
         Metrics {
             registry,
+            admission_reviews,
+            admission_duration,
             reconciles,
             failures,
             duration,
@@ -146,6 +169,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    pub fn admission(&self, kind: &str, allowed: bool, took: Duration) {
+        let allowed = if allowed { "true" } else { "false" };
+        self.admission_reviews.get_or_create(&AdmissionLabels { kind: kind.to_string(), allowed }).inc();
+        self.admission_duration.observe(took.as_secs_f64());
+    }
+
     pub fn skipped(&self, controller: &str) {
         self.skipped.get_or_create(&ControllerLabel { controller: controller.to_string() }).inc();
     }

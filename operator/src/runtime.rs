@@ -478,6 +478,57 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         async { cccs.wait_until_ready().await.context("CRDConversionConfig cache") },
         async { xccs.wait_until_ready().await.context("XRDConversionConfig cache") },
     )?;
+    // The admission webhook (admission/): Ready only once it serves a certificate too, since
+    // the apiserver's calls go to whichever Ready Pod the Service picks.
+    if let Some((svc_ns, svc)) = &args.admission_service {
+        let certs = Arc::new(crate::admission::serve::CertResolver::default());
+        let reg = crate::admission::registration::Registration {
+            service_namespace: svc_ns.clone(),
+            service: svc.clone(),
+            port: i32::from(args.admission_port),
+            target_port: i32::from(args.admission_listen.port()),
+            pod_selector: args
+                .admission_pod_selector
+                .as_deref()
+                .map(crate::cli::parse_labels)
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
+            webhook_name: args.admission_webhook_name.clone().unwrap_or_else(|| {
+                crate::admission::registration::default_webhook_name(args.selector.as_deref())
+            }),
+            object_selector: args
+                .selector
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(crate::admission::registration::object_selector)
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
+        };
+        let adm = crate::admission::serve::Admission {
+            client: client.clone(),
+            servers: servers.clone(),
+            selector: args.selector.clone(),
+            metrics: metrics.clone(),
+        };
+        let router = crate::admission::serve::router(adm);
+        let listen = args.admission_listen;
+        let serving = certs.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::admission::serve::serve(listen, serving, router).await {
+                tracing::error!("{e:#}");
+            }
+        });
+        tokio::spawn(crate::admission::registration::run(
+            client.clone(),
+            reg,
+            certs.clone(),
+            ctx.settings.cert_lifetimes,
+        ));
+        while !certs.loaded() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        tracing::info!("admission webhook serving");
+    }
     ready.store(true, std::sync::atomic::Ordering::SeqCst);
     tracing::info!("caches synced; starting the controllers");
 

@@ -1,0 +1,329 @@
+//! Keeping the webhook registered (docs/admission.md, "Registration"): every replica, every
+//! [`INTERVAL`], makes sure that
+//! 1. the serving certificate exists in two Secrets in the operator's namespace (the CA and
+//!    the leaf for `<service>.<namespace>.svc`, issued and rotated by server/certs.rs, the code
+//!    that serves the webhook servers) and serves what they hold ([`CertResolver`]);
+//! 2. the Service selecting the operator Pods exists, when `--admission-pod-selector` is set;
+//! 3. the `ValidatingWebhookConfiguration` exists with the current `caBundle` (server-side
+//!    apply, field manager `dco-operator`: every replica writes the same, so it works with or
+//!    without the chart).
+//!
+//! Replicas race only on creating or renewing the Secrets: creates and updates carry the
+//! resourceVersion they read, so one wins and the others read its result on their next pass.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dco_api::{API_VERSION, GROUP, VERSION};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::serve::{CertResolver, certified_key};
+use crate::context::FIELD_MANAGER;
+use crate::server::certs::{self, Current, Lifetimes};
+
+/// How often each replica re-checks the registration (and a rotation becomes due).
+pub const INTERVAL: Duration = Duration::from_secs(60);
+/// Until the first certificate is served, and after a lost race.
+const RETRY: Duration = Duration::from_secs(2);
+/// The apiserver waits this long for an answer, then applies `failurePolicy: Fail`.
+pub const TIMEOUT_SECONDS: i32 = 5;
+pub const PATH: &str = "/validate";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    pub service_namespace: String,
+    pub service: String,
+    /// The Service's port; the Pods listen on `target_port`.
+    pub port: i32,
+    pub target_port: i32,
+    /// Labels of the operator Pods: when set, the operator applies the Service itself.
+    pub pod_selector: Option<BTreeMap<String, String>>,
+    pub webhook_name: String,
+    /// `--selector` as an `objectSelector`.
+    pub object_selector: Option<Value>,
+}
+
+/// `dco-operator-admission`, suffixed with a hash of `--selector` so operators that share a
+/// cluster (each with its own selector) keep one configuration each.
+pub fn default_webhook_name(selector: Option<&str>) -> String {
+    match selector.filter(|s| !s.is_empty()) {
+        None => "dco-operator-admission".to_string(),
+        Some(s) => {
+            let d = Sha256::digest(s.as_bytes());
+            format!(
+                "dco-operator-admission-{}",
+                d.iter().take(4).map(|b| format!("{b:02x}")).collect::<String>()
+            )
+        }
+    }
+}
+
+/// A `--selector` (the label selector syntax of `kubectl -l`) as a `LabelSelector`:
+/// `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`, `k notin (a,b)`, comma-separated.
+pub fn object_selector(selector: &str) -> Result<Value, String> {
+    let mut labels = serde_json::Map::new();
+    let mut exprs = Vec::new();
+    let (mut depth, mut start, mut parts) = (0i32, 0usize, Vec::new());
+    for (i, c) in selector.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&selector[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&selector[start..]);
+    for p in parts.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+        let set = |p: &str, word: &str| {
+            let (k, rest) = p.split_once(word)?;
+            let vals = rest.trim().strip_prefix('(')?.strip_suffix(')')?;
+            Some((k.trim().to_string(), vals.split(',').map(|v| v.trim().to_string()).collect::<Vec<_>>()))
+        };
+        if let Some((k, vs)) = set(p, " notin ") {
+            exprs.push(json!({"key": k, "operator": "NotIn", "values": vs}));
+        } else if let Some((k, vs)) = set(p, " in ") {
+            exprs.push(json!({"key": k, "operator": "In", "values": vs}));
+        } else if let Some((k, v)) = p.split_once("!=") {
+            exprs.push(json!({"key": k.trim(), "operator": "NotIn", "values": [v.trim()]}));
+        } else if let Some((k, v)) = p.split_once("==").or_else(|| p.split_once('=')) {
+            labels.insert(k.trim().to_string(), json!(v.trim()));
+        } else if let Some(k) = p.strip_prefix('!') {
+            exprs.push(json!({"key": k.trim(), "operator": "DoesNotExist"}));
+        } else if p.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c)) {
+            exprs.push(json!({"key": p, "operator": "Exists"}));
+        } else {
+            return Err(format!("--selector {selector:?}: cannot read {p:?} as a label requirement"));
+        }
+    }
+    let mut out = serde_json::Map::new();
+    if !labels.is_empty() {
+        out.insert("matchLabels".into(), Value::Object(labels));
+    }
+    if !exprs.is_empty() {
+        out.insert("matchExpressions".into(), Value::Array(exprs));
+    }
+    Ok(Value::Object(out))
+}
+
+impl Registration {
+    fn host(&self) -> String {
+        format!("{}.{}.svc", self.service, self.service_namespace)
+    }
+
+    fn secret_names(&self) -> (String, String) {
+        (format!("{}-ca", self.service), format!("{}-tls", self.service))
+    }
+
+    /// The configuration as this operator wants it.
+    pub fn webhook_configuration(&self, ca_bundle: &str) -> Value {
+        let client = json!({
+            "service": {"namespace": self.service_namespace, "name": self.service, "path": PATH, "port": self.port},
+            "caBundle": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca_bundle),
+        });
+        let hook = |name: &str, resources: &[&str], operations: &[&str]| {
+            let mut h = json!({
+                "name": name,
+                "clientConfig": client,
+                "rules": [{"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": operations,
+                    "resources": resources, "scope": "*"}],
+                // dco's kinds only: a Fail policy on anything else would make the operator a
+                // dependency of unrelated writes.
+                "failurePolicy": "Fail",
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": TIMEOUT_SECONDS,
+                "admissionReviewVersions": ["v1"],
+            });
+            if let Some(sel) = &self.object_selector {
+                h["objectSelector"] = sel.clone();
+            }
+            h
+        };
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": self.webhook_name, "labels": {"app.kubernetes.io/name": "dco-operator"},
+                "annotations": {"conversion.dco.rs/api-version": API_VERSION}},
+            "webhooks": [
+                // Configs: nothing of a config's is refused on DELETE (its finalizer reverts).
+                hook("configs.validate.conversion.dco.rs", &["crdconversionconfigs", "xrdconversionconfigs"], &["CREATE", "UPDATE"]),
+                hook("servers.validate.conversion.dco.rs", &["conversionwebhookservers"], &["CREATE", "UPDATE", "DELETE"]),
+            ],
+        })
+    }
+
+    fn service_object(&self, pods: &BTreeMap<String, String>) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": self.service, "namespace": self.service_namespace,
+                "labels": {"app.kubernetes.io/name": "dco-operator", "app.kubernetes.io/component": "admission"}},
+            "spec": {"selector": pods,
+                "ports": [{"name": "https", "port": self.port, "targetPort": self.target_port, "protocol": "TCP"}]},
+        })
+    }
+}
+
+fn data(s: &Option<Secret>) -> Option<BTreeMap<String, Vec<u8>>> {
+    s.as_ref()
+        .and_then(|s| s.data.as_ref())
+        .map(|d| d.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
+}
+
+/// Create `name` with `data`, or replace what was read (`read`'s resourceVersion: a
+/// concurrent writer makes this fail, and the next pass reads its result).
+async fn write(
+    api: &Api<Secret>,
+    name: &str,
+    read: &Option<Secret>,
+    data: BTreeMap<String, Vec<u8>>,
+) -> kube::Result<()> {
+    let mut s = read.clone().unwrap_or_default();
+    s.metadata.name = Some(name.to_string());
+    s.metadata.labels.get_or_insert_with(BTreeMap::new).extend([
+        ("app.kubernetes.io/name".to_string(), "dco-operator".to_string()),
+        ("app.kubernetes.io/component".to_string(), "admission".to_string()),
+    ]);
+    s.type_ = Some("Opaque".into());
+    s.data = Some(data.into_iter().map(|(k, v)| (k, ByteString(v))).collect());
+    match read {
+        None => api
+            .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &s)
+            .await
+            .map(|_| ()),
+        Some(_) => api
+            .replace(
+                name,
+                &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
+                &s,
+            )
+            .await
+            .map(|_| ()),
+    }
+}
+
+/// One pass: the Secrets, the served certificate, the Service, the configuration. Returns
+/// whether everything is in place.
+pub async fn reconcile(
+    client: &Client,
+    reg: &Registration,
+    certs_now: &CertResolver,
+    life: &Lifetimes,
+) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &reg.service_namespace);
+    let (ca_name, tls_name) = reg.secret_names();
+    let (ca, tls) = (secrets.get_opt(&ca_name).await?, secrets.get_opt(&tls_name).await?);
+    let (ca_data, tls_data) = (data(&ca), data(&tls));
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let out = certs::ensure(
+        "dco-operator-admission",
+        &reg.host(),
+        Current { ca: ca_data.as_ref(), tls: tls_data.as_ref() },
+        now,
+        life,
+    )?;
+    if let Some(d) = out.write_ca {
+        write(&secrets, &ca_name, &ca, d).await?;
+        tracing::info!(secret = %ca_name, reasons = ?out.reasons, "wrote the admission CA");
+        // The leaf is signed by the CA just written: write it on the next pass, against the
+        // CA that won if another replica raced this one.
+        anyhow::bail!("the admission CA was just written; the serving certificate follows");
+    }
+    let tls_now = match out.write_tls {
+        Some(d) => {
+            write(&secrets, &tls_name, &tls, d.clone()).await?;
+            tracing::info!(secret = %tls_name, reasons = ?out.reasons, "wrote the admission serving certificate");
+            d
+        }
+        None => tls_data.unwrap_or_default(),
+    };
+    let text = |k: &str| tls_now.get(k).and_then(|v| String::from_utf8(v.clone()).ok()).unwrap_or_default();
+    let key = certified_key(&text(certs::TLS_CRT), &text(certs::TLS_KEY)).map_err(anyhow::Error::msg)?;
+    certs_now.set(Arc::new(key));
+
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    if let Some(pods) = &reg.pod_selector {
+        let services: Api<Service> = Api::namespaced(client.clone(), &reg.service_namespace);
+        services.patch(&reg.service, &pp, &Patch::Apply(reg.service_object(pods))).await?;
+    }
+    // Every pass: an apply that changes nothing is a no-op on the apiserver, and one that
+    // does restores a caBundle or setting someone changed.
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    vwcs.patch(&reg.webhook_name, &pp, &Patch::Apply(reg.webhook_configuration(&out.ca_bundle))).await?;
+    Ok(())
+}
+
+/// Every [`INTERVAL`] (every [`RETRY`] until a pass succeeds), forever.
+pub async fn run(client: Client, reg: Registration, certs: Arc<CertResolver>, life: Lifetimes) {
+    loop {
+        let wait = match reconcile(&client, &reg, &certs, &life).await {
+            Ok(()) => INTERVAL,
+            Err(e) => {
+                tracing::info!(error = %e, "admission registration not complete yet; retrying");
+                RETRY
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_become_object_selectors() {
+        assert_eq!(object_selector("team=a").unwrap(), json!({"matchLabels": {"team": "a"}}));
+        assert_eq!(
+            object_selector("team==a, env in (x, y),!legacy,tier!=z,owned").unwrap(),
+            json!({"matchLabels": {"team": "a"}, "matchExpressions": [
+                {"key": "env", "operator": "In", "values": ["x", "y"]},
+                {"key": "legacy", "operator": "DoesNotExist"},
+                {"key": "tier", "operator": "NotIn", "values": ["z"]},
+                {"key": "owned", "operator": "Exists"}]})
+        );
+        assert!(object_selector("a b c").is_err());
+    }
+
+    #[test]
+    fn names_differ_per_selector_and_the_configuration_is_narrow() {
+        assert_eq!(default_webhook_name(None), "dco-operator-admission");
+        assert_ne!(default_webhook_name(Some("team=a")), default_webhook_name(Some("team=b")));
+        let reg = Registration {
+            service_namespace: "dco-system".into(),
+            service: "dco-operator-admission".into(),
+            port: 443,
+            target_port: 9443,
+            pod_selector: None,
+            webhook_name: default_webhook_name(Some("team=a")),
+            object_selector: Some(object_selector("team=a").unwrap()),
+        };
+        let v = reg.webhook_configuration("PEM");
+        let hooks = v["webhooks"].as_array().unwrap();
+        assert_eq!(hooks.len(), 2);
+        for h in hooks {
+            assert_eq!(h["failurePolicy"], "Fail");
+            assert_eq!(h["sideEffects"], "None");
+            assert_eq!(h["timeoutSeconds"], 5);
+            assert_eq!(h["admissionReviewVersions"], json!(["v1"]));
+            assert_eq!(h["rules"][0]["apiGroups"], json!(["conversion.dco.rs"]));
+            assert_eq!(h["objectSelector"], json!({"matchLabels": {"team": "a"}}));
+            assert_eq!(h["clientConfig"]["service"]["path"], "/validate");
+        }
+        assert_eq!(hooks[1]["operations"], Value::Null);
+        assert_eq!(hooks[1]["rules"][0]["operations"], json!(["CREATE", "UPDATE", "DELETE"]));
+        assert_eq!(
+            hooks[0]["rules"][0]["resources"],
+            json!(["crdconversionconfigs", "xrdconversionconfigs"])
+        );
+    }
+}

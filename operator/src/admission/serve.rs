@@ -1,0 +1,377 @@
+//! `POST /validate` over HTTPS: an `admission.k8s.io/v1` AdmissionReview in, the verdict out.
+//!
+//! The certificate comes from [`CertResolver`], swapped in place by registration.rs when the
+//! Secret changes, so a rotation needs no restart. Every input is bounded: the body
+//! ([`MAX_BODY`]), the TLS handshake and the request headers (10 s), the open connections
+//! ([`MAX_CONNECTIONS`]), and every read a rule needs ([`READ_TIMEOUT`], within the
+//! `timeoutSeconds` the apiserver waits).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::routing::post;
+use dco_api::config::ConversionConfig;
+use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation as KubeOp};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use serde::de::DeserializeOwned;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+
+use super::config::{ConfigFacts, OtherConfig, TargetLookup};
+use super::server::{ConfigPin, ServerFacts};
+use super::{Operation, Validate, Verdict};
+use crate::metrics::Metrics;
+
+/// An AdmissionReview holds the object and the old one; the apiserver limits each to 3 MiB.
+pub const MAX_BODY: usize = 8 * 1024 * 1024;
+pub const MAX_CONNECTIONS: usize = 256;
+/// Each read a rule needs; the VWC's `timeoutSeconds` is 5 (registration.rs).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pages of the config lists (duplicate target, server in use).
+const PAGE: u32 = 500;
+const MAX_PAGES: usize = 40;
+
+/// The serving certificate, swapped in place (registration.rs): no restart on rotation.
+#[derive(Debug, Default)]
+pub struct CertResolver {
+    current: ArcSwapOption<CertifiedKey>,
+}
+
+impl CertResolver {
+    pub fn set(&self, key: Arc<CertifiedKey>) {
+        self.current.store(Some(key));
+    }
+
+    pub fn loaded(&self) -> bool {
+        self.current.load().is_some()
+    }
+}
+
+impl ResolvesServerCert for CertResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current.load_full()
+    }
+}
+
+/// A `CertifiedKey` from PEM text, with the process's crypto provider (main.rs installs ring).
+pub fn certified_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("tls.crt: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| format!("tls.key: {e}"))?;
+    let provider = rustls::crypto::ring::default_provider();
+    CertifiedKey::from_der(certs, key, &provider).map_err(|e| format!("serving certificate: {e}"))
+}
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct Admission {
+    pub client: Client,
+    pub servers: Store<ConversionWebhookServer>,
+    /// `--selector`: the configs whose servers this operator manages.
+    pub selector: Option<String>,
+    pub metrics: Arc<Metrics>,
+}
+
+fn op(o: &KubeOp) -> Option<Operation> {
+    match o {
+        KubeOp::Create => Some(Operation::Create),
+        KubeOp::Update => Some(Operation::Update),
+        KubeOp::Delete => Some(Operation::Delete),
+        KubeOp::Connect => None,
+    }
+}
+
+fn typed<K: DeserializeOwned>(o: &Option<DynamicObject>) -> Result<Option<K>, String> {
+    o.as_ref()
+        .map(|o| serde_json::to_value(o).and_then(serde_json::from_value))
+        .transpose()
+        .map_err(|e| e.to_string())
+}
+
+async fn bounded<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(READ_TIMEOUT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("reading {what}: {e}")),
+        Err(_) => Err(format!("reading {what} took longer than {READ_TIMEOUT:?}")),
+    }
+}
+
+/// Every object of kind `K` (paged, at most `MAX_PAGES`), mapped by `f`.
+async fn list_all<K, T>(api: Api<K>, labels: Option<&str>, f: impl Fn(&K) -> T) -> Result<Vec<T>, String>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    let mut lp = ListParams::default().limit(PAGE);
+    if let Some(l) = labels {
+        lp = lp.labels(l);
+    }
+    for _ in 0..MAX_PAGES {
+        let page = api.list(&lp).await.map_err(|e| e.to_string())?;
+        out.extend(page.items.iter().map(&f));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => lp = lp.continue_token(&c),
+            None => return Ok(out),
+        }
+    }
+    Err(format!("more than {} configs", PAGE as usize * MAX_PAGES))
+}
+
+impl Admission {
+    async fn target<K: ConversionConfig>(&self, cfg: &K) -> TargetLookup {
+        let name = cfg.target_name();
+        let got = match cfg.target_kind() {
+            dco_api::config::TargetKind::Crd => {
+                let api = Api::<CustomResourceDefinition>::all(self.client.clone());
+                bounded("the target", api.get_opt(name))
+                    .await
+                    .map(|o| o.map(|c| serde_json::to_value(c).unwrap_or_default()))
+            }
+            dco_api::config::TargetKind::Xrd => {
+                let ar = dco_api::target::xrd_resource();
+                let api = Api::<DynamicObject>::all_with(self.client.clone(), &ar);
+                match bounded("the target", api.get_opt(name)).await {
+                    // No Crossplane: no XRD of any name.
+                    Err(e) if e.contains("404") => Ok(None),
+                    r => r.map(|o| o.map(|x| serde_json::to_value(x).unwrap_or_default())),
+                }
+            }
+        };
+        match got {
+            Ok(Some(v)) => TargetLookup::Found(v),
+            Ok(None) => TargetLookup::Missing,
+            Err(e) => TargetLookup::Unknown(e),
+        }
+    }
+
+    /// Configs of both kinds; `labels` narrows them (the in-use check: this operator's only).
+    async fn configs<T>(
+        &self,
+        labels: Option<&str>,
+        f: fn(&'static str, &dyn ConfigLike) -> T,
+    ) -> Result<Vec<T>, String> {
+        let ccc = Api::<CRDConversionConfig>::all(self.client.clone());
+        let xcc = Api::<XRDConversionConfig>::all(self.client.clone());
+        let (ccc, xcc) = tokio::join!(
+            bounded("the CRDConversionConfigs", list_all(ccc, labels, |c| f(CRDConversionConfig::KIND, c))),
+            bounded("the XRDConversionConfigs", list_all(xcc, labels, |c| f(XRDConversionConfig::KIND, c))),
+        );
+        let mut out = ccc?;
+        out.extend(xcc?);
+        Ok(out)
+    }
+
+    async fn config_verdict<K>(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        op: Operation,
+    ) -> Result<Verdict, String>
+    where
+        K: Validate<Facts = ConfigFacts> + ConversionConfig + DeserializeOwned + kube::Resource,
+    {
+        let new: Option<K> = typed(&req.object)?;
+        let old: Option<K> = typed(&req.old_object)?;
+        let Some(n) = &new else { return Ok(K::validate(op, None, old.as_ref(), &empty_config_facts())) };
+        if let Some(o) = &old
+            && o.conversion() == n.conversion()
+            && o.target_name() == n.target_name()
+        {
+            // Metadata only: the rules admit it without reading anything (config.rs).
+            return Ok(K::validate(op, new.as_ref(), old.as_ref(), &empty_config_facts()));
+        }
+        let needs_others = old.as_ref().is_none_or(|o| o.target_name() != n.target_name());
+        let (target, others) = tokio::join!(self.target(n), async {
+            if needs_others {
+                Some(
+                    self.configs(None, |kind, c| OtherConfig {
+                        kind,
+                        name: c.name(),
+                        target: c.target().to_string(),
+                        deleting: c.deleting(),
+                    })
+                    .await,
+                )
+            } else {
+                None
+            }
+        });
+        let servers = self.servers.state().iter().map(|s| s.name_any()).collect();
+        Ok(K::validate(op, new.as_ref(), old.as_ref(), &ConfigFacts { target, others, servers }))
+    }
+
+    async fn server_verdict(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        op: Operation,
+    ) -> Result<Verdict, String> {
+        let new: Option<ConversionWebhookServer> = typed(&req.object)?;
+        let old: Option<ConversionWebhookServer> = typed(&req.old_object)?;
+        let servers: Vec<ConversionWebhookServer> =
+            self.servers.state().iter().map(|s| (**s).clone()).collect();
+        let configs = if op == Operation::Delete
+            && old.as_ref().is_some_and(|o| o.metadata.deletion_timestamp.is_none())
+        {
+            Some(
+                self.configs(self.selector.as_deref(), |kind, c| ConfigPin {
+                    kind,
+                    name: c.name(),
+                    target: c.target().to_string(),
+                    pin: c.pin().map(str::to_string),
+                })
+                .await,
+            )
+        } else {
+            None
+        };
+        let facts = ServerFacts { servers, configs };
+        Ok(ConversionWebhookServer::validate(op, new.as_ref(), old.as_ref(), &facts))
+    }
+
+    /// The answer to one review.
+    pub async fn review(&self, review: AdmissionReview<DynamicObject>) -> AdmissionReview<DynamicObject> {
+        let req: AdmissionRequest<DynamicObject> = match review.try_into() {
+            Ok(r) => r,
+            Err(e) => return AdmissionResponse::invalid(e).into_review(),
+        };
+        let started = std::time::Instant::now();
+        let kind = req.kind.kind.clone();
+        let verdict = match op(&req.operation) {
+            None => Ok(Verdict { allowed: true, message: None, warnings: vec![] }),
+            Some(op) => match kind.as_str() {
+                "CRDConversionConfig" => self.config_verdict::<CRDConversionConfig>(&req, op).await,
+                "XRDConversionConfig" => self.config_verdict::<XRDConversionConfig>(&req, op).await,
+                "ConversionWebhookServer" => self.server_verdict(&req, op).await,
+                // Registered for dco's kinds only (registration.rs); anything else is not ours.
+                _ => Ok(Verdict { allowed: true, message: None, warnings: vec![] }),
+            },
+        };
+        let verdict = verdict.unwrap_or_else(|e| Verdict {
+            allowed: false,
+            message: Some(format!("{kind} {}: cannot read the object under review: {e}", req.name)),
+            warnings: vec![],
+        });
+        self.metrics.admission(&kind, verdict.allowed, started.elapsed());
+        tracing::debug!(kind, name = %req.name, operation = ?req.operation, allowed = verdict.allowed,
+            message = verdict.message.as_deref().unwrap_or_default(), "admission review");
+        let mut resp = AdmissionResponse::from(&req);
+        if let Some(m) = verdict.message.filter(|_| !verdict.allowed) {
+            resp = resp.deny(m);
+            resp.result.code = 403;
+            resp.result.reason = "Forbidden".to_string();
+        }
+        if !verdict.warnings.is_empty() {
+            resp.warnings = Some(verdict.warnings);
+        }
+        resp.into_review()
+    }
+}
+
+fn empty_config_facts() -> ConfigFacts {
+    ConfigFacts { target: TargetLookup::Missing, others: None, servers: vec![] }
+}
+
+/// Both config kinds, for the lists.
+trait ConfigLike {
+    fn name(&self) -> String;
+    fn target(&self) -> &str;
+    fn pin(&self) -> Option<&str>;
+    fn deleting(&self) -> bool;
+}
+
+impl<K: ConversionConfig + kube::Resource> ConfigLike for K {
+    fn name(&self) -> String {
+        self.meta().name.clone().unwrap_or_default()
+    }
+    fn target(&self) -> &str {
+        self.target_name()
+    }
+    fn pin(&self) -> Option<&str> {
+        self.conversion().webhook_server_ref.as_ref().map(|r| r.name.as_str())
+    }
+    fn deleting(&self) -> bool {
+        self.meta().deletion_timestamp.is_some()
+    }
+}
+
+pub fn router(adm: Admission) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/validate",
+            post(
+                |State(adm): State<Admission>,
+                 axum::Json(review): axum::Json<AdmissionReview<DynamicObject>>| async move {
+                    axum::Json(adm.review(review).await)
+                },
+            ),
+        )
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(adm)
+}
+
+/// Serve `router` over TLS on `addr` with the certificate `certs` holds, until the process ends.
+pub async fn serve(addr: SocketAddr, certs: Arc<CertResolver>, router: axum::Router) -> anyhow::Result<()> {
+    let mut tls =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+            .with_no_client_auth()
+            .with_cert_resolver(certs);
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        anyhow::anyhow!("cannot listen on {addr} for admission reviews ({e}); change --admission-listen")
+    })?;
+    tracing::info!(%addr, "serving admission reviews on POST /validate");
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HANDSHAKE_TIMEOUT);
+    let builder = Arc::new(builder);
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return Ok(()) };
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting an admission connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, router, builder) = (acceptor.clone(), router.clone(), builder.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "admission TLS handshake failed"),
+                Err(_) => return tracing::debug!(%peer, "admission TLS handshake timed out"),
+            };
+            let service = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+                let call = router.clone().oneshot(req.map(axum::body::Body::new));
+                async move { Ok::<_, Infallible>(call.await.unwrap_or_else(|never: Infallible| match never {})) }
+            });
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
+                tracing::debug!(%peer, error = %e, "admission connection ended with an error");
+            }
+        });
+    }
+}
