@@ -140,6 +140,15 @@ impl ApiServerVerifier {
     }
 
     /// The next request must be `method` on `path`.
+    /// A config reconcile's list of every config (`server::config_refs`): `cccs` as the
+    /// CRDConversionConfigs, `xccs` as the XRDConversionConfigs.
+    pub async fn configs_listed(&mut self, cccs: Vec<Value>, xccs: Vec<Value>) {
+        let l = self.expect(Method::GET, "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs").await;
+        l.ok(&config_list(cccs));
+        let l = self.expect(Method::GET, "/apis/conversion.dco.rs/v1alpha1/xrdconversionconfigs").await;
+        l.ok(&config_list(xccs));
+    }
+
     pub async fn expect(&mut self, method: Method, path: &str) -> Exchange {
         let x = self.next().await;
         assert_eq!((&x.method, x.path.as_str()), (&method, path), "unexpected request; body: {}", x.body);
@@ -305,6 +314,7 @@ mod tests {
         let task = run_config(ctx, cfg.clone()).await;
         api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(json!({"strategy": "None"})));
+        api.configs_listed(vec![], vec![]).await;
         (api, cfg, task)
     }
 
@@ -430,6 +440,7 @@ mod tests {
 
         api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
+        api.configs_listed(vec![], vec![]).await;
         let mut reasons = Vec::new();
         let status = api.events_then(&mut reasons).await;
         // No CRD patch: the next request is already the status.
@@ -473,6 +484,7 @@ mod tests {
 
         api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
+        api.configs_listed(vec![], vec![]).await;
         let mut reasons = Vec::new();
         let patch = api.events_then(&mut reasons).await;
         assert_eq!((&patch.method, patch.path.as_str()), (&Method::PATCH, CCC_PATH));
@@ -506,6 +518,7 @@ mod tests {
         let task = run_config(ctx, cfg.clone()).await;
         api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("b")));
+        api.configs_listed(vec![], vec![]).await;
         let mut reasons = Vec::new();
         let status = api.events_then(&mut reasons).await;
         assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH));
@@ -531,6 +544,7 @@ mod tests {
         old["webhook"]["clientConfig"]["caBundle"] =
             json!(base64_of("-----BEGIN CERTIFICATE-----\nT0xE\n-----END CERTIFICATE-----\n"));
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(old));
+        api.configs_listed(vec![], vec![]).await;
         let patch = api.expect(Method::PATCH, CCC_PATH).await;
         assert!(patch.is_apply_by_operator());
         assert_eq!(patch.body["spec"]["conversion"], wired_to("a"));
@@ -549,6 +563,75 @@ mod tests {
         assert!(res.is_ok(), "{res:?}");
     }
 
+    /// Two configs for one target that slipped past admission: the one not chosen (the
+    /// first by kind, then name, is; here CRDConversionConfig `a-first`) writes nothing to
+    /// the target, although its destination serves it, and says which config is served.
+    #[tokio::test]
+    async fn a_config_another_one_overrides_never_writes_the_target() {
+        let (ctx, mut api, mut w) = test_context();
+        w.server(server("a", true, 2, &[]));
+        w.secret(tls_secret("a"));
+        w.lease(lease("a-1", "a", &[TARGET]));
+        w.lease(lease("a-2", "a", &[TARGET]));
+        let cfg = config(None, json!({}));
+        let task = run_config(ctx, cfg.clone()).await;
+        api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
+        api.expect(Method::GET, CCC_PATH).await.ok(&crd(json!({"strategy": "None"})));
+        let mut first = serde_json::to_value(&cfg).unwrap_or_default();
+        first["metadata"]["name"] = json!("a-first");
+        api.configs_listed(vec![first, serde_json::to_value(&cfg).unwrap_or_default()], vec![]).await;
+        // No target patch, no Event: the next request is the status.
+        let status = api.next().await;
+        assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH), "{}", status.body);
+        let st = status.body["status"].clone();
+        status.with_status(&cfg);
+        assert!(task.await.unwrap().is_ok());
+        let cond =
+            |t: &str| st["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == t)).cloned();
+        let want = "CRDConversionConfig a-first also names CustomResourceDefinition widgets.example.org and is the one served (the first by kind, then name, as every webhook replica chooses); this config is ignored and never writes the target: delete one of them";
+        let conflict = cond("Conflict").unwrap_or_default();
+        assert_eq!(
+            (&conflict["status"], &conflict["reason"], &conflict["message"]),
+            (&json!("True"), &json!("Conflict"), &json!(want))
+        );
+        let handover = cond("HandoverReady").unwrap_or_default();
+        assert_eq!((&handover["status"], &handover["reason"]), (&json!("False"), &json!("Conflict")));
+        assert_eq!(st["phase"], "Invalid");
+        assert_eq!(st["message"], want);
+        assert_eq!(st["handover"]["state"], "Unassigned");
+    }
+
+    /// "Delete one of them" is safe whichever goes: the deleted config leaves the target's
+    /// wiring to the other one instead of reverting it to None.
+    #[tokio::test]
+    async fn deleting_one_of_two_configs_for_a_target_leaves_it_wired() {
+        let (ctx, mut api, mut w) = test_context();
+        w.server(server("a", true, 2, &[TARGET]));
+        w.secret(tls_secret("a"));
+        let mut cfg = config(None, settled_on("a"));
+        cfg.meta_mut().deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+        let task = run_config(ctx, cfg.clone()).await;
+        api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
+        let other = json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "XRDConversionConfig",
+            "metadata": {"name": "other", "uid": "other-uid"},
+            "spec": {"targetXRD": {"name": TARGET}, "hubVersion": "v2", "spokes": []}});
+        api.configs_listed(vec![serde_json::to_value(&cfg).unwrap_or_default()], vec![other]).await;
+        let ev = api.next().await;
+        assert!(ev.path.ends_with("/events"), "no revert: {} {}", ev.method, ev.path);
+        assert_eq!(ev.body["reason"], "RevertSkipped");
+        assert_eq!(
+            ev.body["note"],
+            "left CustomResourceDefinition widgets.example.org's spec.conversion wired to ConversionWebhookServer a: XRDConversionConfig other names it too"
+        );
+        ev.echo();
+        // Then the finalizer goes, with the target untouched.
+        let fin = api.next().await;
+        assert_eq!((&fin.method, fin.path.as_str()), (&Method::PATCH, CFG_PATH), "{}", fin.body);
+        fin.ok(&serde_json::to_value(&cfg).unwrap_or_default());
+        assert!(task.await.unwrap().is_ok());
+    }
+
     #[tokio::test]
     async fn deleting_a_config_whose_target_serves_two_versions_is_blocked() {
         let (ctx, mut api, mut w) = test_context();
@@ -559,6 +642,7 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
         let task = run_config(ctx, cfg.clone()).await;
         api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
+        api.configs_listed(vec![], vec![]).await;
         let status = api.expect(Method::PATCH, STATUS_PATH).await;
         let blocked = status.body["status"]["conditions"]
             .as_array()

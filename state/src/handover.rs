@@ -114,6 +114,10 @@ pub struct Facts {
     pub servers: std::collections::BTreeMap<String, Replicas>,
     /// A fresh W3C traceparent for a move that starts in this step.
     pub new_traceparent: String,
+    /// Another config names the same target and is the one chosen (the first by kind and
+    /// name, as every webhook replica chooses: webhook/src/sync.rs), or `Ok`. A config that
+    /// is not chosen never writes the target: no move, no wiring, no refresh.
+    pub conflict: Result<(), String>,
 }
 
 impl Facts {
@@ -156,6 +160,7 @@ pub mod reason {
     pub const PATCHED: &str = "Patched";
     pub const SOURCE_DROPPED: &str = "SourceDropped";
     pub const WIRING_DRIFTED: &str = "WiringDrifted";
+    pub const CONFLICT: &str = "Conflict";
 }
 
 pub struct Handover;
@@ -301,6 +306,10 @@ fn start(state: &HandoverStatus, dest: &str, facts: &Facts, restarted: bool) -> 
 /// target is Established and the destination can answer. Waiting on the source, and resting
 /// where the target is settled, need neither.
 pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Action> {
+    // A config that another one overrides touches nothing: the other one owns the target.
+    if let Err(why) = &facts.conflict {
+        return stay(state, false, reason::CONFLICT, why.clone());
+    }
     // Without a resolver answer nothing moves and nothing is un-wired: the target keeps
     // whatever serves it now.
     let dest = match &facts.destination {

@@ -198,6 +198,7 @@ impl World {
             wiring_current: true,
             servers: (0..2).map(|x| (SERVERS[x].to_string(), self.observed(x))).collect(),
             new_traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+            conflict: Ok(()),
         }
     }
 

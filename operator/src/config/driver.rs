@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::facts::{self, Observed};
 use super::{ConfigKind, status, target};
+use crate::assigned::ConfigRef;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::metrics::TransitionLabels;
@@ -30,12 +31,20 @@ pub struct ConfigDriver<'a, K> {
     target: Option<Option<Value>>,
     /// The traceparent a move that starts in this reconcile gets.
     traceparent: String,
+    /// Every config of both kinds, listed once per reconcile: who else names the target.
+    configs: Option<Vec<ConfigRef>>,
     kind: PhantomData<fn() -> K>,
 }
 
 impl<'a, K: ConfigKind> ConfigDriver<'a, K> {
     pub fn new(ctx: &'a Context) -> Self {
-        ConfigDriver { ctx, target: None, traceparent: telemetry::new_traceparent(), kind: PhantomData }
+        ConfigDriver {
+            ctx,
+            target: None,
+            traceparent: telemetry::new_traceparent(),
+            configs: None,
+            kind: PhantomData,
+        }
     }
 
     async fn wire(&mut self, cfg: &K, server: &str, observed: &Observed) -> Result<target::Wiring> {
@@ -92,7 +101,14 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
             // the operator's own last write.
             None => target::fetch(&self.ctx.client, cfg.target_kind(), cfg.target_name()).await?,
         };
-        let observed = facts::observe(self.ctx, cfg, live, state, &self.traceparent);
+        // Read, not cached: a second config for the target may sit in a shard another
+        // replica owns. Once per reconcile; the rounds after an action reuse it.
+        let configs = match self.configs.take() {
+            Some(c) => c,
+            None => crate::server::config_refs(self.ctx).await?,
+        };
+        let observed = facts::observe(self.ctx, cfg, live, state, &self.traceparent, &configs);
+        self.configs = Some(configs);
         Ok(observed)
     }
 

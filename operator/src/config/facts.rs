@@ -13,7 +13,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
+use super::conflict::{self, Verdict};
 use super::target::{self, Wiring};
+use crate::assigned::ConfigRef;
 use crate::context::Context;
 use crate::leases;
 use crate::server::desired;
@@ -37,6 +39,8 @@ pub struct Observed {
     /// The wiring that sends the target's reviews to the resolved server, or why it cannot be
     /// built yet (no ready replica, no CA).
     pub dest_wiring: Result<Wiring, String>,
+    /// Where this config stands among every config naming its target (`conflict.rs`).
+    pub conflict: Verdict,
 }
 
 /// The engine's verdict on a config against the live target.
@@ -171,17 +175,20 @@ pub fn target_not_established(target_desc: &str) -> String {
     format!("{target_desc} is not Established yet; waiting for the apiserver to accept it")
 }
 
-/// Observe everything one settle of `state` needs.
-pub fn observe<K: ConversionConfig + Resource>(
+/// Observe everything one settle of `state` needs. `configs` is every config of both kinds
+/// (read from the apiserver: the caches hold only this replica's shards).
+pub fn observe<K: ConversionConfig + Resource<DynamicType = ()>>(
     ctx: &Context,
     cfg: &K,
     live: Option<Value>,
     state: &HandoverStatus,
     new_traceparent: &str,
+    configs: &[ConfigRef],
 ) -> Observed {
     let now = Timestamp::now();
     let tname = cfg.target_name();
     let target_desc = format!("{} {tname}", cfg.target_kind().kind_name());
+    let verdict = conflict::judge(K::KIND, &cfg.name_any(), tname, configs);
     let compiled = live.as_ref().map(|t| compile(cfg.conversion(), t));
     let pin = cfg.conversion().webhook_server_ref.as_ref().map(|r| r.name.as_str());
     let resolved = ctx.servers().resolve(tname, pin).map_err(|e| e.to_string());
@@ -240,6 +247,17 @@ pub fn observe<K: ConversionConfig + Resource>(
         wired_to,
         servers,
         new_traceparent: new_traceparent.to_string(),
+        conflict: verdict.fact(&target_desc),
     };
-    Observed { facts, now, target_desc, target: live, compiled, resolved, established, dest_wiring }
+    Observed {
+        facts,
+        now,
+        target_desc,
+        target: live,
+        compiled,
+        resolved,
+        established,
+        dest_wiring,
+        conflict: verdict,
+    }
 }

@@ -24,6 +24,7 @@ use crate::assigned::HasConfigStatus;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 
+pub mod conflict;
 pub mod driver;
 pub mod facts;
 pub mod status;
@@ -36,6 +37,8 @@ pub mod condition {
     pub const APPLIED: &str = "Applied";
     pub const STALE: &str = "Stale";
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
+    /// Another config names the same target (`conflict.rs`); True on both while it lasts.
+    pub const CONFLICT: &str = "Conflict";
 }
 
 /// Everything a config kind must be for the generic reconciler.
@@ -137,6 +140,28 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
         // Not wired to any dco server: nothing of ours to take back.
         return Ok(Action::await_change());
     };
+    // Another config names the target (conflict.rs): the wiring is, or becomes, that one's.
+    // Reverting it would leave the other config's target unconverted ("delete one of them"
+    // must be safe whichever one goes).
+    let configs = crate::server::config_refs(ctx).await?;
+    let others = match conflict::judge(K::KIND, &cfg.name_any(), &tname, &configs) {
+        conflict::Verdict::Alone => None,
+        conflict::Verdict::Chosen { ignored } => Some(ignored.join(", ")),
+        conflict::Verdict::Ignored { chosen } => Some(chosen),
+    };
+    if let Some(others) = others {
+        ctx.event(
+            cfg,
+            false,
+            "RevertSkipped",
+            "Delete",
+            format!(
+                "left {tkind_name} {tname}'s spec.conversion wired to ConversionWebhookServer {server}: {others} names it too"
+            ),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
     let served = target::served_versions(&live);
     let allowed = cfg.annotations().get(ANNOTATION_ALLOW_UNSAFE_DELETE).is_some_and(|v| v == "true");
     let mut st = cfg.config_status().cloned().unwrap_or_default();

@@ -11,12 +11,16 @@ use dco_state::handover::{self, Action};
 use dco_state::machine::Settled;
 
 use super::condition;
+use super::conflict::Verdict;
 use super::facts::{self, Observed};
 
 /// How often an unsettled handover is looked at without an event.
 pub const UNSETTLED_REQUEUE: Duration = Duration::from_secs(5);
 /// How often a config whose target does not exist is looked at again.
 pub const MISSING_TARGET_REQUEUE: Duration = Duration::from_secs(30);
+/// How often a config in a conflict is looked at again: nothing wakes it when the other
+/// config goes (that one may be in another replica's shard).
+pub const CONFLICT_REQUEUE: Duration = Duration::from_secs(30);
 
 /// What of the config itself the status depends on.
 #[derive(Clone, Copy, Debug)]
@@ -45,6 +49,18 @@ pub fn render(
     let c = settled.condition.clone();
     set(&mut st, handover::CONDITION, c.status, c.reason, c.message);
     st.handover = Some(settled.state.clone());
+    match o.conflict.condition(desc) {
+        Some((reason, msg)) => set(&mut st, condition::CONFLICT, true, reason, msg),
+        None => conditions::remove(&mut st.conditions, condition::CONFLICT),
+    }
+    if let Verdict::Ignored { .. } = &o.conflict {
+        // Not served by dco while the other config is: what it compiles to does not matter,
+        // and Applied would claim a wiring that is the other config's.
+        conditions::remove(&mut st.conditions, condition::APPLIED);
+        st.phase = Some(Phase::Invalid);
+        st.message = o.conflict.fact(desc).err();
+        return st;
+    }
 
     let (Some(live), Some(compiled)) = (&o.target, &o.compiled) else {
         let msg = facts::target_missing(desc);
@@ -144,6 +160,9 @@ fn summary(o: &Observed, handover: &HandoverStatus) -> String {
 /// When to look again: soon while anything is in motion or in the way, at the resync period
 /// once settled.
 pub fn requeue(o: &Observed, settled: &Settled<HandoverStatus, Action>, resync: Duration) -> Duration {
+    if o.conflict != Verdict::Alone {
+        return CONFLICT_REQUEUE;
+    }
     if o.target.is_none() {
         return MISSING_TARGET_REQUEUE;
     }
@@ -189,6 +208,7 @@ mod tests {
             wiring_current: true,
             servers: Default::default(),
             new_traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+            conflict: Ok(()),
         };
         Observed {
             facts,
@@ -202,6 +222,7 @@ mod tests {
             resolved: Ok(Assignment { server: "a".into(), by: AssignedBy::Default }),
             established: true,
             dest_wiring: Ok(wiring()),
+            conflict: Verdict::Alone,
         }
     }
 
@@ -328,5 +349,44 @@ mod tests {
         assert_eq!(st.message.as_deref(), Some(msg));
         assert_eq!(condition(&st, handover::CONDITION).1, "AwaitingDestination");
         assert_eq!(st.phase, Some(Phase::Validated));
+    }
+
+    #[test]
+    fn a_conflict_shows_on_both_configs_and_holds_back_the_ignored_one() {
+        let desc = "CustomResourceDefinition widgets.example.org";
+        // The ignored one: Conflict=True, HandoverReady=False/Conflict, Invalid, not Applied,
+        // and the machine writes nothing.
+        let mut o = observed();
+        o.conflict = Verdict::Ignored { chosen: "CRDConversionConfig a".into() };
+        o.facts.conflict = o.conflict.fact(desc);
+        let applied =
+            render(None, cfg(DriftPolicy::default()), &observed(), &settle(&settled_on_a(), &observed()));
+        let s = settle(&settled_on_a(), &o);
+        assert!(s.actions.is_empty());
+        let st = render(Some(&applied), cfg(DriftPolicy::default()), &o, &s);
+        let want = "CRDConversionConfig a also names CustomResourceDefinition widgets.example.org and is the one served (the first by kind, then name, as every webhook replica chooses); this config is ignored and never writes the target: delete one of them";
+        assert_eq!(condition(&st, condition::CONFLICT), ("True", "Conflict", want));
+        assert_eq!(condition(&st, handover::CONDITION), ("False", "Conflict", want));
+        assert!(conditions::find(&st.conditions, condition::APPLIED).is_none(), "{st:?}");
+        assert_eq!(st.phase, Some(Phase::Invalid));
+        assert_eq!(st.message.as_deref(), Some(want));
+        assert_eq!(requeue(&o, &s, RESYNC), CONFLICT_REQUEUE);
+
+        // The chosen one proceeds as usual and says what it overrides.
+        let mut o = observed();
+        o.conflict = Verdict::Chosen { ignored: vec!["XRDConversionConfig b".into()] };
+        let s = settle(&settled_on_a(), &o);
+        let st = render(None, cfg(DriftPolicy::default()), &o, &s);
+        assert_eq!(st.phase, Some(Phase::Applied));
+        let (status, reason, msg) = condition(&st, condition::CONFLICT);
+        assert_eq!((status, reason), ("True", "ChosenOverAnother"));
+        assert!(msg.starts_with("XRDConversionConfig b also names CustomResourceDefinition widgets.example.org; this config is the one served"), "{msg}");
+        assert_eq!(requeue(&o, &s, RESYNC), CONFLICT_REQUEUE);
+
+        // Once the other is gone the condition goes too.
+        let o = observed();
+        let st2 = render(Some(&st), cfg(DriftPolicy::default()), &o, &settle(&settled_on_a(), &o));
+        assert!(conditions::find(&st2.conditions, condition::CONFLICT).is_none());
+        assert_eq!(st2.phase, Some(Phase::Applied));
     }
 }

@@ -43,6 +43,7 @@ fn facts(dest: &str, wired: Option<&str>, dst: Serving, src: Serving) -> Facts {
         wiring_current: true,
         servers,
         new_traceparent: TRACEPARENT.into(),
+        conflict: Ok(()),
     }
 }
 
@@ -352,6 +353,7 @@ fn every_state_under_every_facts() {
                                             ]
                                             .into(),
                                             new_traceparent: TRACEPARENT.into(),
+                                            conflict: Ok(()),
                                         };
                                         check(&before, &f);
                                         checked += 1;
@@ -480,4 +482,40 @@ fn the_typed_move_round_trips_through_its_wire_form() {
     }
     let lost = HandoverStatus { state: S::Patched, source: Some("b".into()), ..HandoverStatus::default() };
     assert_eq!(Move::of(&lost), Move::Unassigned);
+}
+
+/// A config another one overrides (two configs for one target that slipped past admission)
+/// never writes the target, in any state: not a first wiring, not a move, not a refresh.
+#[test]
+fn a_conflicting_config_never_writes_the_target() {
+    let why = "CRDConversionConfig a also names the target and is the one served; delete one of them";
+    let states = [
+        HandoverStatus::default(),
+        at(S::Compiling, None, "a"),
+        at(S::DestinationReady, None, "a"),
+        at(S::Patched, Some("old"), "a"),
+        at(S::SourceDropped, None, "a"),
+        at(S::SourceDropped, None, "old"),
+    ];
+    for state in states {
+        for wired in [None, Some("a"), Some("old")] {
+            let f = Facts {
+                conflict: Err(why.into()),
+                wiring_current: false,
+                ..facts("a", wired, Serving::Serves, Serving::NotServing)
+            };
+            let s = step(&state, &f);
+            assert!(s.actions.is_empty(), "{state:?} wired to {wired:?}: {:?}", s.actions);
+            assert!(s.event.is_none(), "{state:?}: {:?}", s.event);
+            assert_eq!(s.next.state, state.state, "the persisted move is kept as it was");
+            assert_eq!(
+                (s.condition.status, s.condition.reason, s.condition.message.as_str()),
+                (false, reason::CONFLICT, why)
+            );
+        }
+    }
+    // Without the conflict the same facts wire (the test above is not vacuous).
+    let s =
+        step(&at(S::DestinationReady, None, "a"), &facts("a", None, Serving::Serves, Serving::NotServing));
+    assert_eq!(s.actions, [Action::WireTo("a".into())]);
 }

@@ -1,0 +1,147 @@
+//! Two configs for one target (issue #16): admission refuses them, but it can be bypassed or
+//! raced, so the controllers decide too, and the same way as every webhook replica
+//! (webhook/src/sync.rs, `Syncer::pass`): of the configs naming one target name, across both
+//! kinds, the first by (kind, name) is chosen. The chosen one proceeds; the others never write
+//! the target, and both sides say so in a `Conflict` condition. Pure, over a list of every
+//! config (`server::config_refs`: this replica's caches hold only its shards).
+
+use crate::assigned::ConfigRef;
+
+/// Where one config stands among the configs naming its target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The only config naming its target.
+    Alone,
+    /// Chosen; these others (`Kind/name`) name the same target and are ignored.
+    Chosen { ignored: Vec<String> },
+    /// Not chosen: this one (`Kind/name`) is.
+    Ignored { chosen: String },
+}
+
+impl Verdict {
+    /// The handover machine's fact: only an ignored config is held back.
+    pub fn fact(&self, target_desc: &str) -> Result<(), String> {
+        match self {
+            Verdict::Ignored { chosen } => Err(ignored_message(chosen, target_desc)),
+            _ => Ok(()),
+        }
+    }
+
+    /// `(reason, message)` of the `Conflict` condition, `None` when there is no conflict.
+    pub fn condition(&self, target_desc: &str) -> Option<(&'static str, String)> {
+        match self {
+            Verdict::Alone => None,
+            Verdict::Chosen { ignored } => Some((
+                reason::CHOSEN,
+                format!(
+                    "{} also name{} {target_desc}; this config is the one served (the first by kind, then name, as every webhook replica chooses) and the other is ignored: delete one of them",
+                    ignored.join(", "),
+                    if ignored.len() == 1 { "s" } else { "" }
+                ),
+            )),
+            Verdict::Ignored { chosen } => Some((reason::IGNORED, ignored_message(chosen, target_desc))),
+        }
+    }
+}
+
+pub mod reason {
+    /// This config is served; another one naming the same target is ignored.
+    pub const CHOSEN: &str = "ChosenOverAnother";
+    /// Another config naming the same target is served; this one is ignored.
+    pub const IGNORED: &str = "Conflict";
+}
+
+fn ignored_message(chosen: &str, target_desc: &str) -> String {
+    format!(
+        "{chosen} also names {target_desc} and is the one served (the first by kind, then name, as every webhook replica chooses); this config is ignored and never writes the target: delete one of them"
+    )
+}
+
+/// The verdict for config `kind`/`name` naming `target`, among `configs` (either kind; the
+/// config itself may or may not be among them). Deleting configs count, as they do for the
+/// webhook replicas: a chosen config being deleted keeps the target until it is gone.
+pub fn judge(kind: &str, name: &str, target: &str, configs: &[ConfigRef]) -> Verdict {
+    let mut others: Vec<(&str, &str)> = configs
+        .iter()
+        .filter(|c| c.target == target && !(c.kind == kind && c.name == name))
+        .map(|c| (c.kind, c.name.as_str()))
+        .collect();
+    if others.is_empty() {
+        return Verdict::Alone;
+    }
+    others.sort_unstable();
+    others.dedup();
+    let first = others[0];
+    if (kind, name) < first {
+        Verdict::Chosen { ignored: others.iter().map(|(k, n)| format!("{k} {n}")).collect() }
+    } else {
+        Verdict::Ignored { chosen: format!("{} {}", first.0, first.1) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(kind: &'static str, name: &str, target: &str) -> ConfigRef {
+        ConfigRef {
+            kind,
+            name: name.into(),
+            target: target.into(),
+            pin: None,
+            assigned: None,
+            phase: None,
+            source: None,
+            destination: None,
+            settled: false,
+        }
+    }
+
+    const CCC: &str = "CRDConversionConfig";
+    const XCC: &str = "XRDConversionConfig";
+
+    #[test]
+    fn the_first_by_kind_then_name_is_chosen_across_both_kinds() {
+        let t = "xwidgets.example.org";
+        let all = vec![cfg(XCC, "a", t), cfg(CCC, "z", t), cfg(CCC, "other", "gadgets.example.org")];
+        // The same order as the webhook replicas' (target, kind, name): CRD… before XRD…
+        assert_eq!(
+            judge(CCC, "z", t, &all),
+            Verdict::Chosen { ignored: vec!["XRDConversionConfig a".into()] }
+        );
+        assert_eq!(judge(XCC, "a", t, &all), Verdict::Ignored { chosen: "CRDConversionConfig z".into() });
+        assert_eq!(judge(CCC, "other", "gadgets.example.org", &all), Verdict::Alone);
+        // A config not in the list yet (created since) is judged the same way.
+        assert_eq!(
+            judge(CCC, "y", t, &all[..1]),
+            Verdict::Chosen { ignored: vec!["XRDConversionConfig a".into()] }
+        );
+        // Within one kind, by name; three configs: one chosen, two ignored.
+        let three = vec![cfg(CCC, "b", t), cfg(CCC, "a", t), cfg(CCC, "c", t)];
+        assert_eq!(
+            judge(CCC, "a", t, &three),
+            Verdict::Chosen { ignored: vec!["CRDConversionConfig b".into(), "CRDConversionConfig c".into()] }
+        );
+        assert_eq!(judge(CCC, "c", t, &three), Verdict::Ignored { chosen: "CRDConversionConfig a".into() });
+    }
+
+    #[test]
+    fn the_messages_name_the_other_config_and_the_fix() {
+        let desc = "CustomResourceDefinition widgets.example.org";
+        let ignored = Verdict::Ignored { chosen: "CRDConversionConfig a".into() };
+        let (reason, msg) = ignored.condition(desc).unwrap();
+        assert_eq!(reason, "Conflict");
+        assert_eq!(
+            msg,
+            "CRDConversionConfig a also names CustomResourceDefinition widgets.example.org and is the one served (the first by kind, then name, as every webhook replica chooses); this config is ignored and never writes the target: delete one of them"
+        );
+        assert_eq!(ignored.fact(desc), Err(msg));
+        let chosen = Verdict::Chosen { ignored: vec!["XRDConversionConfig b".into()] };
+        let (reason, msg) = chosen.condition(desc).unwrap();
+        assert_eq!(reason, "ChosenOverAnother");
+        assert!(msg.starts_with("XRDConversionConfig b also names CustomResourceDefinition widgets.example.org; this config is the one served"), "{msg}");
+        assert!(msg.ends_with("delete one of them"), "{msg}");
+        assert_eq!(chosen.fact(desc), Ok(()));
+        assert_eq!(Verdict::Alone.condition(desc), None);
+    }
+}
