@@ -264,6 +264,38 @@ pub struct FromMetadataParams {
     pub stash_on_reverse: bool,
 }
 
+impl Serialization {
+    fn string() -> Serialization {
+        Serialization::String
+    }
+}
+
+/// FromLabel's parameters: FromAnnotation's, except that `serialization` defaults to String,
+/// since a JSON text is rarely a valid label value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FromLabelParams {
+    pub spoke_path: String,
+    /// The label key on the hub object.
+    pub key: String,
+    #[serde(default = "Serialization::string")]
+    pub serialization: Serialization,
+    /// Stash the spoke field into the hub's labels when converting to the spoke.
+    #[serde(default)]
+    pub stash_on_reverse: bool,
+}
+
+impl Default for FromLabelParams {
+    fn default() -> Self {
+        FromLabelParams {
+            spoke_path: String::new(),
+            key: String::new(),
+            serialization: Serialization::String,
+            stash_on_reverse: false,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EnumValueMapping {
     #[schemars(schema_with = "any_value")]
@@ -505,7 +537,7 @@ pub struct ConversionRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_annotation: Option<FromMetadataParams>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_label: Option<FromMetadataParams>,
+    pub from_label: Option<FromLabelParams>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enum_remap: Option<EnumRemapParams>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -568,7 +600,7 @@ pub enum Params<'a> {
     ToAnnotation(&'a ToMetadataParams),
     ToLabel(&'a ToMetadataParams),
     FromAnnotation(&'a FromMetadataParams),
-    FromLabel(&'a FromMetadataParams),
+    FromLabel(&'a FromLabelParams),
     EnumRemap(&'a EnumRemapParams),
     DefaultValue(&'a DefaultValueParams),
     Constant(&'a ConstantParams),
@@ -729,4 +761,60 @@ pub struct SpokeVersionRules {
     #[serde(default)]
     #[schemars(length(max = 512))]
     pub rules: Vec<ConversionRule>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(v: serde_json::Value) -> ConversionRule {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn from_label_serialization_defaults_to_string_and_the_others_to_json() {
+        let r = rule(
+            serde_json::json!({"strategy": "FromLabel", "fromLabel": {"spokePath": "spec.tier", "key": "tier"}}),
+        );
+        assert_eq!(r.from_label.unwrap().serialization, Serialization::String);
+        let r = rule(
+            serde_json::json!({"strategy": "FromAnnotation", "fromAnnotation": {"spokePath": "spec.tier", "key": "tier"}}),
+        );
+        assert_eq!(r.from_annotation.unwrap().serialization, Serialization::Json);
+        for block in ["toLabel", "toAnnotation"] {
+            let r = rule(
+                serde_json::json!({"strategy": if block == "toLabel" { "ToLabel" } else { "ToAnnotation" },
+                block: {"hubPath": "spec.tier", "key": "tier"}}),
+            );
+            let p = r.to_label.or(r.to_annotation).unwrap();
+            assert_eq!(p.serialization, Serialization::Json, "{block}");
+        }
+        // Written explicitly, it stays what was written.
+        let r = rule(serde_json::json!({"strategy": "FromLabel",
+            "fromLabel": {"spokePath": "spec.tier", "key": "tier", "serialization": "JSON"}}));
+        assert_eq!(r.from_label.unwrap().serialization, Serialization::Json);
+    }
+
+    #[test]
+    fn the_crd_schema_defaults_from_label_to_string() {
+        // The apiserver applies the schema's default before any of dco's code reads the
+        // config, so the schema must say String too.
+        let crds = serde_json::to_value(crate::crds()).unwrap();
+        let text = crds.to_string();
+        let mut found = 0;
+        for crd in crds.as_array().unwrap() {
+            for v in crd["spec"]["versions"].as_array().unwrap() {
+                let props = v.pointer("/schema/openAPIV3Schema/properties/spec/properties/spokes/items/properties/rules/items/properties");
+                let Some(props) = props else { continue };
+                assert_eq!(
+                    props["fromLabel"]["properties"]["serialization"]["default"], "String",
+                    "{text:.200}"
+                );
+                assert_eq!(props["fromAnnotation"]["properties"]["serialization"]["default"], "JSON");
+                assert_eq!(props["toLabel"]["properties"]["serialization"]["default"], "JSON");
+                found += 1;
+            }
+        }
+        assert_eq!(found, 2, "both config kinds");
+    }
 }

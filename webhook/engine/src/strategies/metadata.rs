@@ -163,8 +163,10 @@ fn compile(
         c.hub_claims = vec![path.dotted()];
         c.spoke_claims = vec![stash_claim];
         c.clear_h2s = vec![path];
-        // The stash is consumed when restoring, so it does not linger on the hub.
-        c.clear_s2h = if reverse { vec![stash] } else { vec![] };
+        // The stash never reaches the hub: consumed when restoring, and stripped without
+        // `restoreOnReverse` too (as the reference does), or a value written from a hub field
+        // would outlive the field and be stashed again, stale, on the next trip down.
+        c.clear_s2h = vec![stash];
         if !reverse {
             c = c.lossy(
                 false,
@@ -399,6 +401,98 @@ mod tests {
             json!([{"strategy": "ToAnnotation", "toAnnotation": {"hubPath": "spec.description", "key": "d"}}]),
         ));
         assert!(err.contains("spoke→hub: toAnnotation.restoreOnReverse is false"), "{err}");
+    }
+
+    /// Without `restoreOnReverse` the annotation or label written hub→spoke is stripped
+    /// spoke→hub (as the reference does): it must not come back into the hub object, where it
+    /// would outlive the field it was written from. Both the tree and the review path.
+    #[test]
+    fn without_restore_the_stash_is_stripped_on_the_way_to_the_hub() {
+        let plan = plan_for(
+            &obj_schema(json!({"description": {"type": "string"}, "tier": {"type": "string"}})),
+            &spoke(),
+            json!([
+                {"strategy": "ToAnnotation", "acknowledgeLossy": true, "reason": "v1 readers only", "toAnnotation": {"hubPath": "spec.description", "key": "example.org/description"}},
+                {"strategy": "ToLabel", "acknowledgeLossy": true, "reason": "v1 readers only", "toLabel": {"hubPath": "spec.tier", "key": "tier", "serialization": "String"}},
+            ]),
+        );
+        let h = hub_obj(json!({"description": "primary", "tier": "gold"}));
+        let mut s = plan.convert(&h, SPOKE_AV).unwrap();
+        assert_eq!(s["metadata"]["annotations"]["example.org/description"], json!("\"primary\""));
+        assert_eq!(s["metadata"]["labels"]["tier"], json!("gold"));
+        // Other metadata the spoke carries is untouched.
+        s["metadata"]["labels"]["team"] = json!("data");
+        s["metadata"]["annotations"]["note"] = json!("kept");
+        let up = plan.convert(&s, HUB_AV).unwrap();
+        assert_eq!(up["metadata"]["labels"], json!({"team": "data"}), "{up}");
+        assert_eq!(up["metadata"]["annotations"], json!({"note": "kept"}), "{up}");
+        assert_eq!(up["spec"], json!(null), "not restored: {up}");
+
+        let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "u", "desiredAPIVersion": HUB_AV, "objects": [s]}});
+        let out = crate::convert_review(&plan, review.to_string().as_bytes()).unwrap();
+        let out: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+        let up = &out["response"]["convertedObjects"][0];
+        assert_eq!(up["metadata"]["labels"], json!({"team": "data"}), "{out}");
+        assert_eq!(up["metadata"]["annotations"], json!({"note": "kept"}), "{out}");
+    }
+
+    proptest::proptest! {
+        /// Whatever else the spoke's metadata holds, spoke→hub drops exactly the stash keys
+        /// (present or not) and keeps the rest, on the tree and on the review path alike.
+        #[test]
+        fn the_stash_alone_is_stripped(
+            labels in proptest::collection::btree_map("[a-z][a-z0-9]{0,6}", "[a-z0-9]{1,8}", 0..4),
+            annotations in proptest::collection::btree_map("[a-z][a-z0-9./]{0,8}", ".{0,12}", 0..4),
+            stashed in proptest::bool::ANY,
+        ) {
+            let plan = plan_for(
+                &obj_schema(json!({"description": {"type": "string"}, "tier": {"type": "string"}})),
+                &spoke(),
+                json!([
+                    {"strategy": "ToAnnotation", "acknowledgeLossy": true, "reason": "v1 readers only", "toAnnotation": {"hubPath": "spec.description", "key": "example.org/description"}},
+                    {"strategy": "ToLabel", "acknowledgeLossy": true, "reason": "v1 readers only", "toLabel": {"hubPath": "spec.tier", "key": "tier", "serialization": "String"}},
+                ]),
+            );
+            let mut s = spoke_obj(json!({}));
+            s["metadata"]["labels"] = json!(labels);
+            s["metadata"]["annotations"] = json!(annotations);
+            if stashed {
+                s["metadata"]["labels"]["tier"] = json!("gold");
+                s["metadata"]["annotations"]["example.org/description"] = json!("\"x\"");
+            }
+            let mut want_labels = labels.clone();
+            want_labels.remove("tier");
+            let mut want_annotations = annotations.clone();
+            want_annotations.remove("example.org/description");
+            let up = plan.convert(&s, HUB_AV).unwrap();
+            let got = |m: &serde_json::Value, f: &str| -> std::collections::BTreeMap<String, String> {
+                serde_json::from_value(m["metadata"][f].clone()).unwrap_or_default()
+            };
+            proptest::prop_assert_eq!(got(&up, "labels"), want_labels.clone());
+            proptest::prop_assert_eq!(got(&up, "annotations"), want_annotations.clone());
+            let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                "request": {"uid": "u", "desiredAPIVersion": HUB_AV, "objects": [s]}});
+            let out = crate::convert_review(&plan, review.to_string().as_bytes()).unwrap();
+            let out: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+            let up = &out["response"]["convertedObjects"][0];
+            proptest::prop_assert_eq!(got(up, "labels"), want_labels);
+            proptest::prop_assert_eq!(got(up, "annotations"), want_annotations);
+        }
+    }
+
+    /// FromLabel's serialization defaults to String: a string field needs no setting.
+    #[test]
+    fn from_label_defaults_to_string() {
+        let plan = plan_for(
+            &spoke(),
+            &obj_schema(json!({"tier": {"type": "string"}})),
+            json!([{"strategy": "FromLabel", "fromLabel": {"spokePath": "spec.tier", "key": "tier", "stashOnReverse": true}}]),
+        );
+        let s = spoke_obj(json!({"tier": "gold"}));
+        let h = plan.convert(&s, HUB_AV).unwrap();
+        assert_eq!(h["metadata"]["labels"], json!({"tier": "gold"}), "verbatim, not JSON text");
+        assert_eq!(plan.convert(&h, SPOKE_AV).unwrap(), s);
     }
 
     /// The mirror loses in the same direction: without the stash, the spoke-only field has
