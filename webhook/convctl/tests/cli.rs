@@ -55,6 +55,38 @@ fn validate_ok_exits_0() {
     );
 }
 
+/// Retiring v1: dco's order is unserve first, then drop the spoke, and `validate` says which
+/// step comes next at each point.
+#[test]
+fn retiring_a_version_says_which_step_comes_next() {
+    let dir = scratch("retire");
+    // The spoke dropped while v1 is still served: refused, naming both ways forward.
+    let config = std::fs::read_to_string(ex("widgets-config.yaml")).unwrap();
+    let (without_v1, _) = config.split_once("    - version: v1\n").expect("the v1 spoke");
+    let cfg = dir.join("config.yaml");
+    std::fs::write(&cfg, without_v1).unwrap();
+    let o = convctl(&["validate", "--config", cfg.to_str().unwrap(), "--xrd", &ex("widgets-xrd.yaml")]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains(
+        "error: spoke v1: version v1 of CompositeResourceDefinition xwidgets.example.org is served but has no spoke in the config: add a spoke for v1 (an empty rules list copies identical fields), or, to retire v1, stop serving it in the target first (set served: false on v1), then remove its spoke"
+    ), "{}", stdout(&o));
+    // v1 unserved, spoke still there: valid, with the hint that the spoke can go now.
+    let xrd = std::fs::read_to_string(ex("widgets-xrd.yaml")).unwrap();
+    let (head, tail) = xrd.split_once("    - name: v1\n").expect("v1 in the XRD");
+    let unserved = format!("{head}    - name: v1\n{}", tail.replacen("served: true", "served: false", 1));
+    let xrd_path = dir.join("xrd.yaml");
+    std::fs::write(&xrd_path, unserved).unwrap();
+    let o =
+        convctl(&["validate", "--config", &ex("widgets-config.yaml"), "--xrd", xrd_path.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains(
+        "warning: spoke v1: version v1 of CompositeResourceDefinition xwidgets.example.org is no longer served: its spoke can now be removed, the last step of retiring v1"
+    ), "{}", stdout(&o));
+    // And the last step: the spoke removed as well.
+    let o = convctl(&["validate", "--config", cfg.to_str().unwrap(), "--xrd", xrd_path.to_str().unwrap()]);
+    assert!(!stdout(&o).contains("error: spoke v1"), "{}", stdout(&o));
+}
+
 #[test]
 fn validate_reports_diagnostics_and_exits_1() {
     let o =

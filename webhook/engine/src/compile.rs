@@ -138,7 +138,19 @@ pub fn compile(spec: &ConversionSpec, target: &Target) -> Compiled {
                 Some(&s.version),
                 "spoke listed twice; merge its rules into one entry".into(),
             );
-        } else if target.version(&s.version).is_none() {
+        } else if let Some(v) = target.version(&s.version) {
+            // The reference refuses this spoke; dco keeps it, since objects may still be
+            // stored at the version, and says it is the last step of retiring the version.
+            if !v.served {
+                diags.push(warning(
+                    Some(&s.version),
+                    format!(
+                        "version {} of {what} is no longer served: its spoke can now be removed, the last step of retiring {}, once no object is stored at {} (the target's status.storedVersions no longer lists it)",
+                        s.version, s.version, s.version
+                    ),
+                ));
+            }
+        } else {
             config_error(
                 &mut diags,
                 Some(&s.version),
@@ -156,7 +168,10 @@ pub fn compile(spec: &ConversionSpec, target: &Target) -> Compiled {
                 strategy: None,
                 paths: vec![],
                 message: if served {
-                    format!("served version {} of {what} has no spoke entry; add one (an empty rules list copies identical fields)", v.name)
+                    format!(
+                        "version {} of {what} is served but has no spoke in the config: add a spoke for {} (an empty rules list copies identical fields), or, to retire {}, stop serving it in the target first (set served: false on {}), then remove its spoke",
+                        v.name, v.name, v.name, v.name
+                    )
                 } else {
                     format!("version {} of {what} is not served and has no spoke entry; objects stored in it cannot be converted", v.name)
                 },
@@ -836,10 +851,9 @@ mod tests {
     fn spoke_list_errors() {
         let c = compile_spec(json!({"hubVersion": "v2", "spokes": []}));
         assert!(messages(&c).contains("spokes is empty"));
-        assert!(
-            messages(&c)
-                .contains("served version v1 of CustomResourceDefinition dbs.example.org has no spoke entry")
-        );
+        assert!(messages(&c).contains(
+            "spoke v1: version v1 of CustomResourceDefinition dbs.example.org is served but has no spoke in the config: add a spoke for v1 (an empty rules list copies identical fields), or, to retire v1, stop serving it in the target first (set served: false on v1), then remove its spoke"
+        ), "{}", messages(&c));
         let c = compile_spec(
             json!({"hubVersion": "v2", "spokes": [{"version": "v2", "rules": []}, {"version": "v1", "rules": [rename_ab()]}, {"version": "v1", "rules": []}, {"version": "v7", "rules": []}]}),
         );
@@ -847,6 +861,34 @@ mod tests {
         assert!(m.contains("spoke v2: a spoke cannot be the hub version"), "{m}");
         assert!(m.contains("spoke v1: spoke listed twice"), "{m}");
         assert!(m.contains("spoke v7: CustomResourceDefinition dbs.example.org has no version v7"), "{m}");
+    }
+
+    /// Retiring a version goes unserve first, then drop the spoke; each message names the
+    /// next step (the reference takes them in the other order).
+    #[test]
+    fn retiring_a_version_names_the_next_step() {
+        let same = obj_schema(json!({"same": {"type": "string"}}));
+        let (h, s) = (same.clone(), same);
+        let unserved = Target::from_value(&json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "dbs.example.org"},
+            "spec": {"group": "example.org", "names": {"kind": "DB", "plural": "dbs"}, "scope": "Namespaced",
+                "versions": [
+                    {"name": "v1", "served": false, "storage": false, "schema": {"openAPIV3Schema": s}},
+                    {"name": "v2", "served": true, "storage": true, "schema": {"openAPIV3Schema": h}}]}}))
+        .unwrap();
+        let spec = |spokes: serde_json::Value| -> dco_api::config::ConversionSpec {
+            serde_json::from_value(json!({"hubVersion": "v2", "spokes": spokes})).unwrap()
+        };
+        // Step 1 done (v1 unserved), spoke still there: compiles, with the hint for step 2.
+        let c = compile(&spec(json!([{"version": "v1", "rules": []}])), &unserved);
+        assert!(c.plan.is_some(), "{}", messages(&c));
+        let hint = c.report.warnings().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+        assert!(hint.contains("spoke v1: version v1 of CustomResourceDefinition dbs.example.org is no longer served: its spoke can now be removed, the last step of retiring v1, once no object is stored at v1"), "{hint}");
+        // A served version's spoke gives no such hint.
+        let c =
+            compile_spec(json!({"hubVersion": "v2", "spokes": [{"version": "v1", "rules": [rename_ab()]}]}));
+        assert!(!messages(&c).contains("no longer served"), "{}", messages(&c));
     }
 
     #[test]
