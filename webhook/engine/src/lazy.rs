@@ -224,6 +224,10 @@ impl Plan {
                 Some(k) if k == "apiVersion" && probe.peek() == Some(b'"') => Some(probe.string()?),
                 _ => None,
             };
+            // The fast paths copy metadata through; an object without it (a server-side apply
+            // fragment) takes the full path, which gives it the `metadata` the apiserver
+            // requires. Sorted keys put it right after `kind`: two keys, read on a copy.
+            let from = from.filter(|_| has_metadata_next(probe, fields.clone()));
             if let Some((from, route)) = from.and_then(|f| self.route(&f, desired).map(|r| (f, r))) {
                 let stream = route.spoke.stream(route.dir).filter(|_| via == Via::Fastest);
                 let done = match stream {
@@ -284,6 +288,19 @@ impl Plan {
         sonic_rs::to_writer(&mut *out, &converted)
             .map_err(|e| ConvertError::object(&obj, format!("cannot serialise the result: {e}")))
     }
+}
+
+/// Whether the next members are `kind` and then a non-null `metadata` (the apiserver's key
+/// order); anything else is left to the full path.
+fn has_metadata_next(mut s: Scanner<'_>, mut fields: crate::scan::Fields) -> bool {
+    (|| -> Result<bool, ScanError> {
+        if s.next_key(&mut fields)?.as_deref() != Some("kind") {
+            return Ok(false);
+        }
+        s.value()?;
+        Ok(s.next_key(&mut fields)?.as_deref() == Some("metadata") && s.peek() == Some(b'{'))
+    })()
+    .unwrap_or(false)
 }
 
 /// Which of the three paths an object may take: all of them in production; tests and the

@@ -362,6 +362,35 @@ mod tests {
         }
     }
 
+    /// Server-side apply and Flux send fragments without `metadata` (kubernetes/kubernetes
+    /// #117356); the apiserver refuses a converted object without it ("missing metadata in
+    /// converted object"), so each converted object carries at least `"metadata": {}`.
+    #[test]
+    fn an_object_without_metadata_is_converted_with_metadata() {
+        for (what, object) in [
+            ("no metadata", json!({"apiVersion": HUB_AV, "kind": "DB", "spec": {"a": 1}})),
+            (
+                "null metadata",
+                json!({"apiVersion": HUB_AV, "kind": "DB", "metadata": null, "spec": {"a": 1}}),
+            ),
+            ("only apiVersion and kind", json!({"apiVersion": HUB_AV, "kind": "DB"})),
+        ] {
+            let out = convert_review(&plan(), &review(REVIEW_V1, json!([object.clone()]))).unwrap();
+            assert_eq!(out.failure, None, "{what}");
+            let v: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+            let got = &v["response"]["convertedObjects"][0];
+            assert_eq!(got["metadata"], json!({}), "{what}: {got}");
+            assert_eq!(got["apiVersion"], SPOKE_AV, "{what}");
+            assert_eq!(got["kind"], "DB", "{what}");
+            if object.get("spec").is_some() {
+                assert_eq!(got["spec"], json!({"b": 1}), "{what}");
+            }
+            // The tree path agrees.
+            let tree = plan().convert(&object, SPOKE_AV).unwrap();
+            assert_eq!(&tree, got, "{what}");
+        }
+    }
+
     #[test]
     fn any_key_order_gives_the_same_response() {
         let objects =

@@ -18,6 +18,19 @@ impl Plan {
 
     /// [`Plan::convert`] on the engine's own value type (the ConversionReview path).
     pub fn convert_value(&self, obj: &Value, desired_api_version: &str) -> Result<Value, ConvertError> {
+        let mut out = self.convert_bare(obj, desired_api_version)?;
+        // Server-side apply and Flux send fragments without metadata (kubernetes/kubernetes
+        // #117356), and the apiserver refuses a converted object without it ("missing
+        // metadata in converted object"): it then copies the original's metadata in itself.
+        if let Some(o) = out.as_object_mut()
+            && o.get(&"metadata").is_none_or(|m| m.is_null())
+        {
+            o.insert("metadata", Value::new_object());
+        }
+        Ok(out)
+    }
+
+    fn convert_bare(&self, obj: &Value, desired_api_version: &str) -> Result<Value, ConvertError> {
         if !obj.is_object() {
             return Err(ConvertError::object(
                 obj,

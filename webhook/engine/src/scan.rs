@@ -312,7 +312,9 @@ pub(crate) struct Scanner<'a> {
     depth: usize,
 }
 
-/// The state of one object walk (see [`Scanner::object`]).
+/// The state of one object walk (see [`Scanner::object`]). Cloned with the scanner to look
+/// ahead on a copy.
+#[derive(Clone)]
 pub(crate) struct Fields {
     first: bool,
     keys: KeyOrder,
