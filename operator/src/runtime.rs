@@ -592,6 +592,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     tokio::join!(cws_ctl, ccc_run, xcc_run);
     tracing::info!("controllers stopped");
+    if args.admission_service.is_some() {
+        // Not Ready first, then a short drain: the apiserver routes reviews to Ready Pods
+        // only (docs/admission.md), and the Pod's readiness takes a probe period to follow.
+        ready.store(false, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(crate::admission::serve::DRAIN).await;
+    }
     coordinator.stop().await;
     Ok(())
 }

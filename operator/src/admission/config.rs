@@ -356,6 +356,10 @@ fn compiled(c: &ConfigObject<'_>, target: &TargetLookup, f: &mut Findings) {
     let report = dco_engine::compile(c.spec, &target).report;
     let mut other = 0usize;
     for d in report.errors() {
+        // CEL is refused without a schema already (`rule`), with its own reason.
+        if is_lossy(d) && d.strategy == Some(Strategy::Cel) {
+            continue;
+        }
         if is_lossy(d) {
             let at = match (&d.spoke, d.rule.as_deref()) {
                 (Some(v), Some([first, ..])) => c

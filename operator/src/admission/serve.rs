@@ -43,6 +43,8 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// Each read a rule needs; the VWC's `timeoutSeconds` is 5 (registration.rs).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping replica keeps answering after it turned not Ready (runtime.rs).
+pub const DRAIN: Duration = Duration::from_secs(3);
 /// Pages of the config lists (duplicate target, server in use).
 const PAGE: u32 = 500;
 const MAX_PAGES: usize = 40;
