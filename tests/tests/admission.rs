@@ -238,6 +238,11 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         &server(&d2, json!({"default": true, "replicas": 0})),
         &format!("ConversionWebhookServer {d2}: spec.default: ConversionWebhookServer {d} already has spec.default: true; only one server may be the default"),
     )?;
+    kubectl.admitted(
+        "the same server, not the default",
+        &server(&d2, json!({"default": false, "replicas": 0})),
+        None,
+    )?;
     kubectl.refused(
         "a pool without the default",
         &server(&p, json!({"replicas": 0, "sharding": {"enabled": true}})),
@@ -371,6 +376,13 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         &json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "XRDConversionConfig", "metadata": meta(&format!("{ns}-xc")),
             "spec": {"targetXRD": {"name": target}, "hubVersion": "v2", "spokes": [{"version": "v1", "rules": []}]}}),
         &format!("XRDConversionConfig {ns}-xc: spec.targetXRD.name: {target} already has a config: CRDConversionConfig {c}; a target takes one config (of either kind)"),
+    )?;
+
+    kubectl.admitted(
+        "the XRDConversionConfig for a target of its own",
+        &json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "XRDConversionConfig", "metadata": meta(&format!("{ns}-xc")),
+            "spec": {"targetXRD": {"name": format!("x{target}")}, "hubVersion": "v2", "spokes": [{"version": "v1", "rules": []}]}}),
+        Some(&format!("CompositeResourceDefinition x{target} does not exist yet")),
     )?;
 
     // Deleting a server configs resolve to: c is pinned to x now.

@@ -63,11 +63,16 @@ impl CertResolver {
     pub fn loaded(&self) -> bool {
         self.current.load().is_some()
     }
+
+    /// What the next handshake is served (`resolve` ignores the ClientHello).
+    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+        self.current.load_full()
+    }
 }
 
 impl ResolvesServerCert for CertResolver {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.current.load_full()
+        self.current()
     }
 }
 
@@ -375,5 +380,63 @@ pub async fn serve(addr: SocketAddr, certs: Arc<CertResolver>, router: axum::Rou
                 tracing::debug!(%peer, error = %e, "admission connection ended with an error");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(host: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![host.to_string()]).unwrap().self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// A rotation is one swap: the next handshake gets the new certificate, no restart.
+    #[test]
+    fn the_served_certificate_is_swapped_in_place() {
+        let r = CertResolver::default();
+        assert!(!r.loaded() && r.current().is_none());
+        let (a_crt, a_key) = leaf("a.ns.svc");
+        let (b_crt, b_key) = leaf("a.ns.svc");
+        r.set(Arc::new(certified_key(&a_crt, &a_key).unwrap()));
+        let first = r.current().unwrap().cert[0].clone();
+        r.set(Arc::new(certified_key(&b_crt, &b_key).unwrap()));
+        let second = r.current().unwrap().cert[0].clone();
+        assert_ne!(first, second);
+        assert!(certified_key(&a_crt, &b_key).is_err(), "a key that is not the certificate's is refused");
+        assert!(certified_key("garbage", &a_key).is_err());
+    }
+
+    #[tokio::test]
+    async fn reviews_of_other_kinds_and_garbage_are_bounded_and_answered() {
+        let (ctx, _api, _w) = crate::test_apiserver::test_context();
+        let adm = Admission {
+            client: ctx.client.clone(),
+            servers: ctx.stores.servers.clone(),
+            selector: None,
+            metrics: ctx.metrics.clone(),
+        };
+        let app = router(adm);
+        let req = |body: Vec<u8>| {
+            http::Request::post("/validate")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(body))
+                .unwrap()
+        };
+        let big = app.clone().oneshot(req(vec![b' '; MAX_BODY + 1])).await.unwrap();
+        assert_eq!(big.status(), http::StatusCode::PAYLOAD_TOO_LARGE);
+        let review = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "name": "x", "operation": "CREATE", "userInfo": {},
+                "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}}});
+        let resp = app.oneshot(req(serde_json::to_vec(&review).unwrap())).await.unwrap();
+        assert_eq!(resp.status(), http::StatusCode::OK);
+        let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["response"]["uid"], "u1");
+        assert_eq!(v["response"]["allowed"], true);
     }
 }
