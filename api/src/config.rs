@@ -64,7 +64,7 @@ pub struct ConversionSpec {
 /// Declares one config kind. The two kinds differ only in the field naming their target, and
 /// must stay identical otherwise (columns, CEL rules, status), so one definition makes both.
 macro_rules! config_kind {
-    ($(#[$doc:meta])* $spec:ident, $kind:literal, $short:literal, $target_col:literal, $field:ident, $json:literal) => {
+    ($(#[$doc:meta])* $spec:ident, $kind:literal, $short:literal, $target_col:literal, $selectable:literal, $field:ident, $json:literal) => {
         $(#[$doc])*
         #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
         #[kube(
@@ -75,6 +75,9 @@ macro_rules! config_kind {
             category = "dco",
             status = "ConfigStatus",
             printcolumn = $target_col,
+            // The target's name is a field selector (KEP-4358), so "the configs naming this
+            // target" is a small LIST, not every config (operator/src/config/conflict.rs).
+            selectable = $selectable,
             printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
             printcolumn = r#"{"name":"Server","type":"string","jsonPath":".status.assignedWebhookServer"}"#,
             printcolumn = r#"{"name":"Handover","type":"string","jsonPath":".status.handover.state"}"#,
@@ -98,6 +101,7 @@ config_kind!(
     "XRDConversionConfig",
     "xcc",
     r#"{"name":"Target","type":"string","jsonPath":".spec.targetXRD.name"}"#,
+    ".spec.targetXRD.name",
     target_xrd,
     "targetXRD"
 );
@@ -108,6 +112,7 @@ config_kind!(
     "CRDConversionConfig",
     "ccc",
     r#"{"name":"Target","type":"string","jsonPath":".spec.targetCRD.name"}"#,
+    ".spec.targetCRD.name",
     target_crd,
     "targetCRD"
 );
@@ -126,6 +131,8 @@ pub enum TargetKind {
 pub trait ConversionConfig {
     /// The config's own kind, for messages and metric labels without allocating.
     const KIND: &'static str;
+    /// The field selector path of the target's name (a `selectableFields` entry of the CRD).
+    const TARGET_FIELD: &'static str;
     fn target_kind(&self) -> TargetKind;
     fn target_name(&self) -> &str;
     fn conversion(&self) -> &ConversionSpec;
@@ -135,6 +142,7 @@ pub trait ConversionConfig {
 
 impl ConversionConfig for XRDConversionConfig {
     const KIND: &'static str = "XRDConversionConfig";
+    const TARGET_FIELD: &'static str = "spec.targetXRD.name";
     fn target_kind(&self) -> TargetKind {
         TargetKind::Xrd
     }
@@ -151,6 +159,7 @@ impl ConversionConfig for XRDConversionConfig {
 
 impl ConversionConfig for CRDConversionConfig {
     const KIND: &'static str = "CRDConversionConfig";
+    const TARGET_FIELD: &'static str = "spec.targetCRD.name";
     fn target_kind(&self) -> TargetKind {
         TargetKind::Crd
     }

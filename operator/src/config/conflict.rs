@@ -2,8 +2,9 @@
 //! raced, so the controllers decide too, and the same way as every webhook replica
 //! (webhook/src/sync.rs, `Syncer::pass`): of the configs naming one target name, across both
 //! kinds, the first by (kind, name) is chosen. The chosen one proceeds; the others never write
-//! the target, and both sides say so in a `Conflict` condition. Pure, over a list of every
-//! config (`server::config_refs`: this replica's caches hold only its shards).
+//! the target, and both sides say so in a `Conflict` condition. Pure, over the configs naming
+//! the target, read from the apiserver by their selectable target field
+//! (`server::configs_naming`; this replica's caches hold only its shards).
 
 use crate::assigned::ConfigRef;
 

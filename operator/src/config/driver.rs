@@ -105,7 +105,7 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
         // replica owns. Once per reconcile; the rounds after an action reuse it.
         let configs = match self.configs.take() {
             Some(c) => c,
-            None => crate::server::config_refs(self.ctx).await?,
+            None => crate::server::configs_naming(self.ctx, cfg.target_name()).await?,
         };
         let observed = facts::observe(self.ctx, cfg, live, state, &self.traceparent, &configs);
         self.configs = Some(configs);

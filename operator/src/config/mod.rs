@@ -143,7 +143,7 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
     // Another config names the target (conflict.rs): the wiring is, or becomes, that one's.
     // Reverting it would leave the other config's target unconverted ("delete one of them"
     // must be safe whichever one goes).
-    let configs = crate::server::config_refs(ctx).await?;
+    let configs = crate::server::configs_naming(ctx, &tname).await?;
     let others = match conflict::judge(K::KIND, &cfg.name_any(), &tname, &configs) {
         conflict::Verdict::Alone => None,
         conflict::Verdict::Chosen { ignored } => Some(ignored.join(", ")),

@@ -57,12 +57,29 @@ pub async fn config_refs(ctx: &Context) -> Result<Vec<ConfigRef>> {
     Ok(out)
 }
 
+/// The configs of both kinds that name `target` (normally one: `config/conflict.rs`), by the
+/// configs' selectable target field, so a config's reconcile reads what concerns it and not
+/// every config in the cluster.
+pub async fn configs_naming(ctx: &Context, target: &str) -> Result<Vec<ConfigRef>> {
+    let mut out = list_refs_where::<CRDConversionConfig>(ctx, Some(target)).await?;
+    out.extend(list_refs_where::<XRDConversionConfig>(ctx, Some(target)).await?);
+    Ok(out)
+}
+
 /// Every config of kind `K` under `--selector`, in pages.
 async fn list_refs<K: ConfigKind>(ctx: &Context) -> Result<Vec<ConfigRef>> {
+    list_refs_where::<K>(ctx, None).await
+}
+
+/// The configs of kind `K` under `--selector` (naming `target`, if given), in pages.
+async fn list_refs_where<K: ConfigKind>(ctx: &Context, target: Option<&str>) -> Result<Vec<ConfigRef>> {
     let api: Api<K> = Api::all(ctx.client.clone());
     let mut lp = ListParams::default().limit(CONFIG_PAGE);
     if let Some(s) = &ctx.settings.selector {
         lp = lp.labels(s);
+    }
+    if let Some(t) = target {
+        lp = lp.fields(&format!("{}={t}", K::TARGET_FIELD));
     }
     let mut out = Vec::new();
     loop {
