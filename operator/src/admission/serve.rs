@@ -126,7 +126,12 @@ async fn bounded<T, E: std::fmt::Display>(
 }
 
 /// Every object of kind `K` (paged, at most `MAX_PAGES`), mapped by `f`.
-async fn list_all<K, T>(api: Api<K>, labels: Option<&str>, f: impl Fn(&K) -> T) -> Result<Vec<T>, String>
+async fn list_all<K, T>(
+    api: Api<K>,
+    labels: Option<&str>,
+    fields: Option<&str>,
+    f: impl Fn(&K) -> T,
+) -> Result<Vec<T>, String>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -134,6 +139,9 @@ where
     let mut lp = ListParams::default().limit(PAGE);
     if let Some(l) = labels {
         lp = lp.labels(l);
+    }
+    if let Some(fs) = fields {
+        lp = lp.fields(fs);
     }
     for _ in 0..MAX_PAGES {
         let page = api.list(&lp).await.map_err(|e| e.to_string())?;
@@ -173,17 +181,33 @@ impl Admission {
         }
     }
 
-    /// Configs of both kinds; `labels` narrows them (the in-use check: this operator's only).
+    /// Configs of both kinds; `labels` narrows them (the in-use check: this operator's only),
+    /// `target` to those naming it, by the target name's field selector (`selectableFields`
+    /// of both CRDs, `ConversionConfig::TARGET_FIELD`): a small list, not every config.
     async fn configs<T>(
         &self,
         labels: Option<&str>,
+        target: Option<&str>,
         f: fn(&'static str, &dyn ConfigLike) -> T,
     ) -> Result<Vec<T>, String> {
         let ccc = Api::<CRDConversionConfig>::all(self.client.clone());
         let xcc = Api::<XRDConversionConfig>::all(self.client.clone());
+        let (cf, xf) = match target {
+            Some(t) => (
+                Some(format!("{}={t}", CRDConversionConfig::TARGET_FIELD)),
+                Some(format!("{}={t}", XRDConversionConfig::TARGET_FIELD)),
+            ),
+            None => (None, None),
+        };
         let (ccc, xcc) = tokio::join!(
-            bounded("the CRDConversionConfigs", list_all(ccc, labels, |c| f(CRDConversionConfig::KIND, c))),
-            bounded("the XRDConversionConfigs", list_all(xcc, labels, |c| f(XRDConversionConfig::KIND, c))),
+            bounded(
+                "the CRDConversionConfigs",
+                list_all(ccc, labels, cf.as_deref(), |c| f(CRDConversionConfig::KIND, c))
+            ),
+            bounded(
+                "the XRDConversionConfigs",
+                list_all(xcc, labels, xf.as_deref(), |c| f(XRDConversionConfig::KIND, c))
+            ),
         );
         let mut out = ccc?;
         out.extend(xcc?);
@@ -212,7 +236,7 @@ impl Admission {
         let (target, others) = tokio::join!(self.target(n), async {
             if needs_others {
                 Some(
-                    self.configs(None, |kind, c| OtherConfig {
+                    self.configs(None, Some(n.target_name()), |kind, c| OtherConfig {
                         kind,
                         name: c.name(),
                         target: c.target().to_string(),
@@ -241,7 +265,7 @@ impl Admission {
             && old.as_ref().is_some_and(|o| o.metadata.deletion_timestamp.is_none())
         {
             Some(
-                self.configs(self.selector.as_deref(), |kind, c| ConfigPin {
+                self.configs(self.selector.as_deref(), None, |kind, c| ConfigPin {
                     kind,
                     name: c.name(),
                     target: c.target().to_string(),
