@@ -12,7 +12,9 @@ use clap::Parser;
 /// instance serves and answers ConversionReviews for them. With --static-dir it serves the
 /// configs and CRD/XRD manifests in a directory, without a cluster.
 #[derive(Clone, Debug, Parser)]
-#[command(name = "dco-webhook", version)]
+// A flag given twice takes its last value: the operator's defaults come first and a server's
+// extraArgs (or a test's --webhook-arg) after them (operator/src/server/desired.rs).
+#[command(name = "dco-webhook", version, args_override_self = true)]
 pub struct Args {
     /// Address to serve HTTPS on.
     #[arg(long, env = "DCO_LISTEN", default_value = "0.0.0.0:9443")]
@@ -155,5 +157,15 @@ mod tests {
         let a = Args::try_parse_from(base.iter().chain(&["--instance", "pool-a"])).unwrap();
         assert_eq!(a.instance.as_deref(), Some("pool-a"));
         assert_eq!(a.drain_period, Duration::from_secs(30));
+        let twice = Args::try_parse_from([
+            "dco-webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--instance=a",
+            "--drain-period=5s",
+            "--drain-period=30s",
+        ])
+        .unwrap();
+        assert_eq!(twice.drain_period, Duration::from_secs(30), "the last one wins");
     }
 }

@@ -808,6 +808,7 @@ impl<'a> Scanner<'a> {
     /// The end of the number starting at `i`.
     fn number_end(&self, mut i: usize) -> Result<usize, ScanError> {
         let b = self.bytes();
+        let start = i;
         let bad = |what| fail(self.cur, what);
         if b.get(i) == Some(&b'-') {
             i += 1;
@@ -834,6 +835,13 @@ impl<'a> Scanner<'a> {
                 return bad("invalid number: no digits in the exponent");
             }
             i = end;
+            // Like serde_json (and Go's decoder), refuse what overflows a float: only a number
+            // with an exponent or of 309+ digits can, so the common case never parses.
+            if !number_is_finite(&b[start..i]) {
+                return bad("invalid number: out of range");
+            }
+        } else if i - start > 308 && !number_is_finite(&b[start..i]) {
+            return bad("invalid number: out of range");
         }
         Ok(i)
     }
@@ -1108,6 +1116,11 @@ impl KindStack {
     }
 }
 
+/// Whether a syntactically valid JSON number is within f64's range (it is ASCII).
+fn number_is_finite(text: &[u8]) -> bool {
+    std::str::from_utf8(text).ok().and_then(|t| t.parse::<f64>().ok()).is_some_and(f64::is_finite)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1150,7 +1163,11 @@ mod tests {
 
     #[test]
     fn refuses_what_json_refuses() {
+        let huge = "9".repeat(400);
         for t in [
+            "1e400",
+            "[-1.5E+999]",
+            huge.as_str(),
             "",
             " ",
             "01",
