@@ -643,6 +643,18 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Applies dco's own CRDs (`dco_api::crds()`) as field manager `manager` and waits until each
+/// is Established (a test may run alone on a fresh cluster).
+pub async fn install_dco_crds(client: &Client, manager: &str) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in dco_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        apply_as(&crds, manager, &name, serde_json::to_value(&crd)?).await?;
+        wait_crd_established(&crds, &name, Duration::from_secs(120)).await?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -354,11 +354,7 @@ impl World {
         // spec.conversion on its own schedule and the drain period must cover the slower.
         let load_clients = vec![client.clone(), crate::apiservers::client2().await?];
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in dco_api::crds() {
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            apply(&crds, &name, serde_json::to_value(&crd)?).await?;
-            crate::wait_crd_established(&crds, &name, WAIT).await?;
-        }
+        crate::install_dco_crds(&client, MANAGER).await?;
         let label = (format!("dco-{prefix}"), t.ns.clone());
         let selector = format!("{}={}", label.0, label.1);
         let servers = [format!("{}-a", t.ns), format!("{}-b", t.ns)];

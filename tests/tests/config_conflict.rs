@@ -47,11 +47,7 @@ async fn two_configs_for_one_target_one_is_served_the_other_says_conflict() -> R
     let t = TestEnv::new("conflict").await?;
     let client = t.client.clone();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in dco_api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        apply(&crds, &name, serde_json::to_value(&crd)?).await?;
-        dco_tests::wait_crd_established(&crds, &name, WAIT).await?;
-    }
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
     let label = ("dco-e2e-conflict", t.ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
     // A short resync: a config is told of the other one at its next reconcile.

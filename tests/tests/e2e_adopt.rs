@@ -246,12 +246,7 @@ async fn adopting_a_live_target_from_none_and_from_a_foreign_webhook_fails_no_re
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("adopt").await?;
     let client = t.client.clone();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in dco_api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        apply(&crds, &name, serde_json::to_value(&crd)?).await?;
-        dco_tests::wait_crd_established(&crds, &name, WAIT).await?;
-    }
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
     let label = ("dco-e2e-adopt", t.ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
     let _operators =

@@ -692,12 +692,7 @@ async fn a_third_sharded_server_takes_only_what_it_wins_with_no_failed_request()
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("rebal").await?;
     let client = t.client.clone();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in dco_api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        apply(&crds, &name, serde_json::to_value(&crd)?).await?;
-        dco_tests::wait_crd_established(&crds, &name, WAIT).await?;
-    }
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
     let selector = format!("{LABEL}={}", t.ns);
     let operators = dco_tests::start_operators(
         &t,

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -34,12 +33,7 @@ async fn webhook_pods_are_admitted_in_a_restricted_namespace() -> Result<()> {
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("psa").await?;
     let client = t.client.clone();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in dco_api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        apply(&crds, &name, serde_json::to_value(&crd)?).await?;
-        dco_tests::wait_crd_established(&crds, &name, WAIT).await?;
-    }
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .patch(
