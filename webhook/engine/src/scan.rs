@@ -808,7 +808,6 @@ impl<'a> Scanner<'a> {
     /// The end of the number starting at `i`.
     fn number_end(&self, mut i: usize) -> Result<usize, ScanError> {
         let b = self.bytes();
-        let start = i;
         let bad = |what| fail(self.cur, what);
         if b.get(i) == Some(&b'-') {
             i += 1;
@@ -835,13 +834,6 @@ impl<'a> Scanner<'a> {
                 return bad("invalid number: no digits in the exponent");
             }
             i = end;
-            // Like serde_json (and Go's decoder), refuse what overflows a float: only a number
-            // with an exponent or of 309+ digits can, so the common case never parses.
-            if !number_is_finite(&b[start..i]) {
-                return bad("invalid number: out of range");
-            }
-        } else if i - start > 308 && !number_is_finite(&b[start..i]) {
-            return bad("invalid number: out of range");
         }
         Ok(i)
     }
@@ -1116,11 +1108,6 @@ impl KindStack {
     }
 }
 
-/// Whether a syntactically valid JSON number is within f64's range (it is ASCII).
-fn number_is_finite(text: &[u8]) -> bool {
-    std::str::from_utf8(text).ok().and_then(|t| t.parse::<f64>().ok()).is_some_and(f64::is_finite)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1163,11 +1150,9 @@ mod tests {
 
     #[test]
     fn refuses_what_json_refuses() {
-        let huge = "9".repeat(400);
+        // Numbers beyond f64 are kept, not refused (see `agrees_with_serde_json`).
+        assert!(valid("[1e400]") && serde_json::from_str::<serde_json::Value>("[1e400]").is_err());
         for t in [
-            "1e400",
-            "[-1.5E+999]",
-            huge.as_str(),
             "",
             " ",
             "01",
@@ -1385,8 +1370,12 @@ mod tests {
             // The padding moves every byte across the 64-byte block boundaries.
             let text = " ".repeat(pad) + &text;
             let ours = valid(&text);
-            let theirs = serde_json::from_str::<serde_json::Value>(&text).is_ok();
-            prop_assert_eq!(ours, theirs, "{:?}", text);
+            let theirs = serde_json::from_str::<serde_json::Value>(&text);
+            // The one deliberate difference: a number beyond f64 (1e400) is JSON to the
+            // scanner, which keeps every number's digits as text (lazy.rs
+            // `numbers_keep_their_digits_on_every_path`); serde_json refuses it.
+            let out_of_range = theirs.as_ref().is_err_and(|e| e.to_string().starts_with("number out of range"));
+            prop_assert_eq!(ours, theirs.is_ok() || out_of_range, "{:?}", text);
         }
 
         /// The same on bytes: multi-byte characters, valid and broken, inside and outside
