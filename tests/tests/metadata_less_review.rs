@@ -1,0 +1,289 @@
+//! A ConversionReview whose object has no `metadata`, sent by the real kube-apiserver
+//! (kubernetes/kubernetes#117356): a server-side applier whose last apply was at v1 applies
+//! at v2 (its manifests moved to the new version). In structured-merge-diff's `Updater.prune`
+//! (merge/update.go, v6.3.3) the merged object is converted to the last applied version (v1)
+//! and the last applied set is removed with `EnsureNamedFieldsAreMembers`: a set holding any
+//! `metadata` child (here a label) or `spec` child removes the whole `metadata` and `spec`,
+//! leaving `{apiVersion, kind, status}`. No manager is at v1 any more, so `addBackOwnedItems`
+//! goes straight to v2, and `addBackOwnedItemsForVersion` converts that fragment v1→v2
+//! (`versionConverter.Convert`, apimachinery pkg/util/managedfields/internal): the apiserver
+//! POSTs it to the webhook without `metadata`. apiextensions-apiserver's `restoreObjectMeta`
+//! (webhook_converter.go) refuses a converted object without `metadata` ("missing metadata
+//! in converted object"), and the apply fails with "failed to prune fields: failed add back
+//! owned items: failed to convert pruned object at version <group>/v2". dco answers with
+//! `"metadata": {}`, so the apply goes through.
+//!
+//! One dco-webhook replica (a Deployment made by the test, as the operator would), one CRD
+//! (v2 storage and hub, v1 spoke), one config.
+//!
+//! Needs `target/debug/dco-webhook` (`cargo build -p dco-webhook`).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Resource;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use serde_json::{Value, json};
+
+use dco_tests::{TestEnv, wait_deployment_available, wait_for};
+
+const MANAGER: &str = "dco-metaless-e2e";
+/// The server-side applier (Flux's kustomize-controller in the reports).
+const APPLIER: &str = "e2e-applier";
+/// An Update manager at the storage version: owns `status`, which the prune keeps.
+const CREATOR: &str = "e2e-creator";
+const LABEL: &str = "e2e.dco.rs/applied";
+
+/// Deletes the cluster-scoped objects the test made, on a runtime and client of its own (the
+/// test's runtime is blocked in this Drop).
+struct ClusterScoped(Vec<(ApiResource, String)>);
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        let objs = std::mem::take(&mut self.0);
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| {
+                rt.block_on(async {
+                    let Ok(client) = dco_tests::client().await else { return };
+                    for (ar, name) in objs {
+                        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                        let _ = api.delete(&name, &DeleteParams::background()).await;
+                    }
+                })
+            })
+        })
+        .join();
+    }
+}
+
+fn ar<K: Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    dco_tests::apply_as(api, MANAGER, name, obj).await
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// The managedFields entry of `manager`: (apiVersion, operation, fieldsV1).
+fn managed(obj: &DynamicObject, manager: &str) -> Option<(String, String, Value)> {
+    let e = obj.metadata.managed_fields.as_ref()?.iter().find(|e| e.manager.as_deref() == Some(manager))?;
+    let fields = e.fields_v1.as_ref().map(|f| f.0.clone()).unwrap_or_default();
+    Some((e.api_version.clone()?, e.operation.clone()?, fields))
+}
+
+#[tokio::test]
+async fn server_side_apply_sends_a_fragment_without_metadata_and_it_converts() -> Result<()> {
+    dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
+    let t = TestEnv::new("metaless").await?;
+    let ns = t.ns.clone();
+    let client = t.client.clone();
+    let instance = dco_tests::unique_name("metaless");
+    let cluster_role = format!("dco-webhook-{ns}");
+    let mut guard = ClusterScoped(Vec::new());
+
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let cws_ar = ar::<dco_api::ConversionWebhookServer>();
+    let ccc_ar = ar::<dco_api::CRDConversionConfig>();
+    let cws: Api<DynamicObject> = Api::all_with(client.clone(), &cws_ar);
+    let cccs: Api<DynamicObject> = Api::all_with(client.clone(), &ccc_ar);
+    guard.0.push((cws_ar.clone(), instance.clone()));
+    apply(
+        &cws,
+        &instance,
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+        "metadata": {"name": instance}, "spec": {"namespace": ns, "replicas": 1}}),
+    )
+    .await?;
+
+    // RBAC as the operator grants it.
+    guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
+    guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
+    apply(
+        &Api::<ServiceAccount>::namespaced(client.clone(), &ns),
+        "dco-webhook",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-webhook"}}),
+    )
+    .await?;
+    apply(&Api::<ClusterRole>::all(client.clone()), &cluster_role, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": cluster_role},
+        "rules": [
+            {"apiGroups": ["conversion.dco.rs"], "resources": ["xrdconversionconfigs", "crdconversionconfigs", "conversionwebhookservers"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apiextensions.crossplane.io"], "resources": ["compositeresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        ]})).await?;
+    apply(&Api::<ClusterRoleBinding>::all(client.clone()), &cluster_role, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": cluster_role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns}]})).await?;
+    apply(&t.api::<Role>(), "dco-webhook-leases", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "dco-webhook-leases"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "patch"]}]})).await?;
+    apply(&t.api::<RoleBinding>(), "dco-webhook-leases", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "dco-webhook-leases"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dco-webhook-leases"},
+        "subjects": [{"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns}]})).await?;
+
+    let (ca, crt, key) = dco_tests::serving_cert(&[
+        format!("{instance}.{ns}.svc"),
+        format!("{instance}.{ns}.svc.cluster.local"),
+    ])?;
+    apply(
+        &t.api::<Secret>(),
+        "dco-webhook-tls",
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "dco-webhook-tls"}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca}}),
+    )
+    .await?;
+    apply(&t.api::<Service>(), &instance, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": instance},
+        "spec": {"selector": {"app": instance}, "ports": [{"name": "https", "port": 443, "targetPort": 9443}]}})).await?;
+
+    // v2 (storage, hub) calls it spec.storageGB, v1 spec.storageSize; spec.color and status
+    // (a plain field: no status subresource) are alike.
+    let schema = |size: &str| {
+        json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {size: {"type": "integer"}, "color": {"type": "string"}}},
+        "status": {"type": "object", "properties": {"phase": {"type": "string"}}}}}})
+    };
+    let group = format!("{ns}.e2e.dco.rs");
+    let target = format!("widgets.{group}");
+    guard.0.push((ar::<CustomResourceDefinition>(), target.clone()));
+    apply(
+        &crds,
+        &target,
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": target},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v2", "served": true, "storage": true, "schema": schema("storageGB")},
+                {"name": "v1", "served": true, "storage": false, "schema": schema("storageSize")}],
+            "conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+                "clientConfig": {"caBundle": b64(&ca), "service": {"name": instance, "namespace": ns,
+                    "path": format!("/convert/{target}"), "port": 443}}}}}}),
+    )
+    .await?;
+    guard.0.push((ccc_ar.clone(), instance.clone()));
+    apply(
+        &cccs,
+        &instance,
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+        "metadata": {"name": instance},
+        "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "webhookServerRef": {"name": instance},
+            "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
+                "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}}),
+    )
+    .await?;
+
+    let args = vec![
+        format!("--instance={instance}"),
+        "--listen=$(POD_IP):9443".to_string(),
+        "--admin-listen=$(POD_IP):8080".to_string(),
+        "--tls-cert-file=/etc/dco/tls/tls.crt".to_string(),
+        "--tls-key-file=/etc/dco/tls/tls.key".to_string(),
+        "--lease-renew-interval=2s".to_string(),
+        "--shutdown-delay=1s".to_string(),
+        "--shutdown-timeout=5s".to_string(),
+    ];
+    let deployments = t.api::<Deployment>();
+    apply(&deployments, &instance, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": instance}},
+            "template": {"metadata": {"labels": {"app": instance}}, "spec": {
+                "serviceAccountName": "dco-webhook",
+                "terminationGracePeriodSeconds": 10,
+                "containers": [{"name": "webhook", "image": "dco-webhook:e2e", "args": args,
+                    "env": [
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                        {"name": "RUST_LOG", "value": "info"}],
+                    "ports": [{"name": "https", "containerPort": 9443}],
+                    "readinessProbe": {"httpGet": {"scheme": "HTTPS", "path": "/readyz", "port": "https"}, "periodSeconds": 1},
+                    "volumeMounts": [{"name": "tls", "mountPath": "/etc/dco/tls", "readOnly": true}]}],
+                "volumes": [{"name": "tls", "secret": {"secretName": "dco-webhook-tls"}}]}}}})).await?;
+    wait_deployment_available(&deployments, &instance, 1, Duration::from_secs(120)).await?;
+
+    let widgets = |v: &str| -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(&group, v, "Widget");
+        Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk_with_plural(&gvk, "widgets"))
+    };
+    let (v1, v2) = (widgets("v1"), widgets("v2"));
+
+    // An Update manager at the storage version owns spec.color and status.
+    let created: DynamicObject = serde_json::from_value(json!({"apiVersion": format!("{group}/v2"),
+        "kind": "Widget", "metadata": {"name": "w"}, "spec": {"color": "blue"}, "status": {"phase": "Ready"}}))?;
+    let pp = PostParams { field_manager: Some(CREATOR.into()), ..Default::default() };
+    v2.create(&pp, &created).await?;
+    wait_for("a read at v1 to be converted", Duration::from_secs(60), || async {
+        Ok(v1.get("w").await.ok())
+    })
+    .await?;
+
+    // The applier at v1, with a label: its last applied set holds a metadata child.
+    let ssa = PatchParams::apply(APPLIER);
+    let first = v1
+        .patch(
+            "w",
+            &ssa,
+            &Patch::Apply(json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": {"name": "w", "labels": {LABEL: "yes"}}, "spec": {"storageSize": 10}})),
+        )
+        .await
+        .context("the apply at v1")?;
+    // The state the prune path needs: the applier's last set at v1 with a label, and status
+    // that is not the applier's.
+    let (av, op, fields) = managed(&first, APPLIER).context("the applier's managedFields entry")?;
+    assert_eq!((av.as_str(), op.as_str()), (format!("{group}/v1").as_str(), "Apply"), "{fields}");
+    assert!(fields["f:metadata"]["f:labels"].get(format!("f:{LABEL}")).is_some(), "{fields}");
+    assert!(fields.get("f:status").is_none(), "{fields}");
+    let (av, op, fields) = managed(&first, CREATOR).context("the creator's managedFields entry")?;
+    assert_eq!((av.as_str(), op.as_str()), (format!("{group}/v2").as_str(), "Update"));
+    assert!(fields.get("f:status").is_some(), "{fields}");
+
+    // The applier moves to v2 and drops the label: the prune converts {apiVersion v1, kind,
+    // status} to v2 through the webhook. Without dco's `"metadata": {}` this fails with
+    // "failed to prune fields: failed add back owned items: failed to convert pruned object at
+    // version <group>/v2: ... missing metadata in converted object".
+    let second = v2
+        .patch(
+            "w",
+            &ssa,
+            &Patch::Apply(json!({"apiVersion": format!("{group}/v2"), "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {"storageGB": 20}})),
+        )
+        .await
+        .context("the apply at v2 (its prune converts a fragment without metadata)")?;
+    assert_eq!(second.data["spec"], json!({"storageGB": 20, "color": "blue"}));
+    assert_eq!(second.data["status"], json!({"phase": "Ready"}));
+    assert_eq!(second.metadata.name.as_deref(), Some("w"));
+    assert!(second.metadata.labels.as_ref().is_none_or(|l| !l.contains_key(LABEL)), "{:?}", second.metadata);
+    let (av, _, fields) = managed(&second, APPLIER).context("the applier's managedFields entry")?;
+    assert_eq!(av, format!("{group}/v2"));
+    assert!(fields.get("f:metadata").is_none(), "the label is no longer the applier's: {fields}");
+
+    // Read back at the spoke: a full object, converted as usual.
+    let back = v1.get("w").await?;
+    assert_eq!(back.data["spec"], json!({"storageSize": 20, "color": "blue"}));
+    assert!(back.metadata.labels.as_ref().is_none_or(|l| !l.contains_key(LABEL)));
+
+    crds.delete(&target, &DeleteParams::default()).await?;
+    t.cleanup().await;
+    drop(guard);
+    Ok(())
+}
