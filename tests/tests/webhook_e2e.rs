@@ -19,10 +19,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Resource;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use dco_tests::{TestEnv, wait_deployment_available, wait_for};
@@ -113,12 +110,9 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     let cluster_role = format!("dco-webhook-{ns}");
     let mut guard = ClusterScoped(Vec::new());
 
-    // The dco CRDs (idempotent; other tests may have applied them).
+    // The dco CRDs (idempotent; other tests may have applied them), served before first use.
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in dco_api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd)).await?;
-    }
     let cws_ar = ar::<dco_api::ConversionWebhookServer>();
     let ccc_ar = ar::<dco_api::CRDConversionConfig>();
     let cws: Api<DynamicObject> = Api::all_with(client.clone(), &cws_ar);
@@ -134,8 +128,11 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
         apply(
             &cws,
             name,
+            // The replicas see this test's configs only: other tests' leftovers in a shared
+            // cluster must not change what they hold.
             json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-            "metadata": {"name": name}, "spec": {"namespace": ns, "replicas": 2}}),
+            "metadata": {"name": name}, "spec": {"namespace": ns, "replicas": 2,
+                "cacheSelector": {"matchLabels": {"dco-e2e-webhook": ns}}}}),
         )
         .await?;
     }
@@ -209,7 +206,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     apply(&crds, &target, crd(Some(&instance))).await?;
     let cfg = |server: &str| {
         json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
-        "metadata": {"name": config},
+        "metadata": {"name": config, "labels": {"dco-e2e-webhook": ns}},
         "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "webhookServerRef": {"name": server},
             "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
                 "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}})
@@ -340,7 +337,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
         &cccs,
         &later_config,
         json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
-        "metadata": {"name": later_config},
+        "metadata": {"name": later_config, "labels": {"dco-e2e-webhook": ns}},
         "spec": {"targetCRD": {"name": later}, "hubVersion": "v2", "webhookServerRef": {"name": instance},
             "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
                 "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}}),
