@@ -1,0 +1,276 @@
+//! The admission webhook's serving certificate rotates without a restart (docs/admission.md,
+//! "Registration"): dco-operator as a Deployment of 2 Pods behind the Service it applies, as
+//! in admission.rs. Deleting the leaf Secret (`<service>-tls`) is what a due rotation does to
+//! it: the next registration pass of a replica (operator/src/admission/registration.rs,
+//! every 60 s) finds no leaf, issues one from the same CA, writes it and serves it; the other
+//! replica reads it on its own next pass and swaps it in. Reviews keep coming every 20 ms all
+//! along: none may fail, both replicas end up serving the new leaf (checked over TLS against
+//! the CA, with the Service's DNS name), the caBundle is unchanged and no container restarted.
+//!
+//! Needs `target/debug/dco-operator` (the testenv's `dco-operator` image).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use dco_api::ConversionWebhookServer;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use dco_tests::{TestEnv, container_pid, pod_ready, wait_for};
+
+const MANAGER: &str = "dco-admission-rotation-test";
+const SERVICE: &str = "dco-admission";
+const PORT: u16 = 9443;
+/// Two registration passes (60 s each) and slack.
+const ROTATION: Duration = Duration::from_secs(150);
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The DER of every certificate in `pem`.
+fn ders(pem: &[u8]) -> Result<Vec<Vec<u8>>> {
+    rustls_pemfile::certs(&mut &pem[..]).map(|c| Ok(c?.to_vec())).collect()
+}
+
+/// The leaf a replica serves at `ip`, verified against `ca_pem` for `host` (as the apiserver
+/// does with the caBundle).
+async fn served_leaf(ip: &str, host: &str, ca_pem: &[u8]) -> Result<Vec<u8>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut &ca_pem[..]) {
+        roots.add(c?)?;
+    }
+    let cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let tcp = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect((ip, PORT)))
+        .await
+        .context("connect timed out")??;
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
+    let tls = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp),
+    )
+    .await
+    .context("handshake timed out")??;
+    let (_, conn) = tls.get_ref();
+    let leaf = conn.peer_certificates().and_then(|c| c.first()).context("no peer certificate")?;
+    Ok(leaf.to_vec())
+}
+
+fn secret_bytes(s: &Secret, key: &str) -> Option<Vec<u8>> {
+    s.data.as_ref()?.get(key).map(|b| b.0.clone())
+}
+
+#[tokio::test]
+async fn admission_certificate_rotates_without_a_restart_or_a_failed_review() -> Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let t = TestEnv::new("admrot").await?;
+    let result = scenario(&t).await;
+    // The configuration first: with failurePolicy Fail and the Pods gone, this test's objects
+    // could not be changed any more.
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(t.client.clone());
+    for v in vwcs.list(&ListParams::default().labels("app.kubernetes.io/name=dco-operator")).await?.items {
+        if v.metadata.name.as_deref().is_some_and(|n| n.starts_with("dco-operator-admission-"))
+            && serde_json::to_string(&v.webhooks)?.contains(&t.ns)
+        {
+            let _ =
+                vwcs.delete(v.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await;
+        }
+    }
+    let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
+    for s in servers.list(&ListParams::default().labels(&format!("dco-admrot-test={}", t.ns))).await?.items {
+        let _ = servers.delete(&s.metadata.name.clone().unwrap_or_default(), &DeleteParams::default()).await;
+    }
+    let crbs: Api<ClusterRoleBinding> = Api::all(t.client.clone());
+    let _ = crbs.delete(&format!("{}-dco-operator", t.ns), &DeleteParams::default()).await;
+    t.cleanup().await;
+    result
+}
+
+async fn scenario(t: &TestEnv) -> Result<()> {
+    let client = t.client.clone();
+    let ns = t.ns.clone();
+    let label = ("dco-admrot-test", ns.as_str());
+    let selector = format!("{}={}", label.0, label.1);
+    let pp = PatchParams::apply(MANAGER).force();
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    let sas: Api<ServiceAccount> = t.api();
+    sas.patch(
+        "dco-operator",
+        &pp,
+        &Patch::Apply(
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-operator"}}),
+        ),
+    )
+    .await?;
+    let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let crb = format!("{ns}-dco-operator");
+    crbs.patch(
+        &crb,
+        &pp,
+        &Patch::Apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": crb},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "dco-operator", "namespace": ns}]})),
+    )
+    .await?;
+
+    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
+    let deployments: Api<Deployment> = t.api();
+    deployments
+        .patch("dco-operator", &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dco-operator"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "dco-admrot"}},
+                "template": {"metadata": {"labels": {"app": "dco-admrot"}},
+                    "spec": {"serviceAccountName": "dco-operator", "terminationGracePeriodSeconds": 5,
+                        "containers": [{"name": "operator", "image": "dco-operator:dev",
+                            "args": ["--namespace", ns, "--selector", selector,
+                                "--metrics-listen", "$(POD_IP):8080",
+                                "--webhook-listen", "$$(POD_IP):9443",
+                                "--admission-service", format!("{ns}/{SERVICE}"),
+                                "--admission-listen", format!("$(POD_IP):{PORT}"),
+                                "--admission-pod-selector", "app=dco-admrot"],
+                            "env": [
+                                {"name": "POD_NAME", "valueFrom": field("metadata.name")},
+                                {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
+                                {"name": "POD_IP", "valueFrom": field("status.podIP")},
+                                {"name": "RUST_LOG", "value": "info"}],
+                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1}}]}}}})))
+        .await?;
+    let pods: Api<Pod> = t.api();
+    let ready = || async {
+        wait_for("2 Ready operator Pods", WAIT, || async {
+            let l = pods.list(&ListParams::default().labels("app=dco-admrot")).await?;
+            let r: Vec<Pod> = l.items.into_iter().filter(pod_ready).collect();
+            Ok((r.len() == 2).then_some(r))
+        })
+        .await
+    };
+    let before_pods = ready().await?;
+
+    // A second default server is refused: the rule the load below relies on.
+    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
+    let server = |name: &str, default: bool| -> ConversionWebhookServer {
+        serde_json::from_value(json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+            "metadata": {"name": name, "labels": {label.0: label.1}}, "spec": {"default": default, "replicas": 0}}))
+        .expect("a server")
+    };
+    let (d, d2) = (format!("{ns}-d"), format!("{ns}-d2"));
+    servers.create(&PostParams::default(), &server(&d, true)).await?;
+    let dry = PostParams { dry_run: true, ..PostParams::default() };
+    wait_for("the webhook to answer", WAIT, || async {
+        Ok(match servers.create(&dry, &server(&d2, true)).await {
+            Err(kube::Error::Api(e)) if e.message.contains("already has spec.default: true") => Some(()),
+            _ => None,
+        })
+    })
+    .await?;
+
+    let secrets: Api<Secret> = t.api();
+    let (ca_name, tls_name) = (format!("{SERVICE}-ca"), format!("{SERVICE}-tls"));
+    let host = format!("{SERVICE}.{ns}.svc");
+    let ca_pem = secret_bytes(&secrets.get(&ca_name).await?, "ca.crt").context("the CA")?;
+    let old_leaf = ders(&secret_bytes(&secrets.get(&tls_name).await?, "tls.crt").context("the leaf")?)?;
+    let old_leaf = old_leaf.first().context("a leaf certificate")?.clone();
+    let ips: Vec<String> = before_pods
+        .iter()
+        .map(|p| p.status.as_ref().and_then(|s| s.pod_ip.clone()).context("a Pod IP"))
+        .collect::<Result<_>>()?;
+    let pids: Vec<(String, u32)> = before_pods
+        .iter()
+        .map(|p| {
+            Ok((p.metadata.name.clone().unwrap_or_default(), container_pid(p, "operator").context("pid")?))
+        })
+        .collect::<Result<_>>()?;
+    // Each replica serves the Secret's leaf once its pass has run since start.
+    for ip in &ips {
+        wait_for(&format!("{ip} to serve the Secret's leaf"), ROTATION, || async {
+            Ok((served_leaf(ip, &host, &ca_pem).await.ok() == Some(old_leaf.clone())).then_some(()))
+        })
+        .await?;
+    }
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let ca_bundle = || async {
+        let l = vwcs.list(&ListParams::default().labels("app.kubernetes.io/name=dco-operator")).await?;
+        let v = l
+            .items
+            .into_iter()
+            .find(|v| serde_json::to_string(&v.webhooks).unwrap_or_default().contains(&ns))
+            .context("the operator's ValidatingWebhookConfiguration")?;
+        let hooks = serde_json::to_value(&v.webhooks)?;
+        anyhow::Ok(hooks[0]["clientConfig"]["caBundle"].clone())
+    };
+    let bundle_before = ca_bundle().await?;
+
+    // Reviews every 20 ms (dry-run: nothing is stored), half refused by the rule.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (servers, stop) = (servers.clone(), stop.clone());
+        let (d2, lbl) = (d2.clone(), (label.0.to_string(), label.1.to_string()));
+        tokio::spawn(async move {
+            let (mut admitted, mut denied, mut failed) = (0u64, 0u64, Vec::<String>::new());
+            let dry = PostParams { dry_run: true, ..PostParams::default() };
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let bad = i.is_multiple_of(2);
+                let name = if bad { d2.clone() } else { format!("{d2}-ok-{i}") };
+                let obj: ConversionWebhookServer = serde_json::from_value(json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+                    "metadata": {"name": name, "labels": {lbl.0.clone(): lbl.1.clone()}}, "spec": {"default": bad, "replicas": 0}}))
+                .expect("a server");
+                match servers.create(&dry, &obj).await {
+                    Ok(_) if !bad => admitted += 1,
+                    Err(kube::Error::Api(e))
+                        if bad && e.message.contains("already has spec.default: true") =>
+                    {
+                        denied += 1
+                    }
+                    Ok(_) => failed.push("a second default admitted".into()),
+                    Err(e) => failed.push(e.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (admitted, denied, failed)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let deleted = Instant::now();
+    secrets.delete(&tls_name, &DeleteParams::default()).await?;
+    let new_leaf = wait_for("a replica to issue a new leaf", ROTATION, || async {
+        let Some(s) = secrets.get_opt(&tls_name).await? else { return Ok(None) };
+        let leaf =
+            secret_bytes(&s, "tls.crt").map(|p| ders(&p)).transpose()?.and_then(|d| d.first().cloned());
+        Ok(leaf.filter(|l| *l != old_leaf))
+    })
+    .await?;
+    eprintln!("new leaf in the Secret {:?} after deleting it", deleted.elapsed());
+    for ip in &ips {
+        wait_for(&format!("{ip} to serve the new leaf"), ROTATION, || async {
+            Ok((served_leaf(ip, &host, &ca_pem).await.ok() == Some(new_leaf.clone())).then_some(()))
+        })
+        .await?;
+        eprintln!("{ip} serves the new leaf {:?} after the delete", deleted.elapsed());
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (admitted, denied, failed) = load.await?;
+    let total = admitted + denied + failed.len() as u64;
+    eprintln!(
+        "during the rotation: {total} reviews, {admitted} admitted, {denied} refused with the rule's message, {} failed {:?}",
+        failed.len(),
+        failed.iter().take(3).collect::<Vec<_>>()
+    );
+    ensure!(failed.is_empty(), "{} of {total} reviews failed during the rotation: {failed:?}", failed.len());
+    ensure!(admitted > 20 && denied > 20, "too little load: {admitted} admitted, {denied} denied");
+
+    // Same CA, so the caBundle did not change; the same processes serve.
+    ensure!(ca_bundle().await? == bundle_before, "the caBundle changed on a leaf rotation");
+    for (name, pid) in pids {
+        let p = pods.get(&name).await?;
+        ensure!(pod_ready(&p), "{name} not Ready");
+        ensure!(container_pid(&p, "operator") == Some(pid), "{name} restarted");
+    }
+    Ok(())
+}
