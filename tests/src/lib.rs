@@ -655,6 +655,66 @@ pub async fn install_dco_crds(client: &Client, manager: &str) -> Result<()> {
     Ok(())
 }
 
+/// What the operator gives a server's replicas, set up by hand for a test that runs a
+/// dco-webhook Deployment named `instance` itself in `t`'s namespace: ServiceAccount
+/// `dco-webhook`; ClusterRole and ClusterRoleBinding `cluster_role` (read dco's kinds and the
+/// targets cluster-wide, get Pods); Leases in the namespace only; the serving Secret
+/// `dco-webhook-tls` for the Service's DNS names; and Service `instance` (443 → 9443, Pods
+/// labelled `app: <instance>`). Returns the CA (PEM) a target's `caBundle` carries. The caller
+/// removes the two cluster-scoped objects.
+pub async fn hand_run_webhook_setup(
+    t: &TestEnv,
+    manager: &str,
+    instance: &str,
+    cluster_role: &str,
+) -> Result<String> {
+    use k8s_openapi::api::core::v1::{Secret, Service};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use serde_json::json;
+    let ns = &t.ns;
+    let sa = json!({"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns});
+    apply_as(
+        &t.api::<ServiceAccount>(),
+        manager,
+        "dco-webhook",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-webhook"}}),
+    )
+    .await?;
+    apply_as(&Api::<ClusterRole>::all(t.client.clone()), manager, cluster_role, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": cluster_role},
+        "rules": [
+            {"apiGroups": ["conversion.dco.rs"], "resources": ["xrdconversionconfigs", "crdconversionconfigs", "conversionwebhookservers"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apiextensions.crossplane.io"], "resources": ["compositeresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        ]})).await?;
+    apply_as(&Api::<ClusterRoleBinding>::all(t.client.clone()), manager, cluster_role, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": cluster_role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [sa]})).await?;
+    apply_as(&t.api::<Role>(), manager, "dco-webhook-leases", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "dco-webhook-leases"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "patch"]}]})).await?;
+    apply_as(&t.api::<RoleBinding>(), manager, "dco-webhook-leases", json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "dco-webhook-leases"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dco-webhook-leases"},
+        "subjects": [sa]})).await?;
+    let (ca, crt, key) =
+        serving_cert(&[format!("{instance}.{ns}.svc"), format!("{instance}.{ns}.svc.cluster.local")])?;
+    apply_as(
+        &t.api::<Secret>(),
+        manager,
+        "dco-webhook-tls",
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "dco-webhook-tls"}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca}}),
+    )
+    .await?;
+    apply_as(&t.api::<Service>(), manager, instance, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": instance},
+        "spec": {"selector": {"app": instance}, "ports": [{"name": "https", "port": 443, "targetPort": 9443}]}})).await?;
+    Ok(ca)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Resource;
 use kube::api::{
@@ -95,49 +94,10 @@ async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_servi
     )
     .await?;
 
-    // RBAC as the operator grants it.
+    // RBAC, the serving Secret and the Service, as the operator would make them.
     guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
     guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
-    apply(
-        &Api::<ServiceAccount>::namespaced(client.clone(), &ns),
-        "dco-webhook",
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-webhook"}}),
-    )
-    .await?;
-    apply(&Api::<ClusterRole>::all(client.clone()), &cluster_role, json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": cluster_role},
-        "rules": [
-            {"apiGroups": ["conversion.dco.rs"], "resources": ["xrdconversionconfigs", "crdconversionconfigs", "conversionwebhookservers"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["apiextensions.crossplane.io"], "resources": ["compositeresourcedefinitions"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
-        ]})).await?;
-    apply(&Api::<ClusterRoleBinding>::all(client.clone()), &cluster_role, json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": cluster_role},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
-        "subjects": [{"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns}]})).await?;
-    apply(&t.api::<Role>(), "dco-webhook-leases", json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "dco-webhook-leases"},
-        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "patch"]}]})).await?;
-    apply(&t.api::<RoleBinding>(), "dco-webhook-leases", json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "dco-webhook-leases"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dco-webhook-leases"},
-        "subjects": [{"kind": "ServiceAccount", "name": "dco-webhook", "namespace": ns}]})).await?;
-
-    let (ca, crt, key) = dco_tests::serving_cert(&[
-        format!("{instance}.{ns}.svc"),
-        format!("{instance}.{ns}.svc.cluster.local"),
-    ])?;
-    apply(
-        &t.api::<Secret>(),
-        "dco-webhook-tls",
-        json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "dco-webhook-tls"}, "type": "kubernetes.io/tls",
-        "stringData": {"tls.crt": crt, "tls.key": key, "ca.crt": ca}}),
-    )
-    .await?;
-    apply(&t.api::<Service>(), &instance, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": instance},
-        "spec": {"selector": {"app": instance}, "ports": [{"name": "https", "port": 443, "targetPort": 9443}]}})).await?;
+    let ca = dco_tests::hand_run_webhook_setup(&t, MANAGER, &instance, &cluster_role).await?;
 
     // Two targets alike but for the policy: v2 stores spec.storageGB, v1 calls it
     // spec.storageSize.
