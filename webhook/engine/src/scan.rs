@@ -1373,9 +1373,16 @@ mod tests {
             let theirs = serde_json::from_str::<serde_json::Value>(&text);
             // The one deliberate difference: a number beyond f64 (1e400) is JSON to the
             // scanner, which keeps every number's digits as text (lazy.rs
-            // `numbers_keep_their_digits_on_every_path`); serde_json refuses it.
-            let out_of_range = theirs.as_ref().is_err_and(|e| e.to_string().starts_with("number out of range"));
-            prop_assert_eq!(ours, theirs.is_ok() || out_of_range, "{:?}", text);
+            // `numbers_keep_their_digits_on_every_path`); serde_json's Value refuses it.
+            // There the syntax alone decides: `IgnoredAny` reads numbers without their
+            // value, so "1e310{" is still refused for the brace.
+            let theirs = match theirs {
+                Err(e) if e.to_string().starts_with("number out of range") => {
+                    serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok()
+                }
+                other => other.is_ok(),
+            };
+            prop_assert_eq!(ours, theirs, "{:?}", text);
         }
 
         /// The same on bytes: multi-byte characters, valid and broken, inside and outside
