@@ -176,6 +176,33 @@ fn text(data: Option<&BTreeMap<String, Vec<u8>>>, key: &str) -> Option<String> {
     data?.get(key).and_then(|v| String::from_utf8(v.clone()).ok()).filter(|s| !s.trim().is_empty())
 }
 
+/// The CA certificate (PEM) in the serving Secret's `ca.crt` bundle that signed its
+/// `tls.crt`, when both are still valid at `now`.
+fn signer_of_served_leaf(tls: Option<&BTreeMap<String, Vec<u8>>>, now: i64) -> Option<String> {
+    let leaf = parse(tls?.get(TLS_CRT)?).filter(|l| l.not_after > now)?;
+    let bundle = tls?.get(CA_CRT)?;
+    x509_parser::pem::Pem::iter_from_buffer(bundle).filter_map(Result::ok).find_map(|pem| {
+        let ca = pem.parse_x509().ok()?;
+        let live = ca.validity().not_after.timestamp() > now;
+        (live && signed_by(&leaf.der, &pem.contents)).then(|| {
+            let b64 = base64_lines(&pem.contents);
+            format!("-----BEGIN CERTIFICATE-----\n{b64}-----END CERTIFICATE-----\n")
+        })
+    })
+}
+
+/// DER as the base64 body of a PEM block, 64 characters a line.
+fn base64_lines(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::with_capacity(b64.len() + b64.len() / 64 + 1);
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
+        out.push('\n');
+    }
+    out
+}
+
 /// Decide and produce what the two Secrets must hold at `now` for `host`.
 pub fn ensure(
     server: &str,
@@ -212,8 +239,13 @@ pub fn ensure(
                 "the CA expires within the renewal window: rotated the CA".to_string()
             });
             // Still trusted until it expires, so leaves it signed keep verifying meanwhile.
-            let keep_old =
-                old_cert.filter(|_| ca_usable && parsed_ca.as_ref().is_some_and(|p| p.not_after > now));
+            // When the CA Secret lost it (deleted, or a key that no longer matches), the CA
+            // that signed the leaf the replicas serve now is still in the serving Secret's
+            // bundle: keep trusting that one, or every replica fails the apiserver's TLS
+            // check until it reloads the new leaf (docs/operations.md, "Certificates").
+            let keep_old = old_cert
+                .filter(|_| ca_usable && parsed_ca.as_ref().is_some_and(|p| p.not_after > now))
+                .or_else(|| signer_of_served_leaf(current.tls, now));
             let (c, k) = new_ca(server, now, life)?;
             (c, k, keep_old, true)
         }
@@ -231,8 +263,13 @@ pub fn ensure(
         None => ca_cert.clone(),
     };
 
-    // 2. The leaf: keep it while it covers the host, is signed by the current CA, matches its
-    //    key and lives long enough.
+    // 2. The leaf: keep it while it covers the host, is signed by the current CA (or by the
+    //    previous one, still in the bundle), matches its key and lives long enough. A leaf of
+    //    the previous CA is kept until its own renewal: by then the new CA has been in every
+    //    caBundle for a while, whereas a new leaf issued at once could be served before the
+    //    apiserver trusts the CA that signed it.
+    let previous_der: Vec<Vec<u8>> =
+        previous.iter().filter_map(|p| parse(p.as_bytes())).map(|p| p.der).collect();
     let leaf_cert = text(current.tls, TLS_CRT);
     let leaf_key = text(current.tls, TLS_KEY);
     let parsed_leaf = leaf_cert.as_deref().and_then(|c| parse(c.as_bytes()));
@@ -241,7 +278,7 @@ pub fn ensure(
         (Some(p), Some(k)) => {
             if !p.dns_names.iter().any(|n| n == host) {
                 Some(format!("the serving certificate does not cover {host}: reissued"))
-            } else if !signed_by(&p.der, &ca_der) {
+            } else if !signed_by(&p.der, &ca_der) && !previous_der.iter().any(|d| signed_by(&p.der, d)) {
                 Some("the serving certificate is not signed by the current CA: reissued".to_string())
             } else if !key_matches(k.as_bytes(), &p.der) {
                 Some("tls.key does not match tls.crt: reissued".to_string())
@@ -374,6 +411,40 @@ mod tests {
         .unwrap();
         assert!(!r2.write_ca.unwrap().contains_key(PREVIOUS_CA_CRT));
         assert_eq!(r2.ca_bundle.as_bytes(), new_ca[CA_CRT].as_slice());
+    }
+
+    #[test]
+    fn a_deleted_ca_secret_keeps_the_ca_of_the_served_leaf_trusted() {
+        let o = first();
+        let (ca, tls) = (o.write_ca.unwrap(), o.write_tls.unwrap());
+        let old_ca = std::str::from_utf8(&ca[CA_CRT]).unwrap().trim_end().to_string();
+        let r = ensure("a", HOST, Current { ca: None, tls: Some(&tls) }, NOW + DAY, &Lifetimes::default())
+            .unwrap();
+        assert_eq!(r.reasons[0], "created a CA");
+        let new_ca = r.write_ca.unwrap();
+        assert_ne!(new_ca[CA_CRT], ca[CA_CRT]);
+        // The replicas still serve the old leaf until they reload: its CA stays in the bundle.
+        assert_eq!(std::str::from_utf8(&new_ca[PREVIOUS_CA_CRT]).unwrap().trim_end(), old_ca);
+        assert!(r.ca_bundle.contains(&old_ca), "{}", r.ca_bundle);
+        assert!(r.ca_bundle.contains(std::str::from_utf8(&new_ca[CA_CRT]).unwrap().trim_end()));
+        // The served leaf stays (the apiserver may not trust the new CA yet); only the
+        // serving Secret's ca.crt changes, to the bundle the targets get.
+        let new_tls = r.write_tls.unwrap();
+        assert_eq!(new_tls[TLS_CRT], tls[TLS_CRT]);
+        assert_eq!(new_tls[CA_CRT], r.ca_bundle.as_bytes());
+        // The next pass, with both Secrets as written, changes nothing.
+        let same = Current { ca: Some(&new_ca), tls: Some(&new_tls) };
+        let r2 = ensure("a", HOST, same.clone(), NOW + DAY, &Lifetimes::default()).unwrap();
+        assert_eq!((r2.write_ca, r2.write_tls, r2.ca_bundle.clone()), (None, None, r.ca_bundle.clone()));
+        // At its renewal the leaf comes from the new CA, the old one still trusted.
+        let renewal = ensure("a", HOST, same, NOW + 340 * DAY, &Lifetimes::default()).unwrap();
+        let leaf = parse(&renewal.write_tls.unwrap()[TLS_CRT]).unwrap();
+        assert!(signed_by(&leaf.der, &parse(&new_ca[CA_CRT]).unwrap().der));
+        assert!(renewal.ca_bundle.contains(&old_ca));
+        // Both Secrets deleted: nothing is left to trust but the new CA.
+        let r3 = ensure("a", HOST, Current::default(), NOW + DAY, &Lifetimes::default()).unwrap();
+        assert!(!r3.ca_bundle.contains(&old_ca));
+        assert!(!r3.write_ca.unwrap().contains_key(PREVIOUS_CA_CRT));
     }
 
     #[test]
