@@ -17,10 +17,12 @@ var defaultImages = map[string]string{
 	"convctl":      "target/debug/convctl",
 }
 
-// imageMap maps image repositories to local binaries. Sources, later ones win:
-// the built-in defaults, DCO_TESTENV_IMAGES (NAME=PATH,NAME=PATH), the
-// --image flags, and the image map file (NAME=PATH lines, '#' comments),
-// which is re-read on every lookup so tests can add entries at run time.
+// imageMap maps image repositories, or repositories at one tag, to local
+// binaries. Sources, later ones win for the same key: the built-in defaults,
+// DCO_TESTENV_IMAGES (NAME=PATH,NAME=PATH), the --image flags, and the image
+// map file (NAME=PATH lines, '#' comments), which is re-read on every lookup
+// so tests can add entries at run time. NAME is a repository or a repository
+// with a tag (NAME:TAG); see resolve for which entry an image takes.
 type imageMap struct {
 	repoRoot string
 	file     string
@@ -73,29 +75,45 @@ func (m *imageMap) entries() map[string]string {
 
 // imageRepository strips the tag and digest: "reg:5000/a/b:v1@sha256:.." -> "reg:5000/a/b".
 func imageRepository(image string) string {
+	repo, _ := splitImage(image)
+	return repo
+}
+
+// splitImage splits an image into its repository and tag, dropping a digest:
+// "reg:5000/a/b:v1@sha256:.." -> ("reg:5000/a/b", "v1"). An image without a
+// tag has the tag "latest", as for the kubelet's runtime.
+func splitImage(image string) (repo, tag string) {
 	if i := strings.Index(image, "@"); i >= 0 {
 		image = image[:i]
 	}
 	slash := strings.LastIndex(image, "/")
 	if i := strings.LastIndex(image, ":"); i > slash {
-		image = image[:i]
+		return image[:i], image[i+1:]
 	}
-	return image
+	return image, "latest"
 }
 
-// resolve finds the binary for an image. The full repository is tried
-// first ("ghcr.io/org/dco-webhook"), then its last path element
-// ("dco-webhook"). The error says why the image cannot run.
+// resolve finds the binary for an image. Entries with the image's tag
+// ("NAME:TAG=PATH") win over entries without one ("NAME=PATH"), so a test
+// can map a new tag to a rebuilt binary while the old tag keeps its own;
+// within each, the full repository ("ghcr.io/org/dco-webhook") is tried
+// before its last path element ("dco-webhook"). The error says why the
+// image cannot run.
 func (m *imageMap) resolve(image string) (string, error) {
-	repo := imageRepository(image)
+	repo, tag := splitImage(image)
+	name := repo[strings.LastIndex(repo, "/")+1:]
 	entries := m.entries()
-	path, ok := entries[repo]
-	if !ok {
-		path, ok = entries[repo[strings.LastIndex(repo, "/")+1:]]
+	var path string
+	ok := false
+	for _, key := range []string{repo + ":" + tag, name + ":" + tag, repo, name} {
+		if path, ok = entries[key]; ok {
+			break
+		}
 	}
 	if !ok {
 		return "", &imageError{reason: "ImageNotMapped", msg: fmt.Sprintf(
-			"image %q: repository %q is not in the testenv image map (add NAME=PATH to %s or use --image)", image, repo, m.file)}
+			"image %q: neither %q nor repository %q is in the testenv image map (add NAME=PATH or NAME:TAG=PATH to %s or use --image)",
+			image, name+":"+tag, repo, m.file)}
 	}
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(m.repoRoot, path)
