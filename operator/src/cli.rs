@@ -84,6 +84,11 @@ pub struct Args {
     /// hash of --selector appended when it is set, so several operators keep one each).
     #[arg(long, env = "DCO_ADMISSION_WEBHOOK_NAME")]
     pub admission_webhook_name: Option<String>,
+    /// Apply dco's CRDs from the YAML files in this directory, wait until each is Established,
+    /// and exit without starting the operator (crds.rs): the chart's pre-upgrade hook, since
+    /// helm never upgrades a chart's `crds/`.
+    #[arg(long, value_name = "DIR")]
+    pub apply_crds: Option<std::path::PathBuf>,
 }
 
 fn parse_service(s: &str) -> Result<(String, String), String> {

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod context;
 pub mod coordinator;
+pub mod crds;
 pub mod error;
 pub mod leases;
 pub mod membership;

@@ -24,7 +24,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(dco_operator::runtime::run(args));
+    let result = match args.apply_crds.clone() {
+        Some(dir) => runtime.block_on(dco_operator::crds::run(&dir)),
+        None => runtime.block_on(dco_operator::runtime::run(args)),
+    };
     // On this thread, off the async workers: the exporter's HTTP client blocks.
     telemetry.shutdown();
     match result {

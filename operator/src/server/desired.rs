@@ -359,20 +359,22 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
-/// Its own served-target Leases, in its own namespace only.
+/// What a replica does in its own namespace only: server-side apply its served-target Lease
+/// (webhook/src/lease.rs: apply creates or patches), and read its own Pod, the Lease's owner.
+/// Namespaced, so the operator that grants it needs these rights only where servers run
+/// (charts/dco/templates/rbac.yaml).
 pub fn role(names: &ServerNames, owner: &OwnerReference) -> Role {
     Role {
         metadata: meta(&names.workload, Some(&names.namespace), names, owner),
-        rules: Some(vec![rule(
-            &["coordination.k8s.io"],
-            &["leases"],
-            &["get", "create", "update", "patch", "list", "watch"],
-        )]),
+        rules: Some(vec![
+            rule(&["coordination.k8s.io"], &["leases"], &["get", "create", "update", "patch"]),
+            rule(&[""], &["pods"], &["get"]),
+        ]),
     }
 }
 
-/// Reading what the replicas compile and serve: configs, servers, targets, and Pods (a
-/// replica reads its own Pod to own its Lease).
+/// Reading what the replicas compile and serve, which lives cluster-wide: configs, servers
+/// and targets.
 pub fn cluster_role(names: &ServerNames, owner: &OwnerReference) -> ClusterRole {
     let read = ["get", "list", "watch"];
     ClusterRole {
@@ -385,7 +387,6 @@ pub fn cluster_role(names: &ServerNames, owner: &OwnerReference) -> ClusterRole 
             ),
             rule(&["apiextensions.k8s.io"], &["customresourcedefinitions"], &read),
             rule(&["apiextensions.crossplane.io"], &["compositeresourcedefinitions"], &read),
-            rule(&[""], &["pods"], &read),
         ]),
         aggregation_rule: None,
     }
@@ -737,13 +738,18 @@ mod tests {
         assert_eq!(role_binding(&c, &names, &o).subjects.unwrap()[0].name, "mine");
         let r = role(&names, &o).rules.unwrap();
         assert_eq!(r[0].resources.as_deref().unwrap(), ["leases"]);
-        assert!(
-            cluster_role(&names, &o)
-                .rules
-                .unwrap()
-                .iter()
-                .any(|r| r.resources.as_deref() == Some(&["pods".to_string()][..]))
+        assert_eq!(r[0].verbs, ["get", "create", "update", "patch"]);
+        assert_eq!(
+            (r[1].resources.as_deref().unwrap(), &r[1].verbs[..]),
+            (&["pods".to_string()][..], &["get".to_string()][..])
         );
+        // Nothing cluster-wide that the namespaced Role can do: no Pods, no Leases.
+        let cluster = cluster_role(&names, &o).rules.unwrap();
+        assert!(
+            cluster.iter().flat_map(|r| r.resources.iter().flatten()).all(|r| r != "pods" && r != "leases"),
+            "{cluster:?}"
+        );
+        assert!(cluster.iter().all(|r| r.verbs == ["get", "list", "watch"]), "{cluster:?}");
     }
 
     #[test]
