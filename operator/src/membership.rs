@@ -24,12 +24,56 @@ pub const COMPONENT: &str = "dco-operator";
 const ROLE_MEMBER: &str = "member";
 const ROLE_SHARD: &str = "shard";
 
-pub fn member_lease_name(id: &str) -> String {
-    format!("{COMPONENT}-member-{id}")
+/// The names of one operator's coordinator Leases. Operators that share a lease namespace
+/// with different `--selector`s manage different objects, so they must not divide one set of
+/// shards between them: each selector is a group of its own — `dco-operator`, or
+/// `dco-operator-<hash of the selector>` — in the Lease names and the component label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseNames {
+    group: String,
 }
 
-pub fn shard_lease_name(index: u32) -> String {
-    format!("{COMPONENT}-shard-{index}")
+impl Default for LeaseNames {
+    fn default() -> Self {
+        LeaseNames { group: COMPONENT.to_string() }
+    }
+}
+
+impl LeaseNames {
+    pub fn for_selector(selector: Option<&str>) -> Self {
+        match selector.filter(|s| !s.trim().is_empty()) {
+            None => LeaseNames::default(),
+            Some(s) => LeaseNames { group: format!("{COMPONENT}-{}", selector_hash(s)) },
+        }
+    }
+
+    /// The value of [`LABEL_COMPONENT`] on this group's Leases.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    pub fn member(&self, id: &str) -> String {
+        format!("{}-member-{id}", self.group)
+    }
+
+    pub fn shard(&self, index: u32) -> String {
+        format!("{}-shard-{index}", self.group)
+    }
+
+    fn member_id<'a>(&self, name: &'a str) -> Option<&'a str> {
+        name.strip_prefix(self.group.as_str())?.strip_prefix("-member-")
+    }
+
+    fn shard_index(&self, name: &str) -> Option<u32> {
+        name.strip_prefix(self.group.as_str())?.strip_prefix("-shard-")?.parse().ok()
+    }
+}
+
+/// Eight hex digits of the SHA-256 of a `--selector`: what tells apart the cluster-wide names
+/// of operators that share a cluster (these Leases, the admission configuration).
+pub fn selector_hash(selector: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(selector.as_bytes()).iter().take(4).map(|b| format!("{b:02x}")).collect()
 }
 
 /// The shard gates over this replica's owned set. [`Gate::owns`] is the reconcile gate, read
@@ -104,6 +148,7 @@ pub struct Snapshot {
 /// One replica's Coordinator: its Leases in `api` (the lease namespace).
 pub struct Membership {
     api: Api<Lease>,
+    names: LeaseNames,
     settings: Settings,
     me: String,
     last_renewal: Option<Timestamp>,
@@ -121,6 +166,7 @@ impl Membership {
         let snapshot = Snapshot { me: me.clone(), shards: settings.shards.count(), ..Snapshot::default() };
         Membership {
             api,
+            names: LeaseNames::default(),
             settings,
             me,
             last_renewal: None,
@@ -129,6 +175,12 @@ impl Membership {
             member: None,
             recorder: None,
         }
+    }
+
+    /// This operator's Lease names (default: those of an operator without `--selector`).
+    pub fn with_names(mut self, names: LeaseNames) -> Self {
+        self.names = names;
+        self
     }
 
     /// The view after each tick.
@@ -151,9 +203,9 @@ impl Membership {
 
     /// One tick at `now`.
     pub async fn tick(&mut self, now: Timestamp) -> Result<TickReport, kube::Error> {
-        let lp = ListParams::default().labels(&format!("{LABEL_COMPONENT}={COMPONENT}"));
+        let lp = ListParams::default().labels(&format!("{LABEL_COMPONENT}={}", self.names.group()));
         let leases = self.api.list(&lp).await?.items;
-        let (members, shards) = read(&leases);
+        let (members, shards) = read(&self.names, &leases);
         let view = View {
             now,
             me: &self.me,
@@ -170,7 +222,7 @@ impl Membership {
         for action in &decided.actions {
             match action {
                 Action::RenewMember => {
-                    let name = member_lease_name(&self.me);
+                    let name = self.names.member(&self.me);
                     let lease =
                         self.lease(&name, ROLE_MEMBER, Some(now), by_name.get(name.as_str()).copied());
                     match self.write(&name, lease).await? {
@@ -182,7 +234,7 @@ impl Membership {
                     }
                 }
                 Action::Take { shard, .. } | Action::Renew { shard, .. } | Action::Free { shard, .. } => {
-                    let name = shard_lease_name(*shard);
+                    let name = self.names.shard(*shard);
                     let old = by_name.get(name.as_str()).copied();
                     let holding = !matches!(action, Action::Free { .. });
                     let mut lease = self.lease(&name, ROLE_SHARD, holding.then_some(now), old);
@@ -195,7 +247,7 @@ impl Membership {
                     }
                     match self.write(&name, lease).await? {
                         Some(written) => {
-                            if let Some(l) = shard_lease(&written) {
+                            if let Some(l) = shard_lease(&self.names, &written) {
                                 after.insert(l.index, l);
                             }
                             match action {
@@ -208,7 +260,7 @@ impl Membership {
                     }
                 }
                 Action::DeleteMember { id } => {
-                    match self.api.delete(&member_lease_name(id), &DeleteParams::default()).await {
+                    match self.api.delete(&self.names.member(id), &DeleteParams::default()).await {
                         Ok(_) => report.members_deleted += 1,
                         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
                         Err(e) => return Err(e),
@@ -254,8 +306,8 @@ impl Membership {
     /// its next tick instead of waiting out the lease duration.
     pub async fn free_all(&mut self) -> Result<usize, kube::Error> {
         self.owned.send_replace(Owned::default());
-        let lp =
-            ListParams::default().labels(&format!("{LABEL_COMPONENT}={COMPONENT},{LABEL_ROLE}={ROLE_SHARD}"));
+        let lp = ListParams::default()
+            .labels(&format!("{LABEL_COMPONENT}={},{LABEL_ROLE}={ROLE_SHARD}", self.names.group()));
         let mut freed = 0;
         for l in self.api.list(&lp).await?.items {
             let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
@@ -281,7 +333,7 @@ impl Membership {
                 name: Some(name.to_string()),
                 resource_version: old.and_then(|o| o.metadata.resource_version.clone()),
                 labels: Some(BTreeMap::from([
-                    (LABEL_COMPONENT.to_string(), COMPONENT.to_string()),
+                    (LABEL_COMPONENT.to_string(), self.names.group().to_string()),
                     (LABEL_ROLE.to_string(), role.to_string()),
                     (dco_api::LABEL_MANAGED_BY.to_string(), dco_api::MANAGED_BY.to_string()),
                 ])),
@@ -322,18 +374,23 @@ impl Membership {
 /// replica freed a shard Lease, or a member joined. Not our own renewals, which would loop.
 pub struct Nudges {
     namespace: String,
+    group: String,
     me: String,
     members: std::collections::BTreeSet<String>,
 }
 
 impl Nudges {
-    pub fn new(namespace: String, replica_id: &str) -> Self {
-        Nudges { namespace, me: member_lease_name(replica_id), members: Default::default() }
+    pub fn new(namespace: String, names: &LeaseNames, replica_id: &str) -> Self {
+        let group = names.group().to_string();
+        Nudges { namespace, group, me: names.member(replica_id), members: Default::default() }
     }
 
     /// Whether this applied Lease calls for a tick now.
     pub fn observe(&mut self, l: &Lease) -> bool {
-        if l.metadata.namespace.as_deref() != Some(self.namespace.as_str()) {
+        let labels = l.metadata.labels.as_ref();
+        if l.metadata.namespace.as_deref() != Some(self.namespace.as_str())
+            || labels.and_then(|m| m.get(LABEL_COMPONENT)) != Some(&self.group)
+        {
             return false;
         }
         let role = l.metadata.labels.as_ref().and_then(|m| m.get(LABEL_ROLE)).map(String::as_str);
@@ -372,6 +429,7 @@ impl Thread {
     pub async fn start(
         config: kube::Config,
         namespace: String,
+        names: LeaseNames,
         settings: Settings,
         me: String,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
@@ -404,7 +462,8 @@ impl Thread {
                     instance: Some(me.clone()),
                 };
                 let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
-                let mut m = Membership::new(Api::namespaced(client, &namespace), settings, me);
+                let mut m =
+                    Membership::new(Api::namespaced(client, &namespace), settings, me).with_names(names);
                 m.recorder = Some(recorder);
                 m.tick_and_report(&metrics, &mut || {}).await;
                 if primed_tx.send(Ok((m.gate(), m.owned(), m.snapshot()))).is_err() {
@@ -570,7 +629,7 @@ const NUDGE_GAP: std::time::Duration = std::time::Duration::from_millis(200);
 const WAKE_MARGIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The member and shard Leases among `leases`, by role label and name.
-fn read(leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLease>) {
+fn read(names: &LeaseNames, leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLease>) {
     let mut members = Vec::new();
     let mut shards = Vec::new();
     for l in leases {
@@ -578,19 +637,19 @@ fn read(leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLease>) {
         match role {
             Some(ROLE_MEMBER) => {
                 let Some(name) = l.metadata.name.as_deref() else { continue };
-                let Some(id) = name.strip_prefix(&format!("{COMPONENT}-member-")) else { continue };
+                let Some(id) = names.member_id(name) else { continue };
                 let renewed = l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
                 members.push(MemberLease { id: id.to_string(), renewed });
             }
-            Some(ROLE_SHARD) => shards.extend(shard_lease(l)),
+            Some(ROLE_SHARD) => shards.extend(shard_lease(names, l)),
             _ => {}
         }
     }
     (members, shards)
 }
 
-fn shard_lease(l: &Lease) -> Option<ShardLease> {
-    let index = l.metadata.name.as_deref()?.strip_prefix(&format!("{COMPONENT}-shard-"))?.parse().ok()?;
+fn shard_lease(names: &LeaseNames, l: &Lease) -> Option<ShardLease> {
+    let index = names.shard_index(l.metadata.name.as_deref()?)?;
     let spec = l.spec.clone().unwrap_or_default();
     Some(ShardLease {
         index,
@@ -713,17 +772,50 @@ mod gate_tests {
     use super::*;
 
     #[test]
+    fn each_selector_has_lease_names_of_its_own() {
+        let (none, a, b) = (
+            LeaseNames::for_selector(None),
+            LeaseNames::for_selector(Some("team=a")),
+            LeaseNames::for_selector(Some("team=b")),
+        );
+        assert_eq!(none, LeaseNames::for_selector(Some(" ")));
+        assert_eq!(
+            (none.member("op-a").as_str(), none.shard(7).as_str()),
+            ("dco-operator-member-op-a", "dco-operator-shard-7")
+        );
+        assert_eq!(a.group(), format!("dco-operator-{}", selector_hash("team=a")));
+        assert_ne!(a.group(), b.group());
+        assert_eq!(a.member_id(&a.member("op-1")), Some("op-1"));
+        assert_eq!(a.shard_index(&a.shard(31)), Some(31));
+        // The names of one group never read as another's.
+        assert_eq!(none.member_id(&a.member("op-1")), None);
+        assert_eq!(none.shard_index(&a.shard(3)), None);
+        assert_eq!(a.shard_index(&b.shard(3)), None);
+        assert_eq!(a.shard_index(&format!("{}-shard-x", a.group())), None);
+    }
+
+    #[test]
     fn a_freed_shard_and_a_new_member_nudge_our_own_renewals_do_not() {
-        let lease = |ns: &str, name: &str, role: &str, holder: Option<&str>| Lease {
+        let in_group = |group: &str, ns: &str, name: &str, role: &str, holder: Option<&str>| Lease {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(ns.into()),
-                labels: Some(BTreeMap::from([(LABEL_ROLE.to_string(), role.to_string())])),
+                labels: Some(BTreeMap::from([
+                    (LABEL_ROLE.to_string(), role.to_string()),
+                    (LABEL_COMPONENT.to_string(), group.to_string()),
+                ])),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec { holder_identity: holder.map(str::to_string), ..LeaseSpec::default() }),
         };
-        let mut n = Nudges::new("dco-system".into(), "op-a");
+        let lease = |ns: &str, name: &str, role: &str, holder: Option<&str>| {
+            in_group(COMPONENT, ns, name, role, holder)
+        };
+        let mut n = Nudges::new("dco-system".into(), &LeaseNames::default(), "op-a");
+        // Another operator's group (its own --selector) is none of this one's business.
+        let other = LeaseNames::for_selector(Some("team=b"));
+        assert!(!n.observe(&in_group(other.group(), "dco-system", &other.shard(3), ROLE_SHARD, None)));
+        assert!(!n.observe(&in_group(other.group(), "dco-system", &other.member("x"), ROLE_MEMBER, None)));
         assert!(n.observe(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, None)));
         assert!(n.observe(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, Some(""))));
         assert!(!n.observe(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, Some("op-b"))));

@@ -306,9 +306,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .check()
         .map_err(|e| anyhow::anyhow!("{e}; fix --lease-duration or --lease-renew-interval"))?;
     let lease_ns = args.lease_namespace.clone().unwrap_or_else(|| args.namespace.clone());
+    let lease_names = membership::LeaseNames::for_selector(args.selector.as_deref());
     let coordinator = membership::Thread::start(
         kube_config.clone(),
         lease_ns.clone(),
+        lease_names.clone(),
         coordination,
         args.replica_id(),
         metrics.clone(),
@@ -448,7 +450,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // tick now rather than at its next interval (membership::run).
     let coordinator_nudges = {
         let nudge = coordinator.nudge.clone();
-        let mut nudges = membership::Nudges::new(lease_ns, &args.replica_id());
+        let mut nudges = membership::Nudges::new(lease_ns, &lease_names, &args.replica_id());
         move |ev: &watcher::Result<watcher::Event<Lease>>| {
             if let Ok(watcher::Event::Apply(l)) = ev
                 && nudges.observe(l)

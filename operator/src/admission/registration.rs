@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::serve::{CertResolver, certified_key};
 use crate::context::FIELD_MANAGER;
@@ -55,13 +54,7 @@ pub struct Registration {
 pub fn default_webhook_name(selector: Option<&str>) -> String {
     match selector.filter(|s| !s.is_empty()) {
         None => "dco-operator-admission".to_string(),
-        Some(s) => {
-            let d = Sha256::digest(s.as_bytes());
-            format!(
-                "dco-operator-admission-{}",
-                d.iter().take(4).map(|b| format!("{b:02x}")).collect::<String>()
-            )
-        }
+        Some(s) => format!("dco-operator-admission-{}", crate::membership::selector_hash(s)),
     }
 }
 
