@@ -32,6 +32,97 @@ const REAL: usize = 20;
 const MANAGER: &str = "dco-pods-test";
 const WAIT: Duration = Duration::from_secs(120);
 
+/// dco-operator as a Deployment `<app>` of the test's namespace, labelled `app=<app>`: the
+/// `dco-operator:dev` image (the testenv maps it to target/debug/dco-operator), a
+/// ServiceAccount `dco-operator` bound to cluster-admin by a ClusterRoleBinding
+/// `<ns>-dco-operator` ([`remove_operator_binding`] deletes it; the chart's least-privilege
+/// RBAC is tests/tests/chart.rs's), `--namespace`, `--selector`, `--metrics-listen
+/// $(POD_IP):8080` (readiness `/readyz` there) and `--webhook-listen $$(POD_IP):9443` (`$$`
+/// escapes the kubelet's expansion: the webhook Pods expand it), then `extra_args`.
+pub struct OperatorDeployment<'a> {
+    pub app: &'a str,
+    pub replicas: usize,
+    pub selector: &'a str,
+    pub extra_args: Vec<String>,
+    pub rust_log: &'a str,
+    pub termination_grace_s: u32,
+}
+
+impl OperatorDeployment<'_> {
+    /// Applies the ServiceAccount, the binding and the Deployment (as `manager`).
+    pub async fn apply(&self, t: &TestEnv, manager: &str) -> Result<()> {
+        let ns = &t.ns;
+        let sas: Api<ServiceAccount> = t.api();
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-operator"}});
+        crate::apply_as(&sas, manager, "dco-operator", sa).await?;
+        let crbs: Api<ClusterRoleBinding> = Api::all(t.client.clone());
+        let crb = format!("{ns}-dco-operator");
+        crate::apply_as(
+            &crbs,
+            manager,
+            &crb,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": crb},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "dco-operator", "namespace": ns}]}),
+        )
+        .await?;
+        let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
+        let mut args: Vec<String> = [
+            "--namespace",
+            ns,
+            "--selector",
+            self.selector,
+            "--metrics-listen",
+            "$(POD_IP):8080",
+            "--webhook-listen",
+            "$$(POD_IP):9443",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(self.extra_args.iter().cloned());
+        let deployments: Api<Deployment> = t.api();
+        crate::apply_as(
+            &deployments,
+            manager,
+            self.app,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": self.app},
+                "spec": {"replicas": self.replicas, "selector": {"matchLabels": {"app": self.app}},
+                    "template": {"metadata": {"labels": {"app": self.app}},
+                        "spec": {"serviceAccountName": "dco-operator",
+                            "terminationGracePeriodSeconds": self.termination_grace_s,
+                            "containers": [{"name": "operator", "image": "dco-operator:dev", "args": args,
+                                "env": [
+                                    {"name": "POD_NAME", "valueFrom": field("metadata.name")},
+                                    {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
+                                    {"name": "POD_IP", "valueFrom": field("status.podIP")},
+                                    {"name": "RUST_LOG", "value": self.rust_log}],
+                                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1}}]}}}}),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Waits until exactly `n` of its Pods are Ready, and returns them.
+    pub async fn ready(&self, t: &TestEnv, n: usize, timeout: Duration) -> Result<Vec<Pod>> {
+        let pods: Api<Pod> = t.api();
+        let selector = format!("app={}", self.app);
+        wait_for(&format!("{n} Ready operator Pods"), timeout, || async {
+            let l = pods.list(&ListParams::default().labels(&selector)).await?;
+            let r: Vec<Pod> = l.items.into_iter().filter(pod_ready).collect();
+            Ok((r.len() == n).then_some(r))
+        })
+        .await
+    }
+}
+
+/// Deletes the cluster-scoped binding [`OperatorDeployment::apply`] made (the namespace's
+/// deletion takes the rest).
+pub async fn remove_operator_binding(t: &TestEnv) {
+    let crbs: Api<ClusterRoleBinding> = Api::all(t.client.clone());
+    let _ = crbs.delete(&format!("{}-dco-operator", t.ns), &DeleteParams::default()).await;
+}
+
 /// The shard of a uid for S = 32: a power of two, so the top 5 bits of the hash.
 fn shard_of(uid: &str) -> u32 {
     (fnv1a64(uid.as_bytes()) >> 59) as u32
@@ -207,51 +298,29 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     })
     .await?;
 
-    // The operator's identity: a ServiceAccount bound to cluster-admin for this test.
-    let sas: Api<ServiceAccount> = t.api();
-    apply(
-        &sas,
-        "dco-operator",
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-operator"}}),
-    )
-    .await?;
-    let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
-    let crb = format!("{ns}-dco-operator");
-    apply(
-        &crbs,
-        &crb,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": crb},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": "dco-operator", "namespace": ns}]}),
-    )
-    .await?;
-
-    let deployments: Api<Deployment> = t.api();
-    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
-    let deployment = |replicas: usize| {
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dco-operator"},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "dco-operator"}},
-                "template": {"metadata": {"labels": {"app": "dco-operator"}},
-                    "spec": {"serviceAccountName": "dco-operator", "terminationGracePeriodSeconds": 10,
-                        "containers": [{"name": "operator", "image": "dco-operator:dev",
-                            "args": ["--namespace", ns, "--selector", selector,
-                                "--shards", SHARDS.to_string(),
-                                "--lease-duration", format!("{LEASE_DURATION_S}s"),
-                                "--lease-renew-interval", format!("{RENEW_S}s"),
-                                "--metrics-listen", "$(POD_IP):8080", "--resync", "300s",
-                                // `$$` escapes the kubelet's expansion: the webhook Pods expand it.
-                                "--webhook-listen", "$$(POD_IP):9443",
-                                "--webhook-arg=--drain-period=5s"],
-                            "env": [
-                                {"name": "POD_NAME", "valueFrom": field("metadata.name")},
-                                {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
-                                {"name": "POD_IP", "valueFrom": field("status.podIP")},
-                                // The shard gate logs every reconcile it lets through.
-                                {"name": "RUST_LOG", "value": "info,dco_operator::context=debug"}],
-                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1}}]}}}})
+    // The operator's identity is cluster-admin for this test.
+    let deployment = |replicas: usize| OperatorDeployment {
+        app: "dco-operator",
+        replicas,
+        selector: &selector,
+        extra_args: [
+            "--shards",
+            &SHARDS.to_string(),
+            "--lease-duration",
+            &format!("{LEASE_DURATION_S}s"),
+            "--lease-renew-interval",
+            &format!("{RENEW_S}s"),
+            "--resync",
+            "300s",
+            "--webhook-arg=--drain-period=5s",
+        ]
+        .map(String::from)
+        .to_vec(),
+        // The shard gate logs every reconcile it lets through.
+        rust_log: "info,dco_operator::context=debug",
+        termination_grace_s: 10,
     };
-    apply(&deployments, "dco-operator", deployment(REPLICAS)).await?;
+    deployment(REPLICAS).apply(&t, MANAGER).await?;
     let pods: Api<Pod> = t.api();
     let leases: Api<Lease> = t.api();
 
@@ -537,7 +606,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     );
 
     // Scale to 1: the survivor owns every shard (the others free theirs on SIGTERM).
-    apply(&deployments, "dco-operator", deployment(1)).await?;
+    deployment(1).apply(&t, MANAGER).await?;
     let at = Instant::now();
     let (rs1, _) = settle(1).await?;
     eprintln!("scaled to 1: {} owned all {SHARDS} shards {:?} after the scale", rs1[0].pod, at.elapsed());
@@ -545,7 +614,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     ensure!(d["selector"].is_null(), "owning everything asks for no selector: {d}");
     // And back to 3: exactly the shards that must move do, each once.
     let takes_before = transitions(&leases).await?;
-    apply(&deployments, "dco-operator", deployment(REPLICAS)).await?;
+    deployment(REPLICAS).apply(&t, MANAGER).await?;
     let at = Instant::now();
     let (_, h3) = settle(REPLICAS).await?;
     tokio::time::sleep(Duration::from_secs(RENEW_S * 2)).await;
@@ -562,7 +631,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     );
 
     // Cleanup: the operator goes first, then the finalizers it would have handled.
-    apply(&deployments, "dco-operator", deployment(0)).await?;
+    deployment(0).apply(&t, MANAGER).await?;
     wait_for("the operator Pods to go", WAIT, || async {
         Ok(pods.list(&ListParams::default().labels("app=dco-operator")).await?.items.is_empty().then_some(()))
     })
@@ -577,7 +646,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     for i in 0..REAL {
         let _ = crds.delete(&target(i), &DeleteParams::default()).await;
     }
-    let _ = crbs.delete(&crb, &DeleteParams::default()).await;
+    remove_operator_binding(&t).await;
     t.cleanup().await;
     Ok(())
 }

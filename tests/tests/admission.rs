@@ -18,13 +18,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use dco_api::ConversionWebhookServer;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use dco_tests::operator_pods::{OperatorDeployment, remove_operator_binding};
 use dco_tests::{TestEnv, container_pid, pod_ready, wait_for};
 
 const MANAGER: &str = "dco-admission-test";
@@ -117,6 +116,7 @@ async fn admission_refuses_warns_and_survives_replica_kills() -> Result<()> {
             .await;
         let _ = servers.delete(&name, &DeleteParams::default()).await;
     }
+    remove_operator_binding(&t).await;
     t.cleanup().await;
     result
 }
@@ -127,66 +127,32 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let label = ("dco-adm-test", ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
     let pp = PatchParams::apply(MANAGER).force();
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in dco_api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(&name, &pp, &Patch::Apply(&crd)).await?;
-    }
-    let sas: Api<ServiceAccount> = t.api();
-    sas.patch(
-        "dco-operator",
-        &pp,
-        &Patch::Apply(
-            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-operator"}}),
-        ),
-    )
-    .await?;
-    let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
-    let crb = format!("{ns}-dco-operator");
-    crbs.patch(
-        &crb,
-        &pp,
-        &Patch::Apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": crb},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": "dco-operator", "namespace": ns}]})),
-    )
-    .await?;
-
-    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
-    let deployments: Api<Deployment> = t.api();
-    deployments
-        .patch("dco-operator", &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dco-operator"},
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "dco-adm"}},
-                "template": {"metadata": {"labels": {"app": "dco-adm"}},
-                    "spec": {"serviceAccountName": "dco-operator", "terminationGracePeriodSeconds": 5,
-                        "containers": [{"name": "operator", "image": "dco-operator:dev",
-                            "args": ["--namespace", ns, "--selector", selector,
-                                "--metrics-listen", "$(POD_IP):8080",
-                                "--lease-duration", "9s", "--lease-renew-interval", "2s",
-                                "--webhook-listen", "$$(POD_IP):9443",
-                                "--admission-service", format!("{ns}/dco-admission"),
-                                "--admission-listen", "$(POD_IP):9443",
-                                "--admission-pod-selector", "app=dco-adm"],
-                            "env": [
-                                {"name": "POD_NAME", "valueFrom": field("metadata.name")},
-                                {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
-                                {"name": "POD_IP", "valueFrom": field("status.podIP")},
-                                {"name": "RUST_LOG", "value": "info,dco_operator::admission=debug"}],
-                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1}}]}}}})))
-        .await?;
-    let pods: Api<Pod> = t.api();
-    let ready = |n: usize| {
-        let pods = pods.clone();
-        async move {
-            wait_for(&format!("{n} Ready operator Pods"), WAIT, || async {
-                let l = pods.list(&ListParams::default().labels("app=dco-adm")).await?;
-                let r: Vec<Pod> = l.items.into_iter().filter(pod_ready).collect();
-                Ok((r.len() == n).then_some(r))
-            })
-            .await
-        }
+    let operators = OperatorDeployment {
+        app: "dco-adm",
+        replicas: 2,
+        selector: &selector,
+        extra_args: [
+            "--lease-duration",
+            "9s",
+            "--lease-renew-interval",
+            "2s",
+            "--admission-service",
+            &format!("{ns}/dco-admission"),
+            "--admission-listen",
+            "$(POD_IP):9443",
+            "--admission-pod-selector",
+            "app=dco-adm",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rust_log: "info,dco_operator::admission=debug",
+        termination_grace_s: 5,
     };
+    operators.apply(t, MANAGER).await?;
+    let pods: Api<Pod> = t.api();
+    let ready = |n: usize| operators.ready(t, n, WAIT);
     let started = Instant::now();
     ready(2).await?;
     eprintln!("2 operator Pods Ready after {:?}", started.elapsed());

@@ -6,6 +6,9 @@
 //! replica reads it on its own next pass and swaps it in. Reviews keep coming every 20 ms all
 //! along: none may fail, both replicas end up serving the new leaf (checked over TLS against
 //! the CA, with the Service's DNS name), the caBundle is unchanged and no container restarted.
+//! Then the CA Secret (`<service>-ca`) is deleted: a replica makes a new CA and the
+//! caBundle trusts it beside the old one, while the leaf signed by the old CA is kept and
+//! served (operator/src/server/certs.rs), so still no review fails.
 //!
 //! Needs `target/debug/dco-operator` (the testenv's `dco-operator` image).
 
@@ -14,14 +17,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use base64::Engine as _;
 use dco_api::ConversionWebhookServer;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
+use dco_tests::operator_pods::{OperatorDeployment, remove_operator_binding};
 use dco_tests::{TestEnv, container_pid, pod_ready, wait_for};
 
 const MANAGER: &str = "dco-admission-rotation-test";
@@ -83,8 +86,7 @@ async fn admission_certificate_rotates_without_a_restart_or_a_failed_review() ->
     for s in servers.list(&ListParams::default().labels(&format!("dco-admrot-test={}", t.ns))).await?.items {
         let _ = servers.delete(&s.metadata.name.clone().unwrap_or_default(), &DeleteParams::default()).await;
     }
-    let crbs: Api<ClusterRoleBinding> = Api::all(t.client.clone());
-    let _ = crbs.delete(&format!("{}-dco-operator", t.ns), &DeleteParams::default()).await;
+    remove_operator_binding(&t).await;
     t.cleanup().await;
     result
 }
@@ -94,60 +96,27 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let ns = t.ns.clone();
     let label = ("dco-admrot-test", ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
-    let pp = PatchParams::apply(MANAGER).force();
     dco_tests::install_dco_crds(&client, MANAGER).await?;
-    let sas: Api<ServiceAccount> = t.api();
-    sas.patch(
-        "dco-operator",
-        &pp,
-        &Patch::Apply(
-            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-operator"}}),
-        ),
-    )
-    .await?;
-    let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
-    let crb = format!("{ns}-dco-operator");
-    crbs.patch(
-        &crb,
-        &pp,
-        &Patch::Apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": crb},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": "dco-operator", "namespace": ns}]})),
-    )
-    .await?;
-
-    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
-    let deployments: Api<Deployment> = t.api();
-    deployments
-        .patch("dco-operator", &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dco-operator"},
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "dco-admrot"}},
-                "template": {"metadata": {"labels": {"app": "dco-admrot"}},
-                    "spec": {"serviceAccountName": "dco-operator", "terminationGracePeriodSeconds": 5,
-                        "containers": [{"name": "operator", "image": "dco-operator:dev",
-                            "args": ["--namespace", ns, "--selector", selector,
-                                "--metrics-listen", "$(POD_IP):8080",
-                                "--webhook-listen", "$$(POD_IP):9443",
-                                "--admission-service", format!("{ns}/{SERVICE}"),
-                                "--admission-listen", format!("$(POD_IP):{PORT}"),
-                                "--admission-pod-selector", "app=dco-admrot"],
-                            "env": [
-                                {"name": "POD_NAME", "valueFrom": field("metadata.name")},
-                                {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
-                                {"name": "POD_IP", "valueFrom": field("status.podIP")},
-                                {"name": "RUST_LOG", "value": "info"}],
-                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1}}]}}}})))
-        .await?;
-    let pods: Api<Pod> = t.api();
-    let ready = || async {
-        wait_for("2 Ready operator Pods", WAIT, || async {
-            let l = pods.list(&ListParams::default().labels("app=dco-admrot")).await?;
-            let r: Vec<Pod> = l.items.into_iter().filter(pod_ready).collect();
-            Ok((r.len() == 2).then_some(r))
-        })
-        .await
+    let operators = OperatorDeployment {
+        app: "dco-admrot",
+        replicas: 2,
+        selector: &selector,
+        extra_args: [
+            "--admission-service",
+            &format!("{ns}/{SERVICE}"),
+            "--admission-listen",
+            &format!("$(POD_IP):{PORT}"),
+            "--admission-pod-selector",
+            "app=dco-admrot",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rust_log: "info",
+        termination_grace_s: 5,
     };
-    let before_pods = ready().await?;
+    operators.apply(t, MANAGER).await?;
+    let pods: Api<Pod> = t.api();
+    let before_pods = operators.ready(t, 2, WAIT).await?;
 
     // A second default server is refused: the rule the load below relies on.
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
@@ -253,20 +222,50 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         .await?;
         eprintln!("{ip} serves the new leaf {:?} after the delete", deleted.elapsed());
     }
+    // Same CA, so the caBundle did not change.
+    ensure!(ca_bundle().await? == bundle_before, "the caBundle changed on a leaf rotation");
+
+    // The CA Secret lost (deleted by hand, or by a cleanup): a replica's next pass makes a new
+    // CA and trusts it beside the one that signed the served leaf, which it keeps — so the
+    // apiserver never meets a leaf it cannot verify (operator/src/server/certs.rs).
+    let old_ca = ders(&ca_pem)?;
+    let ca_deleted = Instant::now();
+    secrets.delete(&ca_name, &DeleteParams::default()).await?;
+    let new_ca = wait_for("a replica to make a new CA", ROTATION, || async {
+        let Some(s) = secrets.get_opt(&ca_name).await? else { return Ok(None) };
+        Ok(secret_bytes(&s, "ca.crt").map(|p| ders(&p)).transpose()?.filter(|d| *d != old_ca))
+    })
+    .await?;
+    eprintln!("new CA {:?} after deleting the CA Secret", ca_deleted.elapsed());
+    let both = wait_for("the caBundle to trust the new and the old CA", ROTATION, || async {
+        let b = ca_bundle().await?;
+        let pem = base64::engine::general_purpose::STANDARD.decode(b.as_str().unwrap_or_default())?;
+        let got = ders(&pem)?;
+        Ok((new_ca.iter().chain(&old_ca).all(|c| got.contains(c))).then_some(got.len()))
+    })
+    .await?;
+    eprintln!("caBundle holds {both} CAs {:?} after deleting the CA Secret", ca_deleted.elapsed());
+    let tls_now = ders(&secret_bytes(&secrets.get(&tls_name).await?, "tls.crt").context("the leaf")?)?;
+    ensure!(tls_now.first() == Some(&new_leaf), "the leaf was reissued when only the CA Secret went");
+    for ip in &ips {
+        ensure!(
+            served_leaf(ip, &host, &ca_pem).await? == new_leaf,
+            "{ip} no longer serves the leaf of the old CA"
+        );
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::SeqCst);
     let (admitted, denied, failed) = load.await?;
     let total = admitted + denied + failed.len() as u64;
     eprintln!(
-        "during the rotation: {total} reviews, {admitted} admitted, {denied} refused with the rule's message, {} failed {:?}",
+        "during the rotations: {total} reviews, {admitted} admitted, {denied} refused with the rule's message, {} failed {:?}",
         failed.len(),
         failed.iter().take(3).collect::<Vec<_>>()
     );
     ensure!(failed.is_empty(), "{} of {total} reviews failed during the rotation: {failed:?}", failed.len());
     ensure!(admitted > 20 && denied > 20, "too little load: {admitted} admitted, {denied} denied");
 
-    // Same CA, so the caBundle did not change; the same processes serve.
-    ensure!(ca_bundle().await? == bundle_before, "the caBundle changed on a leaf rotation");
+    // The same processes serve.
     for (name, pid) in pids {
         let p = pods.get(&name).await?;
         ensure!(pod_ready(&p), "{name} not Ready");
