@@ -1,0 +1,965 @@
+//! The Helm chart (charts/dco, docs/installation.md) on the local cluster's real apiserver:
+//!
+//! * `chart_lints_renders_and_is_accepted`: `helm lint` and `helm template` are clean for the
+//!   default values and for tests/chart/full-values.yaml; every value has a schema entry;
+//!   the full render is of the kinds it should be, and everything in it but the
+//!   prometheus-operator kinds is accepted by the apiserver (server-side dry run) in a
+//!   namespace that warns on Pod Security "restricted", without a warning.
+//! * `install_rbac_upgrade_uninstall`: `helm install` into a namespace enforcing
+//!   "restricted"; the operator Pods and the default server become Ready; admission answers
+//!   through the chart's ValidatingWebhookConfiguration; a target is wired through the default
+//!   server under the chart's least-privilege RBAC; SubjectAccessReviews of the operator's and
+//!   the webhook's ServiceAccounts, allowed and refused; `helm upgrade` with a changed CRD
+//!   reaches the cluster through the pre-upgrade Job; `helm uninstall` leaves the CRDs, the
+//!   custom resources and the wired target converting.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+use dco_api::{CRDConversionConfig, ConversionWebhookServer};
+use dco_tests::chart::{chart_dir, helm, helm_install_dco, helm_install_dco_from, release_label};
+use dco_tests::{TestEnv, wait_for};
+
+const MANAGER: &str = "dco-e2e-chart";
+const WAIT: Duration = Duration::from_secs(180);
+const RELEASE: &str = "dco";
+/// The render test's release: its cluster-scoped names differ from the install test's, which
+/// runs at the same time.
+const RENDER: &str = "dco-render";
+
+fn full_values() -> PathBuf {
+    dco_tests::repo_root().join("tests/chart/full-values.yaml")
+}
+
+/// The documents of a multi-document YAML stream, empty ones dropped.
+fn documents(yaml: &str) -> Result<Vec<Value>> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let v = Value::deserialize(doc)?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+fn kinds(docs: &[Value]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for d in docs {
+        *out.entry(d["kind"].as_str().unwrap_or("?").to_string()).or_default() += 1;
+    }
+    out
+}
+
+/// `helm lint` output without a warning or an error (helm reports icons as INFO).
+fn lint(cluster: &dco_tests::Cluster, extra: &[&str]) -> Result<()> {
+    let chart = chart_dir();
+    let mut args = vec!["lint", chart.to_str().unwrap_or_default(), "--strict"];
+    args.extend(extra);
+    let out = helm(cluster, &args)?;
+    ensure!(out.contains("1 chart(s) linted, 0 chart(s) failed"), "helm lint {extra:?}: {out}");
+    ensure!(!out.contains("[WARNING]") && !out.contains("[ERROR]"), "helm lint {extra:?}: {out}");
+    Ok(())
+}
+
+/// Every leaf of `values` has an entry in `schema`, and every object of the chart's own
+/// values refuses unknown keys: the schema covers every value.
+fn check_schema_covers(path: &str, values: &Value, schema: &Value, missing: &mut Vec<String>) {
+    let Some(map) = values.as_object() else { return };
+    let props = &schema["properties"];
+    if schema["type"] == "object" && props.is_object() && schema["additionalProperties"] != json!(false) {
+        missing.push(format!("{path}: additionalProperties is not false"));
+    }
+    if !props.is_object() {
+        // A free-form Kubernetes object (affinity, resources' maps): the apiserver checks it.
+        return;
+    }
+    for (k, v) in map {
+        let p = format!("{path}.{k}");
+        match props.get(k) {
+            None => missing.push(format!("{p}: no schema entry")),
+            Some(s) => {
+                if s.get("description").and_then(Value::as_str).is_none_or(str::is_empty)
+                    && path.matches('.').count() < 2
+                {
+                    missing.push(format!("{p}: no description"));
+                }
+                check_schema_covers(&p, v, s, missing);
+            }
+        }
+    }
+}
+
+/// Applies `docs` (each names its namespace, as the chart renders them) with the cluster's
+/// kubectl as a server-side dry run; returns stderr (the warnings).
+fn dry_run_apply(env: &TestEnv, docs: &[Value]) -> Result<String> {
+    use std::io::Write;
+    let stream: String =
+        docs.iter().map(|d| format!("---\n{}", serde_yaml::to_string(d).unwrap_or_default())).collect();
+    let mut child = Command::new(env.cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(&env.cluster.kubeconfig)
+        .args([
+            "apply",
+            "--dry-run=server",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            MANAGER,
+            "-f",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child.stdin.take().context("kubectl stdin")?.write_all(stream.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure!(
+        out.status.success(),
+        "the apiserver refused the render: {stderr}{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    Ok(stderr)
+}
+
+async fn label_namespace(client: &kube::Client, ns: &str, mode: &str) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                format!("pod-security.kubernetes.io/{mode}"): "restricted",
+                format!("pod-security.kubernetes.io/{mode}-version"): "latest"}}})),
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn chart_lints_renders_and_is_accepted() -> Result<()> {
+    let t = TestEnv::new("chartrender").await?;
+    let cluster = t.cluster.clone();
+    let full = full_values();
+    let full_s = full.to_string_lossy().to_string();
+    lint(&cluster, &[])?;
+    lint(&cluster, &["--values", &full_s])?;
+
+    // The schema refuses what is not a value, and a value of the wrong shape.
+    let chart = chart_dir().to_string_lossy().to_string();
+    for (bad, why) in [
+        ("replica=3", "additional properties 'replica' not allowed"),
+        ("operator.leaseDuration=5parsecs", "does not match pattern"),
+        ("defaultServer.spec.replica=3", "additional properties 'replica' not allowed"),
+        ("operator.logFormat=xml", "value must be one of"),
+    ] {
+        let err = helm(&cluster, &["template", "t", &chart, "--set", bad]).expect_err(bad).to_string();
+        ensure!(err.contains(why), "--set {bad}: {err}");
+    }
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart_dir().join("values.schema.json"))?)?;
+    let values: Value = serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml"))?)?;
+    let full_doc: Value = serde_yaml::from_str(&std::fs::read_to_string(&full)?)?;
+    let mut missing = Vec::new();
+    check_schema_covers("", &values, &schema, &mut missing);
+    check_schema_covers("", &full_doc, &schema, &mut missing);
+    ensure!(missing.is_empty(), "values.schema.json does not cover: {missing:#?}");
+    // defaultServer.spec lists exactly the CRD's spec fields (but `default`, the chart's).
+    let crd = serde_json::to_value(dco_api::crds().remove(2))?;
+    let crd_spec =
+        &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    let want: BTreeSet<&String> =
+        crd_spec.as_object().context("CRD spec properties")?.keys().filter(|k| *k != "default").collect();
+    let have: BTreeSet<&String> = schema["properties"]["defaultServer"]["properties"]["spec"]["properties"]
+        .as_object()
+        .context("defaultServer.spec properties")?
+        .keys()
+        .collect();
+    ensure!(have == want, "defaultServer.spec in values.schema.json {have:?} != the CRD's spec {want:?}");
+
+    // The default render.
+    let default = documents(&helm(&cluster, &["template", RENDER, &chart, "--namespace", &t.ns])?)?;
+    let k = kinds(&default);
+    for (kind, n) in [
+        ("Deployment", 1),
+        ("ServiceAccount", 2),
+        ("ClusterRole", 3),
+        ("ClusterRoleBinding", 2),
+        ("Service", 1),
+        ("ValidatingWebhookConfiguration", 1),
+        ("ConversionWebhookServer", 1),
+        ("PodDisruptionBudget", 1),
+        ("Job", 1),
+    ] {
+        ensure!(k.get(kind) == Some(&n), "default render: {n} {kind} expected, got {k:?}");
+    }
+    for absent in ["ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy"] {
+        ensure!(!k.contains_key(absent), "default render has a {absent}: {k:?}");
+    }
+    let deploy = default.iter().find(|d| d["kind"] == "Deployment").context("Deployment")?;
+    ensure!(deploy["spec"]["replicas"] == 2, "2 operator replicas by default");
+    let args: Vec<&str> = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .context("args")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for want in [
+        "--shards=32",
+        "--lease-duration=30s",
+        "--lease-renew-interval=10s",
+        &format!("--admission-service={}/{RENDER}-admission", t.ns),
+        "--admission-webhook-name=dco-operator-admission",
+        "--webhook-image=dco-webhook:0.1.0",
+    ] {
+        ensure!(args.contains(&want), "default args {args:?} lack {want}");
+    }
+    ensure!(
+        deploy["spec"]["template"]["spec"]["containers"][0]["image"] == "dco-operator:0.1.0",
+        "the image repository ends in dco-operator and the tag is appVersion"
+    );
+    // The VWC is rendered without webhooks: the operator fills them in.
+    let vwc = default.iter().find(|d| d["kind"] == "ValidatingWebhookConfiguration").context("VWC")?;
+    ensure!(
+        vwc.get("webhooks").is_none(),
+        "the chart's ValidatingWebhookConfiguration carries no webhooks: {vwc}"
+    );
+    // The CRD Job's rights are dco's three CRDs by name.
+    let crd_role = default
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == format!("{RENDER}-crds"))
+        .context("the CRD Job's ClusterRole")?;
+    let names: BTreeSet<&str> = crd_role["rules"][0]["resourceNames"]
+        .as_array()
+        .context("resourceNames")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let dco_names: Vec<String> = dco_api::crds().iter().filter_map(|c| c.metadata.name.clone()).collect();
+    ensure!(names == dco_names.iter().map(String::as_str).collect(), "the CRD Job may touch {names:?}");
+    ensure!(crd_role["rules"].as_array().map(Vec::len) == Some(1), "one rule: {crd_role}");
+
+    // The full render: every optional part, of the right kinds.
+    let full_docs = documents(&helm(
+        &cluster,
+        &["template", RENDER, &chart, "--namespace", &t.ns, "--values", &full_s],
+    )?)?;
+    let k = kinds(&full_docs);
+    let dashboards: Vec<PathBuf> = std::fs::read_dir(chart_dir().join("files/dashboards"))
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (kind, n) in [
+        ("ServiceMonitor", 1),
+        ("PodMonitor", 1),
+        ("PrometheusRule", 1),
+        ("NetworkPolicy", 2),
+        ("Service", 2),
+        ("ConfigMap", 1 + dashboards.len()),
+        ("RoleBinding", 5),
+    ] {
+        ensure!(k.get(kind) == Some(&n), "full render: {n} {kind} expected, got {k:?}");
+    }
+    for d in &full_docs {
+        let kind = d["kind"].as_str().unwrap_or_default();
+        let api = d["apiVersion"].as_str().unwrap_or_default();
+        if matches!(kind, "ServiceMonitor" | "PodMonitor" | "PrometheusRule") {
+            ensure!(api == "monitoring.coreos.com/v1", "{kind} is {api}");
+        }
+    }
+    let rule = full_docs.iter().find(|d| d["kind"] == "PrometheusRule").context("PrometheusRule")?;
+    let groups = rule["spec"]["groups"].as_array().context("PrometheusRule spec.groups")?;
+    ensure!(!groups.is_empty(), "no rule groups");
+    for g in groups {
+        for r in g["rules"].as_array().context("rules")? {
+            ensure!(r["expr"].is_string() && (r["alert"].is_string() || r["record"].is_string()), "rule {r}");
+            ensure!(!r["expr"].as_str().unwrap_or_default().contains("{{ .Values"), "untemplated rule {r}");
+        }
+    }
+    let sm = full_docs.iter().find(|d| d["kind"] == "ServiceMonitor").context("ServiceMonitor")?;
+    let metrics_svc = full_docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Service" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics"
+        })
+        .context("the metrics Service")?;
+    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().context("ServiceMonitor selector")? {
+        ensure!(
+            &metrics_svc["metadata"]["labels"][k] == v,
+            "the ServiceMonitor's {k}={v} does not select the metrics Service"
+        );
+    }
+    ensure!(
+        sm["spec"]["endpoints"][0]["port"] == metrics_svc["spec"]["ports"][0]["name"],
+        "ServiceMonitor port"
+    );
+    ensure!(sm["metadata"]["labels"]["release"] == "prometheus", "monitoring.serviceMonitor.labels");
+    for path in &dashboards {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let cm = full_docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["data"].get(name).is_some())
+            .with_context(|| format!("no dashboard ConfigMap holds {name}"))?;
+        ensure!(cm["metadata"]["labels"]["grafana_dashboard"] == "1", "{name}: sidecar label");
+        ensure!(
+            cm["data"][name].as_str().map(str::trim) == Some(std::fs::read_to_string(path)?.trim()),
+            "{name}: content"
+        );
+    }
+    let server = full_docs.iter().find(|d| d["kind"] == "ConversionWebhookServer").context("server")?;
+    ensure!(
+        server["metadata"]["labels"]["team"] == "platform",
+        "the selector's label is on the default server"
+    );
+    ensure!(server["spec"]["default"] == true, "the default server is the default");
+
+    // The apiserver accepts all of it but the prometheus-operator kinds (not installed here),
+    // and Pod Security "restricted" finds nothing to warn about in the Pod templates.
+    // dco's CRDs for the server's dry run — applied only where missing, so this test never
+    // rewrites a CRD the install test (in parallel) has just upgraded.
+    let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
+    for c in dco_api::crds() {
+        if crds.get_opt(c.metadata.name.as_deref().unwrap_or_default()).await?.is_none() {
+            dco_tests::install_dco_crds(&t.client, MANAGER).await?;
+            break;
+        }
+    }
+    label_namespace(&t.client, &t.ns, "warn").await?;
+    let accepted: Vec<Value> =
+        full_docs.into_iter().filter(|d| d["apiVersion"] != "monitoring.coreos.com/v1").collect();
+    let warnings = dry_run_apply(&t, &accepted)?;
+    ensure!(!warnings.contains("PodSecurity"), "Pod Security warnings: {warnings}");
+    let accepted_default: Vec<Value> = default.into_iter().collect();
+    let warnings = dry_run_apply(&t, &accepted_default)?;
+    ensure!(!warnings.contains("PodSecurity"), "Pod Security warnings (default values): {warnings}");
+    eprintln!("full render: {} objects accepted by a dry run ({k:?})", accepted.len());
+    t.cleanup().await;
+    Ok(())
+}
+
+/// One SubjectAccessReview: can `user` do `verb` on `group/resource[/sub]` (in `ns`, or in
+/// every namespace / cluster-wide when None), on object `name`?
+async fn can(
+    client: &kube::Client,
+    user: &(String, String),
+    (verb, group, resource): (&str, &str, &str),
+    ns: Option<&str>,
+    name: Option<&str>,
+) -> Result<bool> {
+    let (resource, sub) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_string())),
+        None => (resource, None),
+    };
+    let sar = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{}:{}", user.0, user.1)),
+            groups: Some(vec![
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{}", user.0),
+                "system:authenticated".to_string(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.to_string()),
+                group: Some(group.to_string()),
+                resource: Some(resource.to_string()),
+                subresource: sub,
+                namespace: ns.map(str::to_string),
+                name: name.map(str::to_string),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let out = Api::<SubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &sar).await?;
+    Ok(out.status.is_some_and(|s| s.allowed))
+}
+
+type Check<'a> = ((&'a str, &'a str, &'a str), Option<&'a str>, Option<&'a str>);
+
+/// Asks every check for `user`; returns the ones whose answer is not `want`.
+async fn audit(
+    client: &kube::Client,
+    user: &(String, String),
+    checks: &[Check<'_>],
+    want: bool,
+) -> Result<Vec<String>> {
+    let mut wrong = Vec::new();
+    for (what, ns, name) in checks {
+        if can(client, user, *what, *ns, *name).await? != want {
+            wrong.push(format!("{} {}/{} ns={ns:?} name={name:?}", what.0, what.1, what.2));
+        }
+    }
+    Ok(wrong)
+}
+
+fn expand<'a>(
+    verbs: &[&'a str],
+    group: &'a str,
+    resources: &[&'a str],
+    ns: Option<&'a str>,
+) -> Vec<Check<'a>> {
+    let mut out = Vec::new();
+    for v in verbs {
+        for r in resources {
+            out.push(((*v, group, *r), ns, None));
+        }
+    }
+    out
+}
+
+/// The target: widgets of a group of the test's own, v1 (spoke, `spec.sizeGB`) and v2 (hub and
+/// storage, `spec.size.gb`), converted by one FieldRename.
+fn target_crd(group: &str, label: &(String, String)) -> Value {
+    let obj = |props: Value| json!({"type": "object", "properties": props});
+    let int = json!({"type": "integer"});
+    let v1 = json!({"openAPIV3Schema": obj(json!({"spec": obj(json!({"sizeGB": int}))}))});
+    let v2 = json!({"openAPIV3Schema": obj(json!({"spec": obj(json!({"size": obj(json!({"gb": int}))}))}))});
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}"), "labels": {&label.0: &label.1}},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": false, "schema": v1},
+                {"name": "v2", "served": true, "storage": true, "schema": v2}],
+            "conversion": {"strategy": "None"}}})
+}
+
+fn widgets(client: &kube::Client, group: &str, version: &str, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, version, "Widget");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, "widgets"))
+}
+
+/// Reads widget `w1` at v1 (the webhook converts it from the stored v2) until it answers
+/// `sizeGB = gb`.
+async fn converts(client: &kube::Client, group: &str, ns: &str, gb: i64) -> Result<()> {
+    let v1 = widgets(client, group, "v1", ns);
+    wait_for("widget w1 read at v1 through the conversion webhook", WAIT, || async {
+        Ok(match v1.get("w1").await {
+            Ok(o) if o.data["spec"]["sizeGB"] == gb => Some(()),
+            Ok(o) => bail!("w1 at v1 is {}", o.data["spec"]),
+            Err(_) => None,
+        })
+    })
+    .await
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let dest = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &dest)?;
+        } else {
+            std::fs::copy(e.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+fn operator_logs(t: &TestEnv, pods: &[Pod]) -> String {
+    pods.iter()
+        .filter_map(|p| p.metadata.name.as_deref())
+        .map(|name| std::fs::read_to_string(t.cluster.pod_log(&t.ns, name, "operator")).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn install_rbac_upgrade_uninstall() -> Result<()> {
+    let t = TestEnv::new("chart").await?;
+    let client = t.client.clone();
+    let ns = t.ns.clone();
+    let label = release_label(&t);
+    let group = format!("{ns}.chart.example");
+    let target = format!("widgets.{group}");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
+    let configs: Api<CRDConversionConfig> = Api::all(client.clone());
+    let pods: Api<Pod> = t.api();
+
+    // The namespace enforces "restricted" (a violating Pod is refused: the check is real).
+    label_namespace(&client, &ns, "enforce").await?;
+    let bad: Pod =
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "violates"},
+        "spec": {"containers": [{"name": "c", "image": "dco-webhook"}]}}))?;
+    match pods.create(&PostParams::default(), &bad).await {
+        Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("violates PodSecurity") => {}
+        other => bail!("a Pod without a security context was not refused in {ns}: {other:?}"),
+    }
+
+    // Install. The webhook drain is short so the test's rollouts are quick.
+    let values = json!({"webhook": {"args": ["--drain-period=5s"]}});
+    let started = Instant::now();
+    helm_install_dco(&t, RELEASE, &values).await.context("helm install")?;
+    let installed = started.elapsed();
+    let operators = dco_tests::wait_ready_pods(&pods, "app.kubernetes.io/name=dco-operator", 2, WAIT).await?;
+    let server = "default";
+    wait_for("the default server to be Available with 2 ready replicas", WAIT, || async {
+        let st = servers.get(server).await?.status.unwrap_or_default();
+        let available = st.conditions.iter().any(|c| c.type_ == "Available" && c.status == "True");
+        Ok((available && st.ready_replicas == 2).then_some(()))
+    })
+    .await?;
+    let server_ready = started.elapsed();
+    let webhook_pods =
+        dco_tests::wait_ready_pods(&pods, "conversion.dco.rs/instance=default", 2, WAIT).await?;
+    eprintln!(
+        "helm install returned after {installed:?}; the default server was Available with 2 Ready replicas {server_ready:?} after the start; operator Pods {:?}",
+        operators.iter().filter_map(|p| p.metadata.name.clone()).collect::<Vec<_>>()
+    );
+    for p in operators.iter().chain(&webhook_pods) {
+        let spec = p.spec.clone().unwrap_or_default();
+        let sc = spec.containers[0].security_context.clone().unwrap_or_default();
+        ensure!(
+            spec.security_context.and_then(|s| s.run_as_non_root) == Some(true)
+                && sc.allow_privilege_escalation == Some(false)
+                && sc.read_only_root_filesystem == Some(true),
+            "{:?} was admitted without the restricted settings",
+            p.metadata.name
+        );
+    }
+
+    // Admission answers through the chart's configuration, which the operator filled in.
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    // Its name, as the chart passes it to the operator (derived from the selector as
+    // registration.rs derives it).
+    let deploy: Api<Deployment> = t.api();
+    let args = |d: Deployment| -> Vec<String> {
+        d.spec.template.spec.map(|s| s.containers[0].args.clone().unwrap_or_default()).unwrap_or_default()
+    };
+    let vwc_name = args(deploy.get(&format!("{RELEASE}-operator")).await?)
+        .iter()
+        .find_map(|a| a.strip_prefix("--admission-webhook-name=").map(str::to_string))
+        .context("the operator's --admission-webhook-name")?;
+    ensure!(
+        vwc_name.starts_with("dco-operator-admission-") && vwc_name.len() == 31,
+        "webhook name {vwc_name}"
+    );
+    let vwc =
+        wait_for("the operator to fill in the chart's ValidatingWebhookConfiguration", WAIT, || async {
+            let v = vwcs.get(&vwc_name).await?;
+            let hooks = v.webhooks.clone().unwrap_or_default();
+            Ok((hooks.len() == 2 && hooks.iter().all(|h| h.client_config.ca_bundle.is_some())).then_some(v))
+        })
+        .await?;
+    let managers: BTreeSet<String> =
+        vwc.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
+    ensure!(managers.contains("helm") && managers.contains("dco-operator"), "VWC managers {managers:?}");
+    let second_default: ConversionWebhookServer = serde_json::from_value(json!({
+        "apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+        "metadata": {"name": format!("{ns}-second"), "labels": {&label.0: &label.1}},
+        "spec": {"default": true, "namespace": ns}}))?;
+    let refused = wait_for("admission to refuse a second default", WAIT, || async {
+        match servers.create(&PostParams { dry_run: true, ..Default::default() }, &second_default).await {
+            Err(kube::Error::Api(e)) if e.message.contains("already has spec.default: true") => {
+                Ok(Some(e.message))
+            }
+            Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook") => Ok(None),
+            other => bail!("a second default server was not refused by admission: {other:?}"),
+        }
+    })
+    .await?;
+    eprintln!("admission: {refused}");
+
+    // A target wired through the default server, under the chart's RBAC.
+    dco_tests::apply_as(&crds, MANAGER, &target, target_crd(&group, &label)).await?;
+    dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
+    let hub = widgets(&client, &group, "v2", &ns);
+    let w1 = json!({"apiVersion": format!("{group}/v2"), "kind": "Widget", "metadata": {"name": "w1"},
+        "spec": {"size": {"gb": 7}}});
+    dco_tests::apply_as(&hub, MANAGER, "w1", w1).await?;
+    let cfg = format!("{ns}-widgets");
+    dco_tests::apply_as(&configs, MANAGER, &cfg, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+        "metadata": {"name": cfg, "labels": {&label.0: &label.1}},
+        "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "spokes": [{"version": "v1", "rules": [
+            {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.size.gb", "spokePath": "spec.sizeGB"}}]}]}}))
+    .await?;
+    wait_for("the config to settle on the default server", WAIT, || async {
+        let c = configs.get(&cfg).await?;
+        let st = c.status.unwrap_or_default();
+        let settled = st
+            .handover
+            .as_ref()
+            .is_some_and(|h| serde_json::to_value(h.state).ok() == Some(json!("SourceDropped")));
+        Ok((settled && st.assigned_webhook_server.as_deref() == Some(server)).then_some(()))
+    })
+    .await?;
+    let wired = crds.get(&target).await?;
+    let svc = wired
+        .spec
+        .conversion
+        .as_ref()
+        .and_then(|c| c.webhook.as_ref())
+        .and_then(|w| w.client_config.as_ref())
+        .and_then(|c| c.service.as_ref())
+        .map(|s| (s.namespace.clone(), s.name.clone()));
+    ensure!(svc == Some((ns.clone(), "dco-webhook-default".to_string())), "the target is wired to {svc:?}");
+    converts(&client, &group, &ns, 7).await?;
+    let logs = operator_logs(&t, &operators);
+    ensure!(
+        logs.matches("caches synced; starting the controllers").count() == 2,
+        "both replicas' logs: {logs}"
+    );
+    let forbidden: Vec<String> =
+        logs.lines().filter(|l| l.to_lowercase().contains("forbidden")).map(str::to_string).collect();
+    ensure!(forbidden.is_empty(), "the operator was refused by RBAC:\n{}", forbidden.join("\n"));
+    eprintln!(
+        "target {target} wired to dco-webhook-default and converting; no RBAC refusal in the operator logs"
+    );
+
+    // RBAC, asked of the real apiserver.
+    let operator_sa = (ns.clone(), format!("{RELEASE}-operator"));
+    let webhook_sa = (ns.clone(), "dco-webhook-default".to_string());
+    let dco = "conversion.dco.rs";
+    let dco_kinds = ["crdconversionconfigs", "xrdconversionconfigs", "conversionwebhookservers"];
+    let status =
+        ["crdconversionconfigs/status", "xrdconversionconfigs/status", "conversionwebhookservers/status"];
+    let admission_svc = format!("{RELEASE}-admission");
+    let (ca_secret, tls_secret) = (format!("{admission_svc}-ca"), format!("{admission_svc}-tls"));
+    let n = Some(ns.as_str());
+    let mut allowed: Vec<Check> = Vec::new();
+    allowed.extend(expand(&["get", "list", "watch", "patch"], dco, &dco_kinds, None));
+    allowed.extend(expand(&["patch"], dco, &status, None));
+    allowed.extend(expand(
+        &["get", "list", "watch", "patch"],
+        "apiextensions.k8s.io",
+        &["customresourcedefinitions"],
+        None,
+    ));
+    allowed.extend(expand(
+        &["get", "list", "watch", "patch"],
+        "apiextensions.crossplane.io",
+        &["compositeresourcedefinitions"],
+        None,
+    ));
+    allowed.extend(expand(&["list", "watch"], "", &["secrets", "services"], None));
+    allowed.extend(expand(&["list", "watch"], "apps", &["deployments"], None));
+    allowed.extend(expand(&["list", "watch"], "coordination.k8s.io", &["leases"], None));
+    allowed.extend(expand(&["list", "watch"], "cert-manager.io", &["certificates"], None));
+    allowed.extend(expand(
+        &["create", "patch", "list", "delete"],
+        "rbac.authorization.k8s.io",
+        &["clusterroles", "clusterrolebindings"],
+        None,
+    ));
+    for v in ["get", "create", "patch"] {
+        allowed.push((
+            (v, "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+            None,
+            Some(vwc_name.as_str()),
+        ));
+    }
+    allowed.extend(expand(&["create", "patch", "list", "delete"], "apps", &["deployments"], n));
+    allowed.extend(expand(&["create", "patch", "list", "delete"], "", &["services", "serviceaccounts"], n));
+    allowed.extend(expand(&["get", "create", "patch", "list", "delete"], "", &["secrets"], n));
+    allowed.extend(expand(
+        &["create", "patch", "list", "delete"],
+        "rbac.authorization.k8s.io",
+        &["roles", "rolebindings"],
+        n,
+    ));
+    allowed.extend(expand(
+        &["create", "patch", "list", "delete"],
+        "autoscaling",
+        &["horizontalpodautoscalers"],
+        n,
+    ));
+    allowed.extend(expand(&["create", "patch", "list", "delete"], "policy", &["poddisruptionbudgets"], n));
+    allowed.extend(expand(&["get", "create", "patch", "delete"], "cert-manager.io", &["certificates"], n));
+    allowed.extend(expand(
+        &["get", "create", "update", "patch", "delete"],
+        "coordination.k8s.io",
+        &["leases"],
+        n,
+    ));
+    allowed.extend(expand(&["get"], "", &["pods"], n));
+    allowed.extend(expand(&["create", "patch"], "events.k8s.io", &["events"], n));
+    allowed.extend(expand(&["create", "patch"], "events.k8s.io", &["events"], Some("default")));
+    for v in ["get", "update"] {
+        for s in [&ca_secret, &tls_secret] {
+            allowed.push(((v, "", "secrets"), n, Some(s.as_str())));
+        }
+    }
+    let ks = Some("kube-system");
+    let mut refused: Vec<Check> = vec![
+        (("get", "", "secrets"), ks, Some("any")),
+        (("create", "", "secrets"), ks, None),
+        (("delete", "", "secrets"), ks, None),
+        (("update", "", "secrets"), ks, None),
+        (("create", "apps", "deployments"), ks, None),
+        (("patch", "apps", "deployments"), ks, None),
+        (("delete", "", "services"), ks, None),
+        (("create", "rbac.authorization.k8s.io", "roles"), ks, None),
+        (("create", "coordination.k8s.io", "leases"), ks, None),
+        (("create", "events.k8s.io", "events"), ks, None),
+        (("create", "apiextensions.k8s.io", "customresourcedefinitions"), None, None),
+        (("update", "apiextensions.k8s.io", "customresourcedefinitions"), None, Some(target.as_str())),
+        (("delete", "apiextensions.k8s.io", "customresourcedefinitions"), None, Some(target.as_str())),
+        (("delete", dco, "conversionwebhookservers"), None, Some("default")),
+        (("create", dco, "crdconversionconfigs"), None, None),
+        (("update", dco, "conversionwebhookservers"), None, Some("default")),
+        (("create", "", "pods/exec"), n, None),
+        (("delete", "", "pods"), n, None),
+        (("list", "", "pods"), None, None),
+        (("get", "", "configmaps"), n, None),
+        (("escalate", "rbac.authorization.k8s.io", "clusterroles"), None, None),
+        (("bind", "rbac.authorization.k8s.io", "clusterroles"), None, Some("cluster-admin")),
+        (("impersonate", "", "serviceaccounts"), n, None),
+        (("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations"), None, Some("other")),
+        (
+            ("delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+            None,
+            Some(vwc_name.as_str()),
+        ),
+        (("list", "admissionregistration.k8s.io", "validatingwebhookconfigurations"), None, None),
+        (("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations"), None, None),
+        (("get", "", "nodes"), None, None),
+        (("create", "", "namespaces"), None, None),
+        (("delete", "", "namespaces"), None, Some(ns.as_str())),
+        (("update", "", "secrets"), n, Some("someone-elses")),
+    ];
+    for (what, ns, name) in &refused {
+        eprintln!("operator may not: {} {}/{} ns={ns:?} name={name:?}", what.0, what.1, what.2);
+    }
+    let mut wrong = audit(&client, &operator_sa, &allowed, true).await?;
+    let over = audit(&client, &operator_sa, &refused, false).await?;
+    ensure!(
+        wrong.is_empty() && over.is_empty(),
+        "operator ServiceAccount: refused {wrong:#?}; allowed {over:#?}"
+    );
+    eprintln!(
+        "operator ServiceAccount: {} checks allowed, {} refused, as expected",
+        allowed.len(),
+        refused.len()
+    );
+
+    let mut web_allowed: Vec<Check> = expand(&["get", "list", "watch"], dco, &dco_kinds, None);
+    web_allowed.extend(expand(
+        &["get", "list", "watch"],
+        "apiextensions.k8s.io",
+        &["customresourcedefinitions"],
+        None,
+    ));
+    web_allowed.extend(expand(
+        &["get", "list", "watch"],
+        "apiextensions.crossplane.io",
+        &["compositeresourcedefinitions"],
+        None,
+    ));
+    web_allowed.extend(expand(&["get", "create", "update", "patch"], "coordination.k8s.io", &["leases"], n));
+    web_allowed.push((("get", "", "pods"), n, None));
+    refused = vec![
+        (("get", "", "secrets"), n, Some("dco-webhook-default-tls")),
+        (("list", "", "secrets"), None, None),
+        (("list", "", "pods"), None, None),
+        (("get", "", "pods"), ks, None),
+        (("create", "coordination.k8s.io", "leases"), ks, None),
+        (("delete", "coordination.k8s.io", "leases"), n, None),
+        (("list", "coordination.k8s.io", "leases"), None, None),
+        (("patch", "apiextensions.k8s.io", "customresourcedefinitions"), None, Some(target.as_str())),
+        (("patch", dco, "conversionwebhookservers/status"), None, Some("default")),
+        (("patch", dco, "crdconversionconfigs"), None, None),
+        (("create", "", "pods/exec"), n, None),
+        (("create", "events.k8s.io", "events"), n, None),
+        (("get", "", "configmaps"), n, None),
+        (("create", "apps", "deployments"), n, None),
+    ];
+    for (what, ns, name) in &refused {
+        eprintln!("webhook may not: {} {}/{} ns={ns:?} name={name:?}", what.0, what.1, what.2);
+    }
+    wrong = audit(&client, &webhook_sa, &web_allowed, true).await?;
+    let over = audit(&client, &webhook_sa, &refused, false).await?;
+    ensure!(
+        wrong.is_empty() && over.is_empty(),
+        "webhook ServiceAccount: refused {wrong:#?}; allowed {over:#?}"
+    );
+    eprintln!(
+        "webhook ServiceAccount: {} checks allowed, {} refused, as expected",
+        web_allowed.len(),
+        refused.len()
+    );
+
+    // helm upgrade with a changed CRD: a printer column added, one removed, and a value
+    // changed (the operator Pods roll).
+    let cws_crd = "conversionwebhookservers.conversion.dco.rs";
+    let before: BTreeMap<String, i64> = {
+        let mut m = BTreeMap::new();
+        for c in dco_api::crds() {
+            let name = c.metadata.name.unwrap_or_default();
+            m.insert(name.clone(), crds.get(&name).await?.metadata.generation.unwrap_or(0));
+        }
+        m
+    };
+    let copy = t.cluster.dir.join("tmp").join(format!("chart-{ns}")).join("dco");
+    let _ = std::fs::remove_dir_all(&copy);
+    copy_dir(&chart_dir(), &copy)?;
+    let file = copy.join("crds").join("conversionwebhookservers.yaml");
+    let mut doc: Value = serde_yaml::from_str(&std::fs::read_to_string(&file)?)?;
+    let columns =
+        doc["spec"]["versions"][0]["additionalPrinterColumns"].as_array_mut().context("printer columns")?;
+    columns.retain(|c| c["name"] != "Endpoint");
+    columns.push(json!({"name": "Upgraded", "type": "string", "jsonPath": ".metadata.name"}));
+    std::fs::write(&file, serde_yaml::to_string(&doc)?)?;
+    let started = Instant::now();
+    let upgraded_values = json!({"webhook": {"args": ["--drain-period=5s"]}, "operator": {"resync": "4m"}});
+    helm_install_dco_from(&t, RELEASE, &copy, &upgraded_values).await.context("helm upgrade")?;
+    let upgraded = started.elapsed();
+    let live = crds.get(cws_crd).await?;
+    // The Job's own account of it (its Pod is gone with the hook; its log stays).
+    let job_log = std::fs::read_dir(t.cluster.dir.join("logs"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            let f = p.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+            f.starts_with(&format!("{ns}_{RELEASE}-crds-")) && f.ends_with("_apply-crds.log")
+        })
+        .context("the CRD Job's log")?;
+    let outcomes: Vec<String> = std::fs::read_to_string(&job_log)?
+        .lines()
+        .map(dco_tests::strip_ansi)
+        .filter(|l| l.contains("CRD applied and Established"))
+        .map(|l| {
+            let field = |k: &str| {
+                l.split(&format!(" {k}="))
+                    .nth(1)
+                    .map(|r| r.split(" file=").next().unwrap_or(r).trim().to_string())
+            };
+            format!("{} {}", field("crd").unwrap_or_default(), field("outcome").unwrap_or_default())
+        })
+        .collect();
+    eprintln!("the CRD Job: {outcomes:?}");
+    ensure!(outcomes.len() == 3, "the Job applied {} CRDs: {outcomes:?}", outcomes.len());
+    ensure!(
+        outcomes.iter().filter(|o| o.contains("Updated")).count() == 1
+            && outcomes.iter().any(|o| o.starts_with(cws_crd) && o.contains("Updated")),
+        "one CRD updated, {cws_crd}: {outcomes:?}"
+    );
+    let names: Vec<String> =
+        live.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect();
+    ensure!(
+        names.contains(&"Upgraded".to_string()) && !names.contains(&"Endpoint".to_string()),
+        "columns after the upgrade: {names:?}"
+    );
+    let managers: BTreeSet<String> =
+        live.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
+    ensure!(managers.contains("dco-operator-crds"), "the CRD Job wrote the CRD: {managers:?}");
+    for (name, gen_before) in &before {
+        let now = crds.get(name).await?.metadata.generation.unwrap_or(0);
+        let want = if name == cws_crd { gen_before + 1 } else { *gen_before };
+        ensure!(
+            now == want,
+            "{name}: generation {gen_before} → {now}, want {want} (one write for the changed CRD, none for the others)"
+        );
+    }
+    let now_args = args(deploy.get(&format!("{RELEASE}-operator")).await?);
+    ensure!(
+        now_args.contains(&"--resync=4m".to_string()),
+        "the upgrade's values reached the Deployment: {now_args:?}"
+    );
+    let operators = dco_tests::wait_ready_pods(&pods, "app.kubernetes.io/name=dco-operator", 2, WAIT).await?;
+    // helm's patch left the operator's webhooks in the configuration alone.
+    let hooks = vwcs.get(&vwc_name).await?.webhooks.unwrap_or_default();
+    ensure!(hooks.len() == 2, "the VWC after the upgrade has {} webhooks", hooks.len());
+    converts(&client, &group, &ns, 7).await?;
+    eprintln!(
+        "helm upgrade returned after {upgraded:?}: {cws_crd} columns {names:?} (generation +1, the other CRDs unchanged); operator Pods rolled to {:?}",
+        operators.iter().filter_map(|p| p.metadata.name.clone()).collect::<Vec<_>>()
+    );
+
+    // helm uninstall: the CRDs, the custom resources and the wired target stay.
+    let started = Instant::now();
+    helm(&t.cluster, &["uninstall", RELEASE, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
+    eprintln!("helm uninstall returned after {:?}", started.elapsed());
+    for c in dco_api::crds() {
+        let name = c.metadata.name.unwrap_or_default();
+        ensure!(crds.get_opt(&name).await?.is_some(), "CRD {name} was deleted by helm uninstall");
+    }
+    ensure!(configs.get_opt(&cfg).await?.is_some(), "the config was deleted");
+    ensure!(
+        servers.get_opt(server).await?.is_some_and(|s| s.metadata.deletion_timestamp.is_none()),
+        "the default server was deleted"
+    );
+    ensure!(crds.get_opt(&target).await?.is_some(), "the target was deleted");
+    let gone = |what: &str| format!("{what} is still there after helm uninstall");
+    ensure!(
+        deploy.get_opt(&format!("{RELEASE}-operator")).await?.is_none(),
+        "{}",
+        gone("the operator Deployment")
+    );
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    for r in [format!("{RELEASE}-operator"), format!("{RELEASE}-operator-workloads")] {
+        ensure!(cluster_roles.get_opt(&r).await?.is_none(), "{}", gone(&format!("ClusterRole {r}")));
+    }
+    // The configuration went with the release, and no stopping replica wrote it back.
+    dco_tests::wait_deleted(&vwcs, &vwc_name, Duration::from_secs(30)).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    ensure!(vwcs.get_opt(&vwc_name).await?.is_none(), "{}", gone("the ValidatingWebhookConfiguration"));
+    ensure!(
+        deploy.get_opt("dco-webhook-default").await?.is_some(),
+        "the default server's webhook Deployment went"
+    );
+    let v2 = widgets(&client, &group, "v2", &ns);
+    v2.patch(
+        "w1",
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(json!({"apiVersion": format!("{group}/v2"),
+        "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": {"gb": 9}}})),
+    )
+    .await?;
+    converts(&client, &group, &ns, 9).await?;
+    eprintln!(
+        "after helm uninstall: dco's CRDs, the config, the default server and its webhook Pods stay; {target} still converts"
+    );
+
+    // Clean up what outlives the release: the operator is gone, so finalizers go by hand.
+    let unfinalize = PatchParams::default();
+    let no_finalizers = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    let _ = configs.patch(&cfg, &unfinalize, &no_finalizers).await;
+    let _ = configs.delete(&cfg, &DeleteParams::default()).await;
+    let _ = crds.delete(&target, &DeleteParams::default()).await;
+    let _ = servers.patch(server, &unfinalize, &no_finalizers).await;
+    let _ = servers.delete(server, &DeleteParams::default()).await;
+    restore_crd(&crds, cws_crd).await?;
+    t.cleanup().await;
+    Ok(())
+}
+
+/// Puts dco's own CRD `name` back as `dco_api::crds()` has it (the upgrade changed it in a
+/// cluster other tests share): a replace of the spec, as the CRD Job writes it.
+async fn restore_crd(crds: &Api<CustomResourceDefinition>, name: &str) -> Result<()> {
+    let want =
+        dco_api::crds().into_iter().find(|c| c.metadata.name.as_deref() == Some(name)).context("dco CRD")?;
+    for _ in 0..5 {
+        let mut live = crds.get(name).await?;
+        live.spec = want.spec.clone();
+        match crds
+            .replace(name, &PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &live)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    bail!("could not restore CRD {name}")
+}
