@@ -491,7 +491,14 @@ impl World {
     pub async fn config_owner(&self) -> Result<String> {
         let uid = self.cfgs.get(&self.cfg).await?.metadata.uid.unwrap_or_default();
         let shard = fnv1a64(uid.as_bytes()) >> 59;
-        let lease = self.leases.get(&format!("dco-operator-shard-{shard}")).await?;
+        // `dco-operator[-<hash of --selector>]-shard-<i>` (operator/src/membership.rs `LeaseNames`)
+        let suffix = format!("-shard-{shard}");
+        let leases = self.leases.list(&ListParams::default().labels("sharding.dco.rs/role=shard")).await?;
+        let lease = leases
+            .items
+            .into_iter()
+            .find(|l| l.metadata.name.as_deref().is_some_and(|n| n.ends_with(&suffix)))
+            .with_context(|| format!("no Lease of shard {shard}"))?;
         lease
             .spec
             .and_then(|s| s.holder_identity)

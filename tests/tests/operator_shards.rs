@@ -126,8 +126,11 @@ async fn two_replicas_divide_the_configs_and_the_survivor_takes_over() -> Result
         let on = |id: &str| {
             list.items.iter().any(|e| {
                 e.reason.as_deref() == Some("ShardsChanged")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                        == Some(&format!("dco-operator-member-{id}"))
+                    // `dco-operator[-<hash of --selector>]-member-<id>` (membership.rs `LeaseNames`)
+                    && e.regarding
+                        .as_ref()
+                        .and_then(|r| r.name.as_deref())
+                        .is_some_and(|n| n.starts_with("dco-operator-") && n.ends_with(&format!("-member-{id}")))
                     && e.note.as_deref().is_some_and(|n| n.contains(&format!("of {SHARDS} shards")))
             })
         };
