@@ -21,6 +21,8 @@ pub mod apiservers;
 pub mod chart;
 pub mod moves;
 pub mod operator_pods;
+pub mod otelcol;
+pub mod pinned_move;
 
 use std::future::Future;
 use std::io::Write;
@@ -94,6 +96,31 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf> {
         bail!("{} is missing: build it with `cargo build -p {name}`", bin.display());
     }
     Ok(bin)
+}
+
+/// A test tool built from its own Go module under `hack/testenv-go/tools/<name>` by
+/// `hack/testenv tool <name>` (cached under `DCO_TESTENV_CACHE`; a cold build takes minutes):
+/// the binary's path. Blocking.
+pub fn testenv_tool(name: &str) -> Result<PathBuf> {
+    let root = repo_root();
+    let script = root.join("hack").join("testenv");
+    let out = Command::new(&script)
+        .args(["tool", name])
+        .current_dir(&root)
+        .output()
+        .with_context(|| format!("running {} tool {name}", script.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("`hack/testenv tool {name}` failed ({}):\n{stderr}", out.status);
+    }
+    // The build's own lines ("built in 349s", "from cache"), for the test's log.
+    eprint!("{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    if !path.is_file() {
+        bail!("`hack/testenv tool {name}` printed {stdout:?}, not the path of a binary");
+    }
+    Ok(path)
 }
 
 /// dco-operator replicas running as local processes; killed when dropped.
@@ -637,6 +664,13 @@ pub fn otlp_spans(got: &OtlpExports) -> Vec<Span> {
         .flat_map(|r| r.scope_spans)
         .flat_map(|s| s.spans)
         .collect()
+}
+
+/// Every `ResourceSpans` a collector has received (each span with the resource that sent it),
+/// in the order they were exported.
+pub fn otlp_resource_spans(got: &OtlpExports) -> Vec<opentelemetry_proto::tonic::trace::v1::ResourceSpans> {
+    let requests = got.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    requests.into_iter().flat_map(|r| r.resource_spans).collect()
 }
 
 /// Lower-case hex of trace and span ids, as a traceparent writes them.
