@@ -130,12 +130,25 @@ impl Context {
         ServerNames::of(server, &self.settings.namespace)
     }
 
-    /// The PEM bundle the apiserver must trust to call `server`, from the cached Secret.
+    /// The PEM bundle the apiserver must trust to call `server`, from the cached Secret. While
+    /// cert-manager issues (`spec.certificate`) and the self-managed CA Secret is still kept
+    /// (server/cert_manager.rs `keep_self_managed_ca`), that CA is trusted too: a replica may
+    /// still serve the operator's leaf until it loads cert-manager's.
     pub fn ca_bundle(&self, server: &ConversionWebhookServer) -> Option<String> {
         let names = self.names(server);
-        let secret = self.stores.secrets.get(&ObjectRef::new(&names.tls_secret).within(&names.namespace))?;
-        let pem = secret.data.as_ref()?.get(certs::CA_CRT)?;
-        String::from_utf8(pem.0.clone()).ok().filter(|s| s.contains("BEGIN CERTIFICATE"))
+        let pem_of = |name: &str| {
+            let secret = self.stores.secrets.get(&ObjectRef::new(name).within(&names.namespace))?;
+            let pem = secret.data.as_ref()?.get(certs::CA_CRT)?;
+            String::from_utf8(pem.0.clone()).ok().filter(|s| s.contains("BEGIN CERTIFICATE"))
+        };
+        let mut bundle = pem_of(&names.tls_secret)?;
+        if server.spec.certificate.is_some()
+            && let Some(ca) = pem_of(&names.ca_secret)
+            && !bundle.contains(ca.trim())
+        {
+            bundle = format!("{}\n{}", bundle.trim_end(), ca.trim_end()) + "\n";
+        }
+        Some(bundle)
     }
 
     /// Which server's Service is `(namespace, name)`.

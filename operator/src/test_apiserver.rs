@@ -968,9 +968,10 @@ pub(crate) mod server_tests {
     }
 
     #[tokio::test]
-    async fn the_secrets_stay_while_cert_manager_is_refused_and_a_dropped_service_account_goes() {
-        // spec.certificate: the self-managed Secrets are neither read nor written, yet kept;
-        // spec.serviceAccountName: the operator's ServiceAccount from before is pruned.
+    async fn the_secrets_stay_while_cert_manager_is_missing_and_a_dropped_service_account_goes() {
+        // spec.certificate without cert-manager installed: the self-managed Secrets are
+        // neither rewritten nor pruned (the Pods keep serving the old one), the condition says
+        // what to do; spec.serviceAccountName: the operator's ServiceAccount from before is pruned.
         let mut cws = server("a", true, 2, &[]);
         cws.spec.certificate = serde_json::from_value(json!({"issuerRef": {"name": "ca"}})).ok();
         cws.spec.service_account_name = Some("mine".into());
@@ -987,7 +988,19 @@ pub(crate) mod server_tests {
         let played = reconcile(cws, lists).await;
         let deleted: Vec<&str> = played.deletes.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(deleted, [format!("{NS}/serviceaccounts/dco-webhook-a")]);
-        assert!(!played.requests.iter().any(|r| r.starts_with("GET") && r.contains("/secrets/")));
+        let reads: Vec<&String> =
+            played.requests.iter().filter(|r| r.starts_with("GET") && r.contains("/secrets/")).collect();
+        assert_eq!(
+            reads,
+            [&format!("GET {NS}/secrets/dco-webhook-a-tls")],
+            "only the serving Secret is read"
+        );
+        assert!(
+            played.requests.contains(&"GET /apis/cert-manager.io/v1".to_string()),
+            "{:?}",
+            played.requests
+        );
+        assert!(!played.requests.iter().any(|r| r.starts_with("PATCH") && r.contains("/secrets/")));
         let cert = played.status["conditions"]
             .as_array()
             .and_then(|cs| cs.iter().find(|c| c["type"] == "CertificateReady"))
@@ -995,8 +1008,235 @@ pub(crate) mod server_tests {
             .unwrap_or_default();
         assert_eq!(
             (cert["status"].clone(), cert["reason"].clone()),
-            (json!("False"), json!("CertManagerNotSupported"))
+            (json!("False"), json!("CertManagerNotInstalled"))
         );
+    }
+
+    const CM: &str = "/apis/cert-manager.io/v1";
+    const CERTS: &str = "/apis/cert-manager.io/v1/namespaces/dco-system/certificates";
+
+    fn cert_manager_discovery() -> Value {
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "cert-manager.io/v1",
+            "resources": [{"name": "certificates", "singularName": "certificate", "namespaced": true,
+                "kind": "Certificate", "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]})
+    }
+
+    #[tokio::test]
+    async fn with_cert_manager_the_server_applies_a_certificate_and_waits_for_it() {
+        let mut cws = server("a", true, 2, &[]);
+        cws.spec.certificate = serde_json::from_value(
+            json!({"issuerRef": {"name": "ca"}, "duration": "24h", "renewBefore": "8h"}),
+        )
+        .ok();
+        let (mut api, task) = spawn(&cws);
+        let mut events = Vec::new();
+        let mut requests = Vec::new();
+        let mut certificate = Value::Null;
+        let status = loop {
+            let x = api.events_then(&mut events).await;
+            requests.push(format!("{} {}", x.method, x.path));
+            match (&x.method, x.path.as_str()) {
+                (&Method::GET, CM) => x.ok(&cert_manager_discovery()),
+                (&Method::PATCH, p) if p == format!("{CERTS}/dco-webhook-a") => {
+                    assert!(x.is_apply_by_operator(), "{}", x.query);
+                    certificate = x.body.clone();
+                    x.echo();
+                }
+                (&Method::PATCH, STATUS) => {
+                    let st = x.body["status"].clone();
+                    x.with_status(&cws);
+                    break st;
+                }
+                (&Method::PATCH, p) if p.ends_with("/deployments/dco-webhook-a") => {
+                    let mut d = x.body.clone();
+                    d["status"] = json!({"replicas": 2, "readyReplicas": 0});
+                    x.ok(&d);
+                }
+                (&Method::GET, _) if x.query.contains("labelSelector=") => x.ok(&metadata_list(Vec::new())),
+                (&Method::GET, p) if p.ends_with("conversionconfigs") => x.ok(&config_list(Vec::new())),
+                (&Method::GET, _) => x.not_found(),
+                (&Method::PATCH, p) => {
+                    assert!(!p.contains("/secrets/"), "wrote a Secret cert-manager issues: {p}");
+                    x.echo()
+                }
+                _ => panic!("unexpected request {} {}", x.method, x.path),
+            }
+        };
+        assert!(task.await.unwrap().is_ok());
+        // The Certificate before the Deployment whose Pods mount its Secret.
+        let at = |r: &str| requests.iter().position(|x| x == r).unwrap_or(usize::MAX);
+        assert!(
+            at(&format!("PATCH {CERTS}/dco-webhook-a"))
+                < at("PATCH /apis/apps/v1/namespaces/dco-system/deployments/dco-webhook-a")
+        );
+        assert_eq!(certificate["spec"]["secretName"], "dco-webhook-a-tls");
+        assert_eq!(
+            (certificate["spec"]["duration"].as_str(), certificate["spec"]["renewBefore"].as_str()),
+            (Some("24h"), Some("8h"))
+        );
+        assert_eq!(certificate["metadata"]["ownerReferences"][0]["uid"], "uid-a");
+        let cert = status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "CertificateReady"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (cert["status"].as_str(), cert["reason"].as_str()),
+            (Some("False"), Some("CertificatePending"))
+        );
+        assert!(cert["message"].as_str().unwrap_or_default().contains("ContainerCreating"), "{cert}");
+        assert_eq!(events, ["CertificatePending"]);
+    }
+
+    /// One reconcile of a server whose serving Secret cert-manager issued from a Certificate
+    /// that is Ready with a leaf from `not_before`: the DELETEs it made.
+    async fn issued_reconcile(not_before: &str) -> Vec<String> {
+        let mut cws = server("a", true, 2, &[]);
+        cws.spec.certificate = serde_json::from_value(json!({"issuerRef": {"name": "ca"}})).ok();
+        let mut issued = tls_secret("a");
+        issued.metadata.labels = Some(crate::server::names::ServerNames::new("a", "dco-system").labels());
+        issued.metadata.annotations =
+            Some(BTreeMap::from([("cert-manager.io/certificate-name".into(), "dco-webhook-a".into())]));
+        issued.metadata.owner_references = Some(vec![crate::server::cert_manager::secret_owner(
+            &crate::server::desired::owner(&cws).unwrap(),
+        )]);
+        let (mut api, task) = spawn(&cws);
+        let mut events = Vec::new();
+        let mut deletes = Vec::new();
+        loop {
+            let x = api.events_then(&mut events).await;
+            match (&x.method, x.path.as_str()) {
+                (&Method::GET, CM) => x.ok(&cert_manager_discovery()),
+                (&Method::GET, p) if p == format!("{NS}/secrets/dco-webhook-a-tls") => {
+                    x.ok(&serde_json::to_value(&issued).unwrap())
+                }
+                (&Method::PATCH, p) if p == format!("{CERTS}/dco-webhook-a") => {
+                    let mut c = x.body.clone();
+                    c["metadata"]["generation"] = json!(1);
+                    c["status"] = json!({"notBefore": not_before, "notAfter": "2099-01-01T00:00:00Z",
+                        "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "observedGeneration": 1}]});
+                    x.ok(&c);
+                }
+                (&Method::GET, p) if p == format!("{NS}/secrets") => x.ok(&metadata_list(vec![
+                    listed("dco-webhook-a-ca", "a", Some("uid-a")),
+                    listed("dco-webhook-a-tls", "a", Some("uid-a")),
+                ])),
+                (&Method::DELETE, _) => {
+                    deletes.push(x.path.clone());
+                    x.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+                }
+                (&Method::PATCH, STATUS) => {
+                    let cert = x.body["status"]["conditions"]
+                        .as_array()
+                        .and_then(|cs| cs.iter().find(|c| c["type"] == "CertificateReady"))
+                        .cloned()
+                        .unwrap_or_default();
+                    assert_eq!(
+                        (cert["status"].as_str(), cert["reason"].as_str()),
+                        (Some("True"), Some("CertManager"))
+                    );
+                    x.with_status(&cws);
+                    break;
+                }
+                (&Method::GET, _) if x.query.contains("labelSelector=") => x.ok(&metadata_list(Vec::new())),
+                (&Method::GET, p) if p.ends_with("conversionconfigs") => x.ok(&config_list(Vec::new())),
+                (&Method::GET, _) => x.not_found(),
+                (&Method::PATCH, p) => {
+                    assert!(!p.contains("/secrets/"), "rewrote a Secret cert-manager issued: {p}");
+                    x.echo()
+                }
+                _ => panic!("unexpected request {} {}", x.method, x.path),
+            }
+        }
+        assert!(task.await.unwrap().is_ok());
+        deletes
+    }
+
+    #[tokio::test]
+    async fn the_self_managed_ca_secret_goes_once_cert_manager_s_leaf_has_been_out_long_enough() {
+        let recent = (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(60))
+            .to_string();
+        assert!(issued_reconcile(&recent).await.is_empty(), "pruned within the grace");
+        let old = (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(301))
+            .to_string();
+        assert_eq!(issued_reconcile(&old).await, [format!("{NS}/secrets/dco-webhook-a-ca")]);
+    }
+
+    #[tokio::test]
+    async fn with_cert_manager_the_ca_bundle_trusts_the_kept_self_managed_ca_too() {
+        let (ctx, _api, mut w) = test_context();
+        let mut cws = server("a", true, 2, &[]);
+        w.secret(tls_secret("a"));
+        assert_eq!(ctx.ca_bundle(&cws).as_deref(), Some(CA_PEM));
+        let own = "-----BEGIN CERTIFICATE-----\nT1dOQ0E=\n-----END CERTIFICATE-----\n";
+        w.secret(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "dco-webhook-a-ca", "namespace": "dco-system"},
+            "data": {"ca.crt": base64_of(own)}}))
+            .unwrap(),
+        );
+        assert_eq!(
+            ctx.ca_bundle(&cws).as_deref(),
+            Some(CA_PEM),
+            "self-managed: the serving Secret's ca.crt only"
+        );
+        cws.spec.certificate = serde_json::from_value(json!({"issuerRef": {"name": "ca"}})).ok();
+        assert_eq!(ctx.ca_bundle(&cws), Some(format!("{}\n{}", CA_PEM.trim_end(), own)));
+    }
+
+    #[tokio::test]
+    async fn removing_spec_certificate_deletes_the_certificate_before_the_secret_is_rewritten() {
+        let cws = server("a", true, 2, &[]);
+        let issued = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "dco-webhook-a-tls", "namespace": "dco-system",
+                "annotations": {"cert-manager.io/certificate-name": "dco-webhook-a", "cert-manager.io/issuer-name": "ca", "other": "kept"}},
+            "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5", "ca.crt": "Y2E="}});
+        let owned_cert = json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+            "metadata": {"name": "dco-webhook-a", "namespace": "dco-system", "uid": "cert-uid",
+                "ownerReferences": [{"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+                    "name": "a", "uid": "uid-a", "controller": true}]}});
+        let (mut api, task) = spawn(&cws);
+        let mut events = Vec::new();
+        let mut requests = Vec::new();
+        let (mut deleted, mut stripped) = (Value::Null, Value::Null);
+        loop {
+            let x = api.events_then(&mut events).await;
+            requests.push(format!("{} {}", x.method, x.path));
+            match (&x.method, x.path.as_str()) {
+                (&Method::GET, p) if p == format!("{NS}/secrets/dco-webhook-a-tls") => x.ok(&issued),
+                (&Method::GET, p) if p == format!("{CERTS}/dco-webhook-a") => x.ok(&owned_cert),
+                (&Method::DELETE, p) if p == format!("{CERTS}/dco-webhook-a") => {
+                    deleted = x.body.clone();
+                    x.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+                }
+                (&Method::PATCH, p)
+                    if p == format!("{NS}/secrets/dco-webhook-a-tls") && !x.is_apply_by_operator() =>
+                {
+                    stripped = x.body.clone();
+                    x.ok(&issued);
+                }
+                (&Method::PATCH, STATUS) => {
+                    x.with_status(&cws);
+                    break;
+                }
+                (&Method::GET, _) if x.query.contains("labelSelector=") => x.ok(&metadata_list(Vec::new())),
+                (&Method::GET, p) if p.ends_with("conversionconfigs") => x.ok(&config_list(Vec::new())),
+                (&Method::GET, _) => x.not_found(),
+                (&Method::PATCH, _) => x.echo(),
+                _ => panic!("unexpected request {} {}", x.method, x.path),
+            }
+        }
+        assert!(task.await.unwrap().is_ok());
+        assert_eq!(deleted["preconditions"]["uid"], "cert-uid");
+        assert_eq!(
+            stripped,
+            json!({"metadata": {"annotations": {"cert-manager.io/certificate-name": null, "cert-manager.io/issuer-name": null}}})
+        );
+        let at = |r: &str| requests.iter().position(|x| x == r).unwrap_or(usize::MAX);
+        let rewrite =
+            requests.iter().rposition(|r| r == &format!("PATCH {NS}/secrets/dco-webhook-a-tls")).unwrap_or(0);
+        assert!(at(&format!("DELETE {CERTS}/dco-webhook-a")) < rewrite, "{requests:?}");
+        assert!(events.contains(&"CertificateReleased".to_string()), "{events:?}");
     }
 
     #[tokio::test]

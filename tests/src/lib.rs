@@ -18,6 +18,7 @@
 //! * [`wait_for`] and friends poll with a timeout and say what they waited for.
 
 pub mod apiservers;
+pub mod cert_manager;
 pub mod chart;
 pub mod moves;
 pub mod operator_pods;

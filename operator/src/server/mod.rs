@@ -34,6 +34,7 @@ use crate::leases;
 
 pub const CONTROLLER: &str = "conversionwebhookserver";
 
+pub mod cert_manager;
 pub mod certs;
 pub mod desired;
 pub mod names;
@@ -227,9 +228,9 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     Ok(Action::requeue(wait))
 }
 
-/// The serving certificate: refused when `spec.certificate` asks for cert-manager, else the
-/// self-managed CA and leaf, rewritten through `owned` when they must change. Returns how it
-/// stands and when to look again for renewal.
+/// The serving certificate: cert-manager's when `spec.certificate` asks for it
+/// (`cert_manager`), else the self-managed CA and leaf, rewritten through `owned` when they
+/// must change. Returns how it stands and when to look again for renewal.
 async fn certificate(
     cws: &ConversionWebhookServer,
     ctx: &Context,
@@ -240,14 +241,22 @@ async fn certificate(
 ) -> Result<(status::Certificate, Duration)> {
     // Both Secrets stay whether or not this reconcile rewrites them (or reads them at all):
     // the config controller reads the CA from the serving Secret (`Context::ca_bundle`).
-    owned.keep::<Secret>(&names.ca_secret);
     owned.keep::<Secret>(&names.tls_secret);
-    if cws.spec.certificate.is_some() {
-        return Ok((status::Certificate::CertManagerRefused, ctx.settings.resync));
+    if let Some(spec) = &cws.spec.certificate {
+        let tls = read_secret(ctx, &names.namespace, &names.tls_secret).await?;
+        let out = cert_manager::ensure(ctx, cws, spec, names, owner, tls.as_ref()).await?;
+        if out.keep_ca {
+            owned.keep::<Secret>(&names.ca_secret);
+        }
+        return Ok((status::Certificate::CertManager(out.standing), out.recheck.min(ctx.settings.resync)));
     }
+    owned.keep::<Secret>(&names.ca_secret);
     let server = cws.name_any();
     let ca = read_secret(ctx, &names.namespace, &names.ca_secret).await?;
     let tls = read_secret(ctx, &names.namespace, &names.tls_secret).await?;
+    // Taking the Secret back from cert-manager: keep its leaf (and trust its CA) rather than
+    // the operator's old CA (`cert_manager::release`).
+    let ca = if cert_manager::release(ctx, cws, names, owner, tls.as_ref()).await? { None } else { ca };
     let (ca_data, tls_data) = (secret_data(&ca), secret_data(&tls));
     let outcome = certs::ensure(
         &server,

@@ -10,6 +10,7 @@ use dco_api::server::AssignedConfig;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::leases::Aggregate;
+use crate::server::cert_manager::Standing;
 use crate::server::condition;
 use crate::server::names::ServerNames;
 use dco_state::conditions;
@@ -24,17 +25,17 @@ pub struct Workload {
 }
 
 /// How the serving certificate stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Certificate {
     /// The operator's own leaf, valid until this Unix time.
     SelfManaged { leaf_not_after: i64 },
-    /// `spec.certificate` asks for cert-manager, which this version refuses.
-    CertManagerRefused,
+    /// `spec.certificate` has cert-manager issue it: as `cert_manager::assess` found it.
+    CertManager(Standing),
 }
 
 /// What an apply reconcile wrote: absent while a deletion is held (cleanup applies nothing,
 /// so those parts of status stay as they were).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
     pub workload: Workload,
     /// The Service's first port.
@@ -71,20 +72,17 @@ pub fn render(previous: Option<&ServerStatus>, facts: &Facts<'_>) -> Rendered {
     let mut status = previous.cloned().unwrap_or_default();
     if let Some(applied) = &facts.applied {
         status.observed_generation = gen_;
-        match applied.certificate {
-            Certificate::CertManagerRefused => conditions::set(
+        match &applied.certificate {
+            Certificate::CertManager(st) => conditions::set(
                 &mut status.conditions,
                 condition::CERTIFICATE_READY,
-                false,
-                "CertManagerNotSupported",
-                format!(
-                    "spec.certificate asks cert-manager to issue the serving certificate, which this operator version does not do yet; remove spec.certificate to let the operator manage Secret {}/{} itself",
-                    names.namespace, names.tls_secret
-                ),
+                st.ready,
+                st.reason,
+                st.message.clone(),
                 gen_,
                 now,
             ),
-            Certificate::SelfManaged { leaf_not_after } => conditions::set(
+            &Certificate::SelfManaged { leaf_not_after } => conditions::set(
                 &mut status.conditions,
                 condition::CERTIFICATE_READY,
                 true,
@@ -254,15 +252,20 @@ mod tests {
     }
 
     #[test]
-    fn a_cert_manager_request_is_refused() {
+    fn cert_manager_s_standing_is_the_certificate_condition() {
         let names = ServerNames::new("a", "dco-system");
-        let a = Applied { certificate: Certificate::CertManagerRefused, ..applied(2) };
+        let pending =
+            Standing { ready: false, reason: "CertificatePending", message: "not issued yet".into() };
+        let a = Applied { certificate: Certificate::CertManager(pending), ..applied(2) };
         let s = render(None, &facts(&names, Some(a))).status;
-        let (status, reason, message) = cond(&s, condition::CERTIFICATE_READY).unwrap();
-        assert_eq!((status, reason), ("False", "CertManagerNotSupported"));
-        assert!(
-            message.contains("remove spec.certificate") && message.contains("dco-system/dco-webhook-a-tls")
+        assert_eq!(
+            cond(&s, condition::CERTIFICATE_READY),
+            Some(("False", "CertificatePending", "not issued yet"))
         );
+        let ready = Standing { ready: true, reason: "CertManager", message: "issued".into() };
+        let a = Applied { certificate: Certificate::CertManager(ready), ..applied(2) };
+        let s = render(Some(&s), &facts(&names, Some(a))).status;
+        assert_eq!(cond(&s, condition::CERTIFICATE_READY), Some(("True", "CertManager", "issued")));
     }
 
     #[test]
