@@ -226,13 +226,13 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
         "--lease-renew-interval=10s",
         &format!("--admission-service={}/{RENDER}-admission", t.ns),
         "--admission-webhook-name=dco-operator-admission",
-        "--webhook-image=dco-webhook:0.1.0",
+        "--webhook-image=dco-webhook:v0.1.0",
     ] {
         ensure!(args.contains(&want), "default args {args:?} lack {want}");
     }
     ensure!(
-        deploy["spec"]["template"]["spec"]["containers"][0]["image"] == "dco-operator:0.1.0",
-        "the image repository ends in dco-operator and the tag is appVersion"
+        deploy["spec"]["template"]["spec"]["containers"][0]["image"] == "dco-operator:v0.1.0",
+        "the image repository ends in dco-operator and the tag is v<appVersion>"
     );
     // The VWC is rendered without webhooks: the operator fills them in.
     let vwc = default.iter().find(|d| d["kind"] == "ValidatingWebhookConfiguration").context("VWC")?;
@@ -628,6 +628,28 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         "target {target} wired to dco-webhook-default and converting; no RBAC refusal in the operator logs"
     );
 
+    // A server in a namespace the chart gave the operator no rights in: refused by RBAC at its
+    // first write there, and the error names the object. Then it deletes cleanly.
+    let elsewhere = format!("{ns}-elsewhere");
+    dco_tests::apply_as(
+        &servers,
+        MANAGER,
+        &elsewhere,
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1",
+        "kind": "ConversionWebhookServer", "metadata": {"name": elsewhere, "labels": {&label.0: &label.1}},
+        "spec": {"namespace": "default", "replicas": 1}}),
+    )
+    .await?;
+    let want = format!("apply ServiceAccount default/dco-webhook-{elsewhere}");
+    let line = wait_for("the operator to be refused writing into namespace default", WAIT, || async {
+        let logs = operator_logs(&t, &operators);
+        Ok(logs.lines().map(dco_tests::strip_ansi).find(|l| l.contains(&want) && l.contains("forbidden")))
+    })
+    .await?;
+    eprintln!("out of scope: {}", line.chars().take(400).collect::<String>());
+    servers.delete(&elsewhere, &DeleteParams::default()).await?;
+    dco_tests::wait_deleted(&servers, &elsewhere, WAIT).await?;
+
     // RBAC, asked of the real apiserver.
     let operator_sa = (ns.clone(), format!("{RELEASE}-operator"));
     let webhook_sa = (ns.clone(), "dco-webhook-default".to_string());
@@ -656,7 +678,6 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     allowed.extend(expand(&["list", "watch"], "", &["secrets", "services"], None));
     allowed.extend(expand(&["list", "watch"], "apps", &["deployments"], None));
     allowed.extend(expand(&["list", "watch"], "coordination.k8s.io", &["leases"], None));
-    allowed.extend(expand(&["list", "watch"], "cert-manager.io", &["certificates"], None));
     allowed.extend(expand(
         &["create", "patch", "list", "delete"],
         "rbac.authorization.k8s.io",
@@ -713,6 +734,8 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         (("create", "rbac.authorization.k8s.io", "roles"), ks, None),
         (("create", "coordination.k8s.io", "leases"), ks, None),
         (("create", "events.k8s.io", "events"), ks, None),
+        (("list", "cert-manager.io", "certificates"), None, None),
+        (("get", "cert-manager.io", "certificates"), ks, None),
         (("create", "apiextensions.k8s.io", "customresourcedefinitions"), None, None),
         (("update", "apiextensions.k8s.io", "customresourcedefinitions"), None, Some(target.as_str())),
         (("delete", "apiextensions.k8s.io", "customresourcedefinitions"), None, Some(target.as_str())),
@@ -931,14 +954,51 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         "after helm uninstall: dco's CRDs, the config, the default server and its webhook Pods stay; {target} still converts"
     );
 
-    // Clean up what outlives the release: the operator is gone, so finalizers go by hand.
-    let unfinalize = PatchParams::default();
-    let no_finalizers = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    let _ = configs.patch(&cfg, &unfinalize, &no_finalizers).await;
-    let _ = configs.delete(&cfg, &DeleteParams::default()).await;
-    let _ = crds.delete(&target, &DeleteParams::default()).await;
-    let _ = servers.patch(server, &unfinalize, &no_finalizers).await;
-    let _ = servers.delete(server, &DeleteParams::default()).await;
+    // helm install with the same release name adopts the kept server and takes over.
+    let started = Instant::now();
+    helm_install_dco(&t, RELEASE, &values).await.context("helm install after the uninstall")?;
+    let manifest = helm(&t.cluster, &["get", "manifest", RELEASE, "--namespace", &ns])?;
+    ensure!(
+        manifest.contains("kind: ConversionWebhookServer"),
+        "the reinstall did not adopt the default server"
+    );
+    dco_tests::wait_ready_pods(&pods, "app.kubernetes.io/name=dco-operator", 2, WAIT).await?;
+    wait_for("the reinstalled operator to fill in the configuration again", WAIT, || async {
+        Ok(vwcs
+            .get_opt(&vwc_name)
+            .await?
+            .and_then(|v| v.webhooks)
+            .is_some_and(|h| h.len() == 2)
+            .then_some(()))
+    })
+    .await?;
+    converts(&client, &group, &ns, 9).await?;
+    eprintln!("reinstalled in {:?}: the kept default server adopted by the release", started.elapsed());
+
+    // Removing dco entirely, as docs/installation.md says: the config first (it reverts its
+    // target; the target still serves two versions, hence the annotation), then the server,
+    // then the release. Only the CRDs remain.
+    configs
+        .patch(
+            &cfg,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+            dco_api::ANNOTATION_ALLOW_UNSAFE_DELETE: "true"}}})),
+        )
+        .await?;
+    configs.delete(&cfg, &DeleteParams::default()).await?;
+    dco_tests::wait_deleted(&configs, &cfg, WAIT).await?;
+    let strategy = crds.get(&target).await?.spec.conversion.map(|c| c.strategy);
+    ensure!(strategy.as_deref() == Some("None"), "the config's deletion left the target at {strategy:?}");
+    servers.delete(server, &DeleteParams::default()).await?;
+    dco_tests::wait_deleted(&servers, server, WAIT).await?;
+    helm(&t.cluster, &["uninstall", RELEASE, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
+    wait_for("the webhook Deployment to be garbage-collected", WAIT, || async {
+        Ok(deploy.get_opt("dco-webhook-default").await?.is_none().then_some(()))
+    })
+    .await?;
+    eprintln!("removed: config (target reverted to None), server, release; dco's CRDs stay");
+    crds.delete(&target, &DeleteParams::default()).await?;
     restore_crd(&crds, cws_crd).await?;
     t.cleanup().await;
     Ok(())

@@ -49,12 +49,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The images' default tag: v<appVersion>, as hack/image tags them (docs/images.md). */}}
+{{- define "dco.defaultTag" -}}
+{{- if hasPrefix "v" .Chart.AppVersion -}}{{ .Chart.AppVersion }}{{- else -}}v{{ .Chart.AppVersion }}{{- end -}}
+{{- end -}}
+
 {{- define "dco.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" .Values.image.repository (default (include "dco.defaultTag" .) .Values.image.tag) -}}
 {{- end -}}
 
 {{- define "dco.webhookImage" -}}
-{{- printf "%s:%s" .Values.webhookImage.repository (default .Chart.AppVersion .Values.webhookImage.tag) -}}
+{{- printf "%s:%s" .Values.webhookImage.repository (default (include "dco.defaultTag" .) .Values.webhookImage.tag) -}}
 {{- end -}}
 
 {{/* --namespace: where servers without spec.namespace run their webhook Pods. */}}
