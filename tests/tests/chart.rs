@@ -275,7 +275,9 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
         ("NetworkPolicy", 2),
         ("Service", 2),
         ("ConfigMap", 1 + dashboards.len()),
-        ("RoleBinding", 5),
+        // Workloads in the release namespace, the default server's (default) and
+        // rbac.serverNamespaces' (kube-public); Leases, admission, Events.
+        ("RoleBinding", 6),
     ] {
         ensure!(k.get(kind) == Some(&n), "full render: {n} {kind} expected, got {k:?}");
     }

@@ -72,11 +72,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/*
-The namespaces the operator may create webhook workloads in: --namespace, then
-rbac.serverNamespaces, without repeats. "*" (any namespace) is handled by the caller.
+The namespaces the operator may create webhook workloads in: --namespace, the default server's
+spec.namespace, then rbac.serverNamespaces, without repeats. "*" (any namespace) is handled by
+the caller.
 */}}
 {{- define "dco.serverNamespaces" -}}
 {{- $out := list (include "dco.workloadNamespace" .) -}}
+{{- if and .Values.defaultServer.enabled .Values.defaultServer.spec.namespace -}}
+{{- $out = append $out .Values.defaultServer.spec.namespace -}}
+{{- end -}}
 {{- range .Values.rbac.serverNamespaces -}}
 {{- if ne . "*" -}}{{- $out = append $out . -}}{{- end -}}
 {{- end -}}
