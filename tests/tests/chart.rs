@@ -35,9 +35,8 @@ use dco_tests::{TestEnv, wait_for};
 
 const MANAGER: &str = "dco-e2e-chart";
 const WAIT: Duration = Duration::from_secs(180);
-const RELEASE: &str = "dco";
-/// The render test's release: its cluster-scoped names differ from the install test's, which
-/// runs at the same time.
+/// The render test's release (a dry run only): its cluster-scoped names differ from the
+/// install test's, which runs at the same time.
 const RENDER: &str = "dco-render";
 
 fn full_values() -> PathBuf {
@@ -493,6 +492,12 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     let client = t.client.clone();
     let ns = t.ns.clone();
     let label = release_label(&t);
+    // Names of this run's own: a failed run leaves cluster-scoped objects (ClusterRoles, the
+    // kept server) that must not stop the next one.
+    let release = format!("dco-{}", ns.rsplit('-').next().unwrap_or("run"));
+    let server_name = format!("{ns}-default");
+    let server = server_name.as_str();
+    let workload = format!("dco-webhook-{server}");
     let group = format!("{ns}.chart.example");
     let target = format!("widgets.{group}");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -511,12 +516,11 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     }
 
     // Install. The webhook drain is short so the test's rollouts are quick.
-    let values = json!({"webhook": {"args": ["--drain-period=5s"]}});
+    let values = json!({"webhook": {"args": ["--drain-period=5s"]}, "defaultServer": {"name": server}});
     let started = Instant::now();
-    helm_install_dco(&t, RELEASE, &values).await.context("helm install")?;
+    helm_install_dco(&t, &release, &values).await.context("helm install")?;
     let installed = started.elapsed();
     let operators = dco_tests::wait_ready_pods(&pods, "app.kubernetes.io/name=dco-operator", 2, WAIT).await?;
-    let server = "default";
     wait_for("the default server to be Available with 2 ready replicas", WAIT, || async {
         let st = servers.get(server).await?.status.unwrap_or_default();
         let available = st.conditions.iter().any(|c| c.type_ == "Available" && c.status == "True");
@@ -525,7 +529,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     .await?;
     let server_ready = started.elapsed();
     let webhook_pods =
-        dco_tests::wait_ready_pods(&pods, "conversion.dco.rs/instance=default", 2, WAIT).await?;
+        dco_tests::wait_ready_pods(&pods, &format!("conversion.dco.rs/instance={server}"), 2, WAIT).await?;
     eprintln!(
         "helm install returned after {installed:?}; the default server was Available with 2 Ready replicas {server_ready:?} after the start; operator Pods {:?}",
         operators.iter().filter_map(|p| p.metadata.name.clone()).collect::<Vec<_>>()
@@ -550,7 +554,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     let args = |d: Deployment| -> Vec<String> {
         d.spec.template.spec.map(|s| s.containers[0].args.clone().unwrap_or_default()).unwrap_or_default()
     };
-    let vwc_name = args(deploy.get(&format!("{RELEASE}-operator")).await?)
+    let vwc_name = args(deploy.get(&format!("{release}-operator")).await?)
         .iter()
         .find_map(|a| a.strip_prefix("--admission-webhook-name=").map(str::to_string))
         .context("the operator's --admission-webhook-name")?;
@@ -616,7 +620,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         .and_then(|w| w.client_config.as_ref())
         .and_then(|c| c.service.as_ref())
         .map(|s| (s.namespace.clone(), s.name.clone()));
-    ensure!(svc == Some((ns.clone(), "dco-webhook-default".to_string())), "the target is wired to {svc:?}");
+    ensure!(svc == Some((ns.clone(), workload.clone())), "the target is wired to {svc:?}");
     converts(&client, &group, &ns, 7).await?;
     let logs = operator_logs(&t, &operators);
     ensure!(
@@ -626,9 +630,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     let forbidden: Vec<String> =
         logs.lines().filter(|l| l.to_lowercase().contains("forbidden")).map(str::to_string).collect();
     ensure!(forbidden.is_empty(), "the operator was refused by RBAC:\n{}", forbidden.join("\n"));
-    eprintln!(
-        "target {target} wired to dco-webhook-default and converting; no RBAC refusal in the operator logs"
-    );
+    eprintln!("target {target} wired to {workload} and converting; no RBAC refusal in the operator logs");
 
     // A server in a namespace the chart gave the operator no rights in: refused by RBAC at its
     // first write there, and the error names the object. Then it deletes cleanly.
@@ -653,13 +655,13 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     dco_tests::wait_deleted(&servers, &elsewhere, WAIT).await?;
 
     // RBAC, asked of the real apiserver.
-    let operator_sa = (ns.clone(), format!("{RELEASE}-operator"));
-    let webhook_sa = (ns.clone(), "dco-webhook-default".to_string());
+    let operator_sa = (ns.clone(), format!("{release}-operator"));
+    let webhook_sa = (ns.clone(), workload.clone());
     let dco = "conversion.dco.rs";
     let dco_kinds = ["crdconversionconfigs", "xrdconversionconfigs", "conversionwebhookservers"];
     let status =
         ["crdconversionconfigs/status", "xrdconversionconfigs/status", "conversionwebhookservers/status"];
-    let admission_svc = format!("{RELEASE}-admission");
+    let admission_svc = format!("{release}-admission");
     let (ca_secret, tls_secret) = (format!("{admission_svc}-ca"), format!("{admission_svc}-tls"));
     let n = Some(ns.as_str());
     let mut allowed: Vec<Check> = Vec::new();
@@ -741,9 +743,9 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         (("create", "apiextensions.k8s.io", "customresourcedefinitions"), None, None),
         (("update", "apiextensions.k8s.io", "customresourcedefinitions"), None, Some(target.as_str())),
         (("delete", "apiextensions.k8s.io", "customresourcedefinitions"), None, Some(target.as_str())),
-        (("delete", dco, "conversionwebhookservers"), None, Some("default")),
+        (("delete", dco, "conversionwebhookservers"), None, Some(server)),
         (("create", dco, "crdconversionconfigs"), None, None),
-        (("update", dco, "conversionwebhookservers"), None, Some("default")),
+        (("update", dco, "conversionwebhookservers"), None, Some(server)),
         (("create", "", "pods/exec"), n, None),
         (("delete", "", "pods"), n, None),
         (("list", "", "pods"), None, None),
@@ -794,8 +796,9 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     ));
     web_allowed.extend(expand(&["get", "create", "update", "patch"], "coordination.k8s.io", &["leases"], n));
     web_allowed.push((("get", "", "pods"), n, None));
+    let tls = format!("{workload}-tls");
     refused = vec![
-        (("get", "", "secrets"), n, Some("dco-webhook-default-tls")),
+        (("get", "", "secrets"), n, Some(tls.as_str())),
         (("list", "", "secrets"), None, None),
         (("list", "", "pods"), None, None),
         (("get", "", "pods"), ks, None),
@@ -803,7 +806,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         (("delete", "coordination.k8s.io", "leases"), n, None),
         (("list", "coordination.k8s.io", "leases"), None, None),
         (("patch", "apiextensions.k8s.io", "customresourcedefinitions"), None, Some(target.as_str())),
-        (("patch", dco, "conversionwebhookservers/status"), None, Some("default")),
+        (("patch", dco, "conversionwebhookservers/status"), None, Some(server)),
         (("patch", dco, "crdconversionconfigs"), None, None),
         (("create", "", "pods/exec"), n, None),
         (("create", "events.k8s.io", "events"), n, None),
@@ -847,8 +850,8 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     columns.push(json!({"name": "Upgraded", "type": "string", "jsonPath": ".metadata.name"}));
     std::fs::write(&file, serde_yaml::to_string(&doc)?)?;
     let started = Instant::now();
-    let upgraded_values = json!({"webhook": {"args": ["--drain-period=5s"]}, "operator": {"resync": "4m"}});
-    helm_install_dco_from(&t, RELEASE, &copy, &upgraded_values).await.context("helm upgrade")?;
+    let upgraded_values = json!({"webhook": {"args": ["--drain-period=5s"]}, "defaultServer": {"name": server}, "operator": {"resync": "4m"}});
+    helm_install_dco_from(&t, &release, &copy, &upgraded_values).await.context("helm upgrade")?;
     let upgraded = started.elapsed();
     let live = crds.get(cws_crd).await?;
     // The Job's own account of it (its Pod is gone with the hook; its log stays).
@@ -856,7 +859,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| {
             let f = p.file_name().and_then(|f| f.to_str()).unwrap_or_default();
-            f.starts_with(&format!("{ns}_{RELEASE}-crds-")) && f.ends_with("_apply-crds.log")
+            f.starts_with(&format!("{ns}_{release}-crds-")) && f.ends_with("_apply-crds.log")
         })
         .context("the CRD Job's log")?;
     let outcomes: Vec<String> = std::fs::read_to_string(&job_log)?
@@ -896,7 +899,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
             "{name}: generation {gen_before} → {now}, want {want} (one write for the changed CRD, none for the others)"
         );
     }
-    let now_args = args(deploy.get(&format!("{RELEASE}-operator")).await?);
+    let now_args = args(deploy.get(&format!("{release}-operator")).await?);
     ensure!(
         now_args.contains(&"--resync=4m".to_string()),
         "the upgrade's values reached the Deployment: {now_args:?}"
@@ -913,7 +916,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
 
     // helm uninstall: the CRDs, the custom resources and the wired target stay.
     let started = Instant::now();
-    helm(&t.cluster, &["uninstall", RELEASE, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
+    helm(&t.cluster, &["uninstall", &release, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
     eprintln!("helm uninstall returned after {:?}", started.elapsed());
     for c in dco_api::crds() {
         let name = c.metadata.name.unwrap_or_default();
@@ -927,22 +930,19 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     ensure!(crds.get_opt(&target).await?.is_some(), "the target was deleted");
     let gone = |what: &str| format!("{what} is still there after helm uninstall");
     ensure!(
-        deploy.get_opt(&format!("{RELEASE}-operator")).await?.is_none(),
+        deploy.get_opt(&format!("{release}-operator")).await?.is_none(),
         "{}",
         gone("the operator Deployment")
     );
     let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
-    for r in [format!("{RELEASE}-operator"), format!("{RELEASE}-operator-workloads")] {
+    for r in [format!("{release}-operator"), format!("{release}-operator-workloads")] {
         ensure!(cluster_roles.get_opt(&r).await?.is_none(), "{}", gone(&format!("ClusterRole {r}")));
     }
     // The configuration went with the release, and no stopping replica wrote it back.
     dco_tests::wait_deleted(&vwcs, &vwc_name, Duration::from_secs(30)).await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     ensure!(vwcs.get_opt(&vwc_name).await?.is_none(), "{}", gone("the ValidatingWebhookConfiguration"));
-    ensure!(
-        deploy.get_opt("dco-webhook-default").await?.is_some(),
-        "the default server's webhook Deployment went"
-    );
+    ensure!(deploy.get_opt(&workload).await?.is_some(), "the default server's webhook Deployment went");
     let v2 = widgets(&client, &group, "v2", &ns);
     v2.patch(
         "w1",
@@ -958,8 +958,8 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
 
     // helm install with the same release name adopts the kept server and takes over.
     let started = Instant::now();
-    helm_install_dco(&t, RELEASE, &values).await.context("helm install after the uninstall")?;
-    let manifest = helm(&t.cluster, &["get", "manifest", RELEASE, "--namespace", &ns])?;
+    helm_install_dco(&t, &release, &values).await.context("helm install after the uninstall")?;
+    let manifest = helm(&t.cluster, &["get", "manifest", &release, "--namespace", &ns])?;
     ensure!(
         manifest.contains("kind: ConversionWebhookServer"),
         "the reinstall did not adopt the default server"
@@ -994,9 +994,9 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     ensure!(strategy.as_deref() == Some("None"), "the config's deletion left the target at {strategy:?}");
     servers.delete(server, &DeleteParams::default()).await?;
     dco_tests::wait_deleted(&servers, server, WAIT).await?;
-    helm(&t.cluster, &["uninstall", RELEASE, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
+    helm(&t.cluster, &["uninstall", &release, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
     wait_for("the webhook Deployment to be garbage-collected", WAIT, || async {
-        Ok(deploy.get_opt("dco-webhook-default").await?.is_none().then_some(()))
+        Ok(deploy.get_opt(&workload).await?.is_none().then_some(()))
     })
     .await?;
     eprintln!("removed: config (target reverted to None), server, release; dco's CRDs stay");
