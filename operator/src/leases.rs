@@ -132,6 +132,27 @@ pub fn replicas<'a>(
     out
 }
 
+/// How many live replicas of server `instance` report `target` (the metric
+/// `dco_operator_target_serving_replicas`, status_metrics.rs). `None` when the Leases cannot
+/// tell: a live Lease is truncated or unreadable, or no Lease is live while `ready` replicas
+/// run (a server that publishes none, `HandoverUnverified`). No live Lease and nothing ready is
+/// `Some(0)`: nothing runs that could serve it.
+pub fn reporting<'a>(
+    leases: impl IntoIterator<Item = &'a Lease>,
+    instance: &str,
+    namespace: &str,
+    target: &str,
+    ready: i32,
+    now: Timestamp,
+) -> Option<i32> {
+    let (mut live, mut listing) = (0i32, 0i32);
+    for (_, report) in live_reports(leases, instance, namespace, now) {
+        live = live.saturating_add(1);
+        listing = listing.saturating_add(i32::from(report.targets()?.contains(target)));
+    }
+    (live > 0 || ready <= 0).then_some(listing)
+}
+
 /// What in a Lease matters to the aggregate apart from its renewals: the instance and the
 /// reported set (or its absence). The Lease watch passes an event on only when this changes,
 /// so 30-second heartbeats of many replicas do not wake the controller.
@@ -245,6 +266,27 @@ mod tests {
         assert_eq!(agg.reporting_replicas, 2);
         assert!(!agg.truncated);
         assert_eq!(agg.next_expiry, Some(ts(90)));
+    }
+
+    #[test]
+    fn reporting_counts_live_replicas_listing_the_target() {
+        let leases = [
+            lease("a-1", "a", Some(&["x", "y"]), 0),
+            lease("a-2", "a", Some(&["y"]), 0),
+            lease("a-3", "a", Some(&["x"]), -91),
+            lease("b-1", "b", Some(&["x"]), 0),
+        ];
+        assert_eq!(reporting(&leases, "a", "dco-system", "x", 2, ts(0)), Some(1));
+        assert_eq!(reporting(&leases, "a", "dco-system", "y", 2, ts(0)), Some(2));
+        assert_eq!(reporting(&leases, "a", "dco-system", "z", 2, ts(0)), Some(0));
+        // No live Lease: nothing runs (0), or replicas run that publish none (cannot tell).
+        assert_eq!(reporting(&leases, "c", "dco-system", "x", 0, ts(0)), Some(0));
+        assert_eq!(reporting(&leases, "c", "dco-system", "x", 1, ts(0)), None);
+        let mut t = lease("a-4", "a", Some(&["x"]), 0);
+        t.metadata.annotations =
+            Some(BTreeMap::from([(dco_api::ANNOTATION_SERVED_TRUNCATED.to_string(), "true".to_string())]));
+        let with_truncated = [leases[0].clone(), t];
+        assert_eq!(reporting(&with_truncated, "a", "dco-system", "z", 2, ts(0)), None);
     }
 
     #[test]

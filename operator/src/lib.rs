@@ -19,6 +19,7 @@ pub mod runtime;
 pub mod server;
 pub mod shard;
 pub mod sharded_watch;
+pub mod status_metrics;
 pub mod telemetry;
 
 #[cfg(test)]

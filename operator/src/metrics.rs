@@ -1,5 +1,9 @@
-//! Prometheus metrics of the reconcilers, served on `/metrics`.
+//! Prometheus metrics of the reconcilers, served on `/metrics`: every family, with its type
+//! and labels, is in docs/operations.md, "Metrics" (a test below holds the two together).
+//! Families are listed before their first sample (`dco_api::metrics::register`); what the
+//! alerts read from the caches is computed at each scrape (status_metrics.rs).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -7,6 +11,10 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use dco_api::metrics::register;
+
+use crate::status_metrics::StatusMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
@@ -50,6 +58,8 @@ pub struct Metrics {
     /// Admission reviews answered (admission/serve.rs), by kind and verdict, and how long.
     pub admission_reviews: Family<AdmissionLabels, Counter>,
     pub admission_duration: Histogram,
+    /// The series read from the caches at each scrape; runtime.rs hands it the caches.
+    pub status: Arc<StatusMetrics>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -79,15 +89,17 @@ impl Default for Metrics {
         });
         let handover_transitions = Family::<TransitionLabels, Counter>::default();
         let target_patches = Counter::default();
-        registry.register("reconciles", "Reconciles run", reconciles.clone());
-        registry.register("reconcile_errors", "Reconciles that failed, by error", failures.clone());
-        registry.register("reconcile_duration_seconds", "Reconcile duration", duration.clone());
-        registry.register(
+        register(&mut registry, "reconciles", "Reconciles run", reconciles.clone());
+        register(&mut registry, "reconcile_errors", "Reconciles that failed, by error", failures.clone());
+        register(&mut registry, "reconcile_duration_seconds", "Reconcile duration", duration.clone());
+        register(
+            &mut registry,
             "handover_transitions",
             "Handover state transitions, by reason",
             handover_transitions.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "target_conversion_patches",
             "Server-side applies of targets' spec.conversion",
             target_patches.clone(),
@@ -96,57 +108,74 @@ impl Default for Metrics {
         let coordinator_ticks = Family::<ResultLabel, Counter>::default();
         let (shard_takes, shard_frees) = (Counter::default(), Counter::default());
         let owned_shards = prometheus_client::metrics::gauge::Gauge::default();
-        registry.register(
+        register(
+            &mut registry,
             "reconciles_skipped",
             "Reconciles stopped by the shard gate: another replica owns the object's shard",
             skipped.clone(),
         );
-        registry.register("coordinator_ticks", "Coordinator ticks, by result", coordinator_ticks.clone());
-        registry.register("shard_takes", "Shard Leases this replica took", shard_takes.clone());
-        registry.register("shard_frees", "Shard Leases this replica freed", shard_frees.clone());
-        registry.register("owned_shards", "Shards this replica owns", owned_shards.clone());
+        register(
+            &mut registry,
+            "coordinator_ticks",
+            "Coordinator ticks, by result",
+            coordinator_ticks.clone(),
+        );
+        register(&mut registry, "shard_takes", "Shard Leases this replica took", shard_takes.clone());
+        register(&mut registry, "shard_frees", "Shard Leases this replica freed", shard_frees.clone());
+        register(&mut registry, "owned_shards", "Shards this replica owns", owned_shards.clone());
         let sharded_watch = prometheus_client::metrics::gauge::Gauge::default();
-        registry.register(
+        register(
+            &mut registry,
             "sharded_watch",
             "1 when the apiserver filters the config watches by shardSelector (KEP-5866), 0 when this replica filters them alone",
             sharded_watch.clone(),
         );
         let (watch_bytes, watch_events, watch_dropped, watch_restarts) =
             (Family::default(), Family::default(), Family::default(), Family::default());
-        registry.register(
+        register(
+            &mut registry,
             "watch_received_bytes",
             "Response bytes of the shard-scoped lists and watches, by kind",
             watch_bytes.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "watch_received_events",
             "Objects the shard-scoped watches received (listed, applied or deleted), by kind",
             watch_events.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "watch_dropped_events",
             "Objects of shards this replica does not own that reached it and were dropped client-side, by kind",
             watch_dropped.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "watch_restarts",
             "Restarts of the shard-scoped watches after the owned shards changed, by kind",
             watch_restarts.clone(),
         );
         let admission_reviews = Family::<AdmissionLabels, Counter>::default();
         let admission_duration = Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0]);
-        registry.register(
+        register(
+            &mut registry,
             "admission_reviews",
             "Admission reviews answered, by kind and verdict",
             admission_reviews.clone(),
         );
-        registry.register(
-            "admission_duration_seconds",
+        register(
+            &mut registry,
+            "admission_review_duration_seconds",
             "Time to answer an admission review",
             admission_duration.clone(),
         );
+        let status = Arc::new(StatusMetrics::default());
+        registry.register_collector(Box::new(status.clone()));
+        dco_api::metrics::register_process(&mut registry, env!("CARGO_PKG_VERSION"));
         Metrics {
             registry,
+            status,
             admission_reviews,
             admission_duration,
             reconciles,
@@ -197,5 +226,58 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dco_api::metrics::{compare_with_docs, convention_problems, documented, parse_exposition};
+
+    /// Every family with samples where it has labels: the status collector on its fixture,
+    /// each counter and histogram touched once.
+    fn exercised() -> String {
+        let m = Metrics::default();
+        m.status.set_source(crate::status_metrics::tests::fixture_source().0);
+        m.reconciled("crdconversionconfig", Duration::from_millis(3));
+        m.failed(
+            "crdconversionconfig",
+            &crate::error::Error::NotReady("the destination is not ready".into()),
+        );
+        m.skipped("conversionwebhookserver");
+        m.admission("CRDConversionConfig", false, Duration::from_millis(2));
+        m.handover_transitions.get_or_create(&TransitionLabels { reason: "Patched".into() }).inc();
+        m.coordinator_ticks.get_or_create(&ResultLabel { result: "ok" }).inc();
+        for f in [&m.watch_bytes, &m.watch_events, &m.watch_dropped, &m.watch_restarts] {
+            f.get_or_create(&KindLabel { kind: "CRDConversionConfig" }).inc();
+        }
+        m.encode()
+    }
+
+    #[test]
+    fn every_family_follows_the_naming_rules() {
+        let fams = parse_exposition(&exercised());
+        assert!(fams.len() >= 28, "{fams:?}");
+        let problems = convention_problems(&fams, "dco_operator");
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    /// docs/operations.md, "Metrics", lists exactly the families this binary exports, with
+    /// their types and labels.
+    #[test]
+    fn the_operations_doc_lists_every_family() {
+        let docs = documented(include_str!("../../docs/operations.md"), "dco_operator");
+        let problems = compare_with_docs(&parse_exposition(&exercised()), &docs, "dco_operator");
+        assert!(problems.is_empty(), "docs/operations.md is out of date:\n{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn families_without_samples_are_listed() {
+        let text = Metrics::default().encode();
+        for f in
+            ["dco_operator_reconcile_errors", "dco_operator_admission_reviews", "dco_operator_config_phase"]
+        {
+            assert!(text.contains(&format!("# TYPE {f} ")), "{f} in\n{text}");
+        }
     }
 }

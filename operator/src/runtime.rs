@@ -247,7 +247,10 @@ async fn serve_health(
             "/metrics",
             get(move || {
                 let body = metrics.encode();
-                async move { body }
+                // The body is OpenMetrics (prometheus-client's text encoder: `# EOF`, counters
+                // typed without `_total`); as text/plain a scraper would read them untyped.
+                let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+                async move { ([(axum::http::header::CONTENT_TYPE, kind)], body) }
             }),
         );
     match tokio::net::TcpListener::bind(addr).await {
@@ -375,6 +378,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         xccs: xccs.clone(),
         cccs: cccs.clone(),
     };
+    metrics.status.set_source(crate::status_metrics::Source {
+        stores: stores.clone(),
+        gate: gate.clone(),
+        namespace: args.namespace.clone(),
+        membership: membership_view.clone(),
+    });
     let ctx = Arc::new(Context::new(client.clone(), settings, stores.clone(), metrics.clone(), gate.clone()));
     // OnChange: every held server goes back into its controller's queue (the gate lets the
     // owned ones through). The configs need no such pass: the same change restarts their
@@ -506,6 +515,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .transpose()
                 .map_err(anyhow::Error::msg)?,
         };
+        metrics.status.set_admission(crate::status_metrics::Admission {
+            secret: format!("{svc_ns}/{}", reg.secret_names().1),
+            certs: certs.clone(),
+        });
         let adm = crate::admission::serve::Admission {
             client: client.clone(),
             servers: servers.clone(),

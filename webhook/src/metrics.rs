@@ -1,5 +1,8 @@
 //! Prometheus metrics. Target labels come only from the registry (unknown paths are
 //! labelled `<unknown>`), so a client cannot blow up cardinality by posting to made-up paths.
+//! Every family, with its type and labels, is in docs/operations.md, "Metrics" (a test below
+//! holds the two together); families are listed before their first sample
+//! (`dco_api::metrics::register`).
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -7,6 +10,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry as PromRegistry;
+
+use dco_api::metrics::register;
 
 /// Label value for a path that names no registry entry.
 pub const UNKNOWN_TARGET: &str = "<unknown>";
@@ -133,62 +138,88 @@ impl Metrics {
         let conversion_memory = Histogram::new((0..12).map(|i| f64::from(1u32 << 20) * 4f64.powi(i)));
         let targets_held = Gauge::default();
         let targets_held_bytes = Gauge::default();
-        registry.register("requests", "ConversionReview requests by target and result", requests.clone());
-        registry.register(
+        register(
+            &mut registry,
+            "requests",
+            "ConversionReview requests by target and result",
+            requests.clone(),
+        );
+        register(
+            &mut registry,
             "request_duration_seconds",
             "ConversionReview handling time by target and result",
             latency.clone(),
         );
-        registry.register("objects_converted", "Objects converted successfully", objects_converted.clone());
-        registry.register(
+        register(
+            &mut registry,
+            "objects_converted",
+            "Objects converted successfully",
+            objects_converted.clone(),
+        );
+        register(
+            &mut registry,
             "compile_failures",
             "Compiles that failed; the last good plan keeps serving",
             compile_failures.clone(),
         );
-        registry.register("registry_entries", "Registry entries by state", registry_entries.clone());
-        registry.register("ready", "1 when /readyz answers 200", ready.clone());
-        registry.register("tls_reloads", "Serving certificate reloads by result", tls_reloads.clone());
-        registry.register(
+        register(&mut registry, "registry_entries", "Registry entries by state", registry_entries.clone());
+        register(&mut registry, "ready", "1 when /readyz answers 200", ready.clone());
+        register(&mut registry, "tls_reloads", "Serving certificate reloads by result", tls_reloads.clone());
+        register(
+            &mut registry,
             "lease_publishes",
             "Served-target Lease publishes by result",
             lease_publishes.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "inflight_bytes",
             "Bytes of ConversionReviews reserved from the in-flight budget (--max-inflight-bytes)",
             inflight_bytes.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "budget_waits",
             "Requests that waited for the in-flight byte budget, by result",
             budget_waits.clone(),
         );
-        registry.register("connections", "Open connections on the conversion listener", connections.clone());
-        registry.register(
+        register(
+            &mut registry,
+            "open_connections",
+            "Open connections on the conversion listener",
+            connections.clone(),
+        );
+        register(
+            &mut registry,
             "connection_limit_reached",
             "Times new connections had to wait because --max-connections were open",
             connection_limit_reached.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "connections_closed",
             "Connections closed by the server, by reason",
             connections_closed.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "conversion_memory_bytes",
             "Peak heap growth of each review's conversion (bounded by --conversion-memory-factor)",
             conversion_memory.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "targets_held",
             "Targets read whole because a config in scope names them; every other CRD and XRD is watched as metadata only",
             targets_held.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "targets_held_bytes",
             "Bytes of the JSON kept of the targets held whole",
             targets_held_bytes.clone(),
         );
+        dco_api::metrics::register_process(&mut registry, env!("CARGO_PKG_VERSION"));
         Metrics {
             registry,
             conversion_memory,
@@ -245,6 +276,46 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dco_api::metrics::{compare_with_docs, convention_problems, documented, parse_exposition};
+
+    /// Every family with samples where it has labels.
+    fn exercised() -> String {
+        let m = Metrics::new();
+        m.observe_request("db.example.org", Outcome::success, 0.003);
+        m.objects_converted.get_or_create(&TargetLabel { target: "db.example.org".into() }).inc();
+        m.compile_failures.get_or_create(&TargetLabel { target: "db.example.org".into() }).inc();
+        m.set_registry_size(1, 0);
+        m.tls_reloads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+        m.lease_publishes.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+        m.budget_wait("granted");
+        m.connections_closed.get_or_create(&ReasonLabel { reason: "idle" }).inc();
+        m.encode()
+    }
+
+    #[test]
+    fn every_family_follows_the_naming_rules() {
+        let fams = parse_exposition(&exercised());
+        assert!(fams.len() >= 20, "{fams:?}");
+        let problems = convention_problems(&fams, "dco_webhook");
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    /// docs/operations.md, "Metrics", lists exactly the families this binary exports, with
+    /// their types and labels.
+    #[test]
+    fn the_operations_doc_lists_every_family() {
+        let docs = documented(include_str!("../../docs/operations.md"), "dco_webhook");
+        let problems = compare_with_docs(&parse_exposition(&exercised()), &docs, "dco_webhook");
+        assert!(problems.is_empty(), "docs/operations.md is out of date:\n{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn families_without_samples_are_listed() {
+        let text = Metrics::new().encode();
+        for f in ["dco_webhook_requests", "dco_webhook_compile_failures", "dco_webhook_budget_waits"] {
+            assert!(text.contains(&format!("# TYPE {f} ")), "{f} in\n{text}");
+        }
+    }
 
     #[test]
     fn exposes_every_family_by_name() {

@@ -330,7 +330,7 @@ async fn an_idle_connection_flood_is_capped_and_closed_by_the_idle_timeout() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let open_now = server.metric("dco_webhook_connections ").await;
+    let open_now = server.metric("dco_webhook_open_connections ").await;
     let waits = server.metric("dco_webhook_connection_limit_reached_total").await;
     eprintln!("{flood} connections: {open_now} open at the server, limit reached {waits} times");
     assert!(open_now <= MAX_CONNECTIONS as f64, "{open_now} connections open, cap {MAX_CONNECTIONS}");

@@ -113,7 +113,9 @@ impl Registration {
         format!("{}.{}.svc", self.service, self.service_namespace)
     }
 
-    fn secret_names(&self) -> (String, String) {
+    /// The CA and serving Secrets (also the `secret` label of the admission certificate's
+    /// expiry metric, status_metrics.rs).
+    pub fn secret_names(&self) -> (String, String) {
         (format!("{}-ca", self.service), format!("{}-tls", self.service))
     }
 
