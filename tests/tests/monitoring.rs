@@ -1,0 +1,813 @@
+//! Metrics and alerts people can use (issue #17; docs/operations.md, "Metrics" and "Alerts").
+//!
+//! * `the_alert_rules_pass_promtool`: the chart's PrometheusRule, rendered by helm
+//!   (templates/prometheusrule.yaml runs charts/dco/files/prometheus-rules.yaml through `tpl`),
+//!   passes `promtool check rules` and `promtool test rules` with tests/prometheus/rules_test.yaml
+//!   (every alert fires on its series and not on the others, at the default thresholds);
+//!   promtool is built from its Go module (hack/testenv-go/tools/promtool).
+//! * `the_binaries_export_what_the_alerts_and_the_dashboard_read`: on the local cluster, two
+//!   dco-operator Pods and a server's two dco-webhook Pods serve OpenMetrics whose families
+//!   follow the naming rules and the docs' tables; the series the alerts read report the
+//!   cluster's truth as it changes (a wired target, a pin to a server that cannot take it, a
+//!   schema drift that breaks the compile, a server scaled to nothing); and every metric the
+//!   dashboard and the rules name is one of those the binaries export.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use dco_api::metrics::{Exposed, compare_with_docs, convention_problems, documented, parse_exposition};
+use dco_api::{CRDConversionConfig, ConversionWebhookServer};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use serde_json::{Value, json};
+
+use dco_tests::chart::{chart_dir, helm};
+use dco_tests::operator_pods::{OperatorDeployment, remove_operator_binding};
+use dco_tests::{Cluster, TestEnv, apply_as, repo_root, unique_name, wait_for};
+
+const MANAGER: &str = "dco-monitoring-test";
+const WAIT: Duration = Duration::from_secs(120);
+const DAY: f64 = 86_400.0;
+
+// --- the rules --------------------------------------------------------------------------
+
+/// The `spec` of the PrometheusRule the chart renders with `sets` (`--set` arguments).
+fn render_rules(cluster: &Cluster, sets: &[&str]) -> Result<serde_yaml::Value> {
+    let chart = chart_dir();
+    let mut args =
+        vec!["template", "dco", chart.to_str().context("chart path")?, "--namespace", "dco-system"];
+    args.extend([
+        "--show-only",
+        "templates/prometheusrule.yaml",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+    ]);
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let out = helm(cluster, &args)?;
+    let doc: serde_yaml::Value = serde_yaml::from_str(&out).context("the rendered PrometheusRule")?;
+    ensure!(doc["kind"] == "PrometheusRule", "helm rendered {out}");
+    Ok(doc["spec"].clone())
+}
+
+/// A directory with `rules.yaml` (the rendered groups) and tests/prometheus/rules_test.yaml.
+fn rules_dir(spec: &serde_yaml::Value) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(unique_name("dco-rules"));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("rules.yaml"), serde_yaml::to_string(spec)?)?;
+    std::fs::copy(repo_root().join("tests/prometheus/rules_test.yaml"), dir.join("rules_test.yaml"))?;
+    Ok(dir)
+}
+
+/// `promtool ARGS` in `dir`: whether it succeeded, and what it printed.
+fn promtool(bin: &Path, dir: &Path, args: &[&str]) -> Result<(bool, String)> {
+    let out = Command::new(bin).args(args).current_dir(dir).output().context("running promtool")?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.success(), text))
+}
+
+/// `(alert, expr, annotations)` of every rule.
+fn alerts(spec: &serde_yaml::Value) -> Vec<(String, String, BTreeMap<String, String>)> {
+    let mut out = Vec::new();
+    for g in spec["groups"].as_sequence().into_iter().flatten() {
+        for r in g["rules"].as_sequence().into_iter().flatten() {
+            let ann = r["annotations"]
+                .as_mapping()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_str()?.to_string())))
+                .collect();
+            let text = |v: &serde_yaml::Value| v.as_str().unwrap_or_default().to_string();
+            out.push((text(&r["alert"]), text(&r["expr"]), ann));
+        }
+    }
+    out
+}
+
+/// The anchors of docs/operations.md's headings, as GitHub makes them.
+fn doc_anchors() -> BTreeSet<String> {
+    let md = std::fs::read_to_string(repo_root().join("docs/operations.md")).unwrap_or_default();
+    md.lines()
+        .filter_map(|l| l.trim_start_matches('#').strip_prefix(' ').filter(|_| l.starts_with('#')))
+        .map(|h| {
+            h.to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_alert_rules_pass_promtool() -> Result<()> {
+    let cluster = dco_tests::ensure_cluster()?;
+    let promtool_bin = dco_tests::testenv_tool("promtool")?;
+    let spec = render_rules(&cluster, &[])?;
+    let rules = alerts(&spec);
+    let names: BTreeSet<String> = rules.iter().map(|r| r.0.clone()).collect();
+    eprintln!("{} alerts: {names:?}", rules.len());
+
+    // Each alert names its object in its summary and description and links its runbook.
+    let anchors = doc_anchors();
+    for (alert, _, ann) in &rules {
+        for k in ["summary", "description", "runbook"] {
+            ensure!(ann.get(k).is_some_and(|v| !v.trim().is_empty()), "{alert} has no {k} annotation");
+        }
+        let runbook = &ann["runbook"];
+        let anchor =
+            runbook.strip_prefix("docs/operations.md#").context("runbook outside docs/operations.md")?;
+        ensure!(
+            anchors.contains(anchor),
+            "{alert}'s runbook {runbook}: no such section in docs/operations.md"
+        );
+        ensure!(
+            ann["description"].contains(runbook.as_str()),
+            "{alert}'s description does not link {runbook}"
+        );
+    }
+
+    let dir = rules_dir(&spec)?;
+    let (ok, out) = promtool(&promtool_bin, &dir, &["check", "rules", "rules.yaml"])?;
+    eprintln!("promtool check rules:\n{out}");
+    ensure!(ok && out.contains(&format!("SUCCESS: {} rules found", rules.len())), "{out}");
+
+    // The unit tests cover every alert, each firing somewhere and silent somewhere.
+    let tests: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join("rules_test.yaml"))?)?;
+    let mut fired: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for t in tests["tests"].as_sequence().into_iter().flatten() {
+        for a in t["alert_rule_test"].as_sequence().into_iter().flatten() {
+            let e = fired.entry(a["alertname"].as_str().unwrap_or_default().to_string()).or_default();
+            if a["exp_alerts"].as_sequence().is_some_and(|s| !s.is_empty()) {
+                e.0 += 1;
+            } else {
+                e.1 += 1;
+            }
+        }
+    }
+    for n in &names {
+        let (fires, silent) = fired.get(n).copied().unwrap_or_default();
+        ensure!(fires > 0 && silent > 0, "{n}: {fires} test(s) where it fires, {silent} where it must not");
+    }
+    ensure!(fired.keys().all(|k| names.contains(k)), "tests for unknown alerts: {fired:?}");
+    let (ok, out) = promtool(&promtool_bin, &dir, &["test", "rules", "rules_test.yaml"])?;
+    eprintln!("promtool test rules:\n{out}");
+    ensure!(ok && out.contains("SUCCESS"), "{out}");
+
+    // The thresholds are the chart's values: others render into the expressions, and the same
+    // series then no longer give the same alerts.
+    let other = render_rules(
+        &cluster,
+        &[
+            "monitoring.prometheusRule.handoverStuckMinutes=30",
+            "monitoring.prometheusRule.certificateExpiryDays=7",
+        ],
+    )?;
+    let exprs: BTreeMap<String, String> = alerts(&other).into_iter().map(|(a, e, _)| (a, e)).collect();
+    ensure!(exprs["DcoHandoverStuck"].contains("> 30 * 60"), "{}", exprs["DcoHandoverStuck"]);
+    ensure!(
+        exprs["DcoCertificateExpiringSoon"].contains("< 7 * 86400"),
+        "{}",
+        exprs["DcoCertificateExpiringSoon"]
+    );
+    let dir2 = rules_dir(&other)?;
+    let (ok, out) = promtool(&promtool_bin, &dir2, &["test", "rules", "rules_test.yaml"])?;
+    ensure!(!ok && out.contains("DcoHandoverStuck") && out.contains("DcoCertificateExpiringSoon"), "{out}");
+    eprintln!("with handoverStuckMinutes=30 and certificateExpiryDays=7 the same tests fail, as they must");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&dir2);
+    Ok(())
+}
+
+// --- metric names in PromQL -------------------------------------------------------------
+
+/// The metric names a PromQL expression reads: identifiers that are not functions,
+/// aggregations, keywords or label names (matchers `{...}`, `by (...)`, `on (...)`…), with
+/// strings, ranges `[...]`, numbers, durations and Grafana's `$variables` skipped.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    const KEYWORDS: &[&str] = &[
+        "and",
+        "or",
+        "unless",
+        "bool",
+        "offset",
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+        "limitk",
+        "limit_ratio",
+        "inf",
+        "nan",
+        "atan2",
+    ];
+    const LABEL_LISTS: &[&str] = &["by", "without", "on", "ignoring", "group_left", "group_right"];
+    let c: Vec<char> = expr.chars().collect();
+    let mut names = BTreeSet::new();
+    let mut i = 0;
+    // Skips from an opening `open` at `i` past its matching `close`, strings included.
+    let skip = |mut i: usize, open: char, close: char| -> usize {
+        let mut depth = 0;
+        while i < c.len() {
+            match c[i] {
+                q @ ('"' | '\'' | '`') => {
+                    i += 1;
+                    while i < c.len() && c[i] != q {
+                        i += if c[i] == '\\' { 2 } else { 1 };
+                    }
+                }
+                x if x == open => depth += 1,
+                x if x == close => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return i + 1;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        i
+    };
+    let next_non_space = |mut i: usize| {
+        while i < c.len() && c[i].is_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    while i < c.len() {
+        let ch = c[i];
+        if ch == '"' || ch == '\'' || ch == '`' {
+            let mut j = i + 1;
+            while j < c.len() && c[j] != ch {
+                j += if c[j] == '\\' { 2 } else { 1 };
+            }
+            i = j + 1;
+        } else if ch == '{' {
+            i = skip(i, '{', '}');
+        } else if ch == '[' {
+            i = skip(i, '[', ']');
+        } else if ch == '$' {
+            i += 1;
+            while i < c.len() && (c[i].is_alphanumeric() || "_{}:".contains(c[i])) {
+                i += 1;
+            }
+        } else if ch.is_ascii_digit() || (ch == '.' && c.get(i + 1).is_some_and(char::is_ascii_digit)) {
+            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '.' || c[i] == '_') {
+                i += 1;
+            }
+        } else if ch.is_alphabetic() || ch == '_' || ch == ':' {
+            let start = i;
+            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_' || c[i] == ':') {
+                i += 1;
+            }
+            let word: String = c[start..i].iter().collect();
+            let after = next_non_space(i);
+            if LABEL_LISTS.contains(&word.as_str()) && c.get(after) == Some(&'(') {
+                i = skip(after, '(', ')');
+            } else if !KEYWORDS.contains(&word.as_str()) && c.get(after) != Some(&'(') {
+                names.insert(word);
+            }
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+#[test]
+fn metric_names_skip_functions_labels_and_durations() {
+    let e = r#"histogram_quantile(0.99, sum by (le, target) (rate(dco_webhook_request_duration_seconds_bucket{result!="success",target=~"a.b"}[$__rate_interval])))
+        / on (target) group_left (server) max without (pod) (dco_operator_target_serving_replicas offset 5m) > bool 2e3
+        or absent(dco_operator_shards) unless count(x_total{a="}"}) * 1.5 and time() - vector(0)"#;
+    let got: Vec<String> = metric_names(e).into_iter().collect();
+    assert_eq!(
+        got,
+        [
+            "dco_operator_shards",
+            "dco_operator_target_serving_replicas",
+            "dco_webhook_request_duration_seconds_bucket",
+            "x_total"
+        ]
+    );
+}
+
+/// Every query of the dashboard, with where it is: panels (rows' nested ones too) and
+/// templating variables (`label_values(metric, label)` reads its first argument).
+fn dashboard_queries(d: &Value) -> Vec<(String, String)> {
+    fn walk(panels: &Value, out: &mut Vec<(String, String)>) {
+        for p in panels.as_array().into_iter().flatten() {
+            let title = p["title"].as_str().unwrap_or("?");
+            for t in p["targets"].as_array().into_iter().flatten() {
+                if let Some(e) = t["expr"].as_str() {
+                    out.push((
+                        format!("panel {title:?} ({})", t["refId"].as_str().unwrap_or("?")),
+                        e.to_string(),
+                    ));
+                }
+            }
+            walk(&p["panels"], out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&d["panels"], &mut out);
+    for v in d["templating"]["list"].as_array().into_iter().flatten() {
+        if v["type"] == "query" {
+            let q = v["query"].as_str().or_else(|| v["query"]["query"].as_str()).unwrap_or_default();
+            let q =
+                q.strip_prefix("label_values(").map_or(q, |r| r.split([',', ')']).next().unwrap_or_default());
+            out.push((format!("variable {}", v["name"]), q.to_string()));
+        }
+    }
+    out
+}
+
+/// Where `queries` name a metric no binary exports: `(where, metric)`; also a query that names
+/// none at all (a panel that can only ever be empty or constant).
+fn unknown_metrics(queries: &[(String, String)], exported: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, q) in queries {
+        let names = metric_names(q);
+        if names.is_empty() {
+            out.push(format!("{at}: names no metric: {q}"));
+        }
+        for n in names.difference(exported) {
+            out.push(format!("{at}: {n} is not exported by dco-operator or dco-webhook"));
+        }
+    }
+    out
+}
+
+// --- the binaries on the local cluster --------------------------------------------------
+
+/// `GET /metrics` at `addr`: the Content-Type and the body.
+async fn scrape(addr: &str) -> Result<(String, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+        .await
+        .with_context(|| format!("connecting to {addr}: timeout"))??;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .context("reading /metrics")??;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").with_context(|| format!("no HTTP answer from {addr}"))?;
+    ensure!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "{addr}/metrics: {head}");
+    let kind = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-type")))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    Ok((kind, body.to_string()))
+}
+
+/// One scrape of one Pod.
+struct Scrape {
+    pod: String,
+    text: String,
+    families: Vec<Exposed>,
+}
+
+impl Scrape {
+    /// Samples of series `name` whose labels include every `(k, v)` of `want`.
+    fn samples(&self, name: &str, want: &[(&str, &str)]) -> Vec<(BTreeMap<String, String>, f64)> {
+        self.text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                let (n, labels) =
+                    series.split_once('{').map_or((series, ""), |(n, r)| (n, r.trim_end_matches('}')));
+                if n != name {
+                    return None;
+                }
+                let labels: BTreeMap<String, String> = labels
+                    .split("\",")
+                    .filter_map(|kv| kv.split_once("=\""))
+                    .map(|(k, v)| (k.to_string(), v.trim_end_matches('"').to_string()))
+                    .collect();
+                let hit = want.iter().all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v));
+                Some((labels, value.parse().ok()?)).filter(|_| hit)
+            })
+            .collect()
+    }
+
+    fn value(&self, name: &str, want: &[(&str, &str)]) -> Option<f64> {
+        let s = self.samples(name, want);
+        (s.len() == 1).then(|| s[0].1)
+    }
+}
+
+async fn scrape_pods(pods: &Api<Pod>, selector: &str, port: u16, want: usize) -> Result<Vec<Scrape>> {
+    let list = pods.list(&ListParams::default().labels(selector)).await?;
+    let ready: Vec<Pod> = list.items.into_iter().filter(dco_tests::pod_ready).collect();
+    ensure!(ready.len() == want, "{} Ready Pods with {selector}, not {want}", ready.len());
+    let mut out = Vec::new();
+    for p in ready {
+        let pod = p.metadata.name.clone().unwrap_or_default();
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).context("a Pod IP")?;
+        let (kind, text) = scrape(&format!("{ip}:{port}")).await?;
+        ensure!(kind.starts_with("application/openmetrics-text"), "{pod}/metrics is served as {kind:?}");
+        ensure!(text.trim_end().ends_with("# EOF"), "{pod}/metrics does not end in # EOF");
+        out.push(Scrape { pod, families: parse_exposition(&text), text });
+    }
+    Ok(out)
+}
+
+/// The naming rules and the docs' table, on what a binary really serves.
+fn check_families(scrapes: &[Scrape], prefix: &str) -> Result<()> {
+    let docs = documented(&std::fs::read_to_string(repo_root().join("docs/operations.md"))?, prefix);
+    for s in scrapes {
+        let mut problems = convention_problems(&s.families, prefix);
+        problems.extend(compare_with_docs(&s.families, &docs, prefix));
+        ensure!(problems.is_empty(), "{}'s /metrics:\n{}", s.pod, problems.join("\n"));
+    }
+    Ok(())
+}
+
+fn condition<'a>(
+    c: &'a CRDConversionConfig,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    c.status.as_ref()?.conditions.iter().find(|x| x.type_ == type_)
+}
+
+fn unix(t: Timestamp) -> f64 {
+    t.as_millisecond() as f64 / 1000.0
+}
+
+fn crd(group: &str, v2_field: &str) -> Value {
+    let schema = |field: &str| {
+        json!({"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {field: {"type": "string"}}}}}})
+    };
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": false, "schema": schema("sz")},
+                {"name": "v2", "served": true, "storage": true, "schema": schema(v2_field)}]}})
+}
+
+#[tokio::test]
+async fn the_binaries_export_what_the_alerts_and_the_dashboard_read() -> Result<()> {
+    dco_tests::map_image("dco-operator", dco_tests::workspace_binary("dco-operator")?)?;
+    dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
+    let t = TestEnv::new("mon").await?;
+    let result = scenario(&t).await;
+    let client = t.client.clone();
+    let label = format!("dco-mon-test={}", t.ns);
+    let lp = ListParams::default().labels(&label);
+    // Cluster-scoped leftovers first: the admission configuration (failurePolicy Fail would
+    // refuse this test's objects once its Pods are gone), then configs, servers and the target.
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    for v in vwcs.list(&ListParams::default().labels("app.kubernetes.io/name=dco-operator")).await?.items {
+        if serde_json::to_string(&v.webhooks)?.contains(&t.ns) {
+            let _ =
+                vwcs.delete(v.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await;
+        }
+    }
+    let unfinalize = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
+    for c in cfgs.list(&lp).await?.items {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let _ = cfgs.patch(&name, &PatchParams::default(), &unfinalize).await;
+        let _ = cfgs.delete(&name, &DeleteParams::default()).await;
+    }
+    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
+    for s in servers.list(&lp).await?.items {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let _ = servers.patch(&name, &PatchParams::default(), &unfinalize).await;
+        let _ = servers.delete(&name, &DeleteParams::default()).await;
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let _ = crds.delete(&format!("widgets.{}.mon.dco.rs", t.ns), &DeleteParams::default()).await;
+    remove_operator_binding(&t).await;
+    t.cleanup().await;
+    result
+}
+
+async fn scenario(t: &TestEnv) -> Result<()> {
+    let client = t.client.clone();
+    let ns = t.ns.clone();
+    let label = ("dco-mon-test", ns.as_str());
+    let selector = format!("{}={}", label.0, label.1);
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    let operators = OperatorDeployment {
+        app: "dco-mon",
+        replicas: 2,
+        selector: &selector,
+        extra_args: [
+            "--lease-duration",
+            "9s",
+            "--lease-renew-interval",
+            "2s",
+            "--admission-service",
+            &format!("{ns}/dco-mon-admission"),
+            "--admission-listen",
+            "$(POD_IP):9443",
+            "--admission-pod-selector",
+            "app=dco-mon",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rust_log: "info",
+        termination_grace_s: 5,
+    };
+    operators.apply(t, MANAGER).await?;
+    operators.ready(t, 2, WAIT).await?;
+
+    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
+    let (a, p) = (format!("{ns}-a"), format!("{ns}-p"));
+    let server = |name: &str, spec: Value| {
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+            "metadata": {"name": name, "labels": {label.0: label.1}}, "spec": spec})
+    };
+    // The admission webhook answers once the first replica has registered it.
+    wait_for("the default server to be admitted", WAIT, || async {
+        let s = server(&a, json!({"default": true, "replicas": 2, "namespace": ns}));
+        Ok(apply_as(&servers, MANAGER, &a, s).await.ok())
+    })
+    .await?;
+    // A server that can never take a target: no replica.
+    apply_as(&servers, MANAGER, &p, server(&p, json!({"replicas": 0, "namespace": ns}))).await?;
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let group = format!("{ns}.mon.dco.rs");
+    let target = format!("widgets.{group}");
+    apply_as(&crds, MANAGER, &target, crd(&group, "size")).await?;
+    dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
+    let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
+    let cfg = format!("{ns}-widgets");
+    let config = |pin: Option<&str>| {
+        let rename = json!({"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.size", "spokePath": "spec.sz"}});
+        let mut spec = json!({"targetCRD": {"name": target}, "hubVersion": "v2",
+            "spokes": [{"version": "v1", "rules": [rename]}]});
+        if let Some(s) = pin {
+            spec["webhookServerRef"] = json!({"name": s});
+        }
+        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+            "metadata": {"name": cfg, "labels": {label.0: label.1}}, "spec": spec})
+    };
+    apply_as(&cfgs, MANAGER, &cfg, config(None)).await?;
+    let settled = wait_for(&format!("{cfg} to be Applied on {a}"), WAIT, || async {
+        let c = cfgs.get(&cfg).await?;
+        let st = c.status.clone().unwrap_or_default();
+        let done = format!("{:?}", st.phase) == "Some(Applied)"
+            && st.handover.as_ref().is_some_and(|h| h.destination.as_deref() == Some(a.as_str()))
+            && condition(&c, "HandoverReady").is_some_and(|h| h.status == "True");
+        Ok(done.then_some(c))
+    })
+    .await?;
+    let since: Timestamp = settled
+        .status
+        .as_ref()
+        .and_then(|s| s.handover.as_ref()?.since.as_deref()?.parse().ok())
+        .context("status.handover.since")?;
+
+    // One object, read at the spoke: the webhook converts it.
+    let ar =
+        |v: &str| ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, v, "Widget"), "widgets");
+    let hub: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar("v2"));
+    let spoke: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar("v1"));
+    let obj = json!({"apiVersion": format!("{group}/v2"), "kind": "Widget",
+        "metadata": {"name": "w"}, "spec": {"size": "L"}});
+    hub.patch("w", &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await?;
+    let read = spoke.get("w").await?;
+    ensure!(read.data["spec"]["sz"] == "L", "read at v1: {:?}", read.data);
+
+    let pods: Api<Pod> = t.api();
+    let op_pods = "app=dco-mon";
+    let wh_pods = format!("conversion.dco.rs/instance={a}");
+    let now = unix(Timestamp::now());
+
+    // Settled: each replica's coordinator sees every shard owned; the config's series come
+    // from its owner alone.
+    let ops = wait_for("both replicas to see all 32 shards owned", WAIT, || async {
+        let s = scrape_pods(&pods, op_pods, 8080, 2).await?;
+        let owned: f64 = s.iter().filter_map(|s| s.value("dco_operator_owned_shards", &[])).sum();
+        let ok = owned == 32.0
+            && s.iter().all(|s| {
+                s.value("dco_operator_shards", &[]) == Some(32.0)
+                    && s.value("dco_operator_unowned_shards", &[]) == Some(0.0)
+            });
+        Ok(ok.then_some(s))
+    })
+    .await?;
+    check_families(&ops, "dco_operator")?;
+    let t_ = target.as_str();
+    let owner: Vec<&Scrape> = ops
+        .iter()
+        .filter(|s| !s.samples("dco_operator_config_phase", &[("target", t_)]).is_empty())
+        .collect();
+    ensure!(owner.len() == 1, "{} replicas report {cfg}'s phase", owner.len());
+    let owner = owner[0];
+    eprintln!("{cfg} is reported by {}", owner.pod);
+    let ours = [("kind", "CRDConversionConfig"), ("target", t_)];
+    ensure!(owner.value("dco_operator_config_phase", &[ours[0], ours[1], ("phase", "Applied")]) == Some(1.0));
+    ensure!(owner.value("dco_operator_config_compile_failed", &ours) == Some(0.0));
+    let entered = owner.samples("dco_operator_handover_state_entered_timestamp_seconds", &ours);
+    ensure!(
+        entered.len() == 1
+            && entered[0].0["state"] == "SourceDropped"
+            && entered[0].0["destination"] == a
+            && (entered[0].1 - unix(since)).abs() < 0.001,
+        "state entered: {entered:?}, status.handover.since {since}"
+    );
+    ensure!(owner.samples("dco_operator_handover_not_ready_since_timestamp_seconds", &ours).is_empty());
+    ensure!(
+        owner.value("dco_operator_target_serving_replicas", &[ours[0], ours[1], ("server", &a)]) == Some(2.0),
+        "{}",
+        owner.text
+    );
+    let secret = format!("{ns}/dco-webhook-{a}-tls");
+    let leaf: Vec<f64> = ops
+        .iter()
+        .filter_map(|s| {
+            s.value(
+                "dco_operator_certificate_expiration_timestamp_seconds",
+                &[("usage", "webhook"), ("secret", &secret)],
+            )
+        })
+        .collect();
+    ensure!(leaf.len() == 1 && (leaf[0] - now - 365.0 * DAY).abs() < DAY, "{secret} expires at {leaf:?}");
+    for s in &ops {
+        let adm =
+            s.samples("dco_operator_certificate_expiration_timestamp_seconds", &[("usage", "admission")]);
+        ensure!(
+            adm.len() == 1
+                && adm[0].0["secret"] == format!("{ns}/dco-mon-admission-tls")
+                && (adm[0].1 - now - 365.0 * DAY).abs() < DAY,
+            "{}'s admission certificate: {adm:?}",
+            s.pod
+        );
+        ensure!(s.value("dco_operator_process_resident_memory_bytes", &[]).is_some_and(|b| b > 1e6));
+        ensure!(s.value("dco_operator_build_info", &[("version", env!("CARGO_PKG_VERSION"))]) == Some(1.0));
+    }
+    eprintln!(
+        "operator series: shards 32/32 owned, {t_} Applied on {a} with 2 serving replicas, leaf and admission certificates ~365 days"
+    );
+
+    let whs = scrape_pods(&pods, &wh_pods, 8080, 2).await?;
+    check_families(&whs, "dco_webhook")?;
+    let converted: f64 = whs
+        .iter()
+        .filter_map(|s| s.value("dco_webhook_requests_total", &[("target", t_), ("result", "success")]))
+        .sum();
+    ensure!(converted >= 1.0, "no successful review of {t_} counted");
+    for s in &whs {
+        ensure!(s.value("dco_webhook_registry_entries", &[("state", "served")]) == Some(1.0), "{}", s.text);
+        ensure!(s.value("dco_webhook_process_resident_memory_bytes", &[]).is_some_and(|b| b > 1e6));
+    }
+    eprintln!("webhook series: {converted} successful reviews of {t_}, one served entry per replica");
+
+    // Every metric the dashboard and the rules name is exported by one of the binaries.
+    let mut exported = BTreeSet::new();
+    for s in ops.iter().chain(&whs) {
+        for f in &s.families {
+            exported.extend(f.series());
+        }
+    }
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(
+        repo_root().join("charts/dco/files/dashboards/dco.json"),
+    )?)?;
+    let mut queries = dashboard_queries(&dashboard);
+    let panels = queries.len();
+    let cluster = t.cluster.clone();
+    let spec = tokio::task::spawn_blocking(move || render_rules(&cluster, &[])).await??;
+    queries.extend(alerts(&spec).into_iter().map(|(a, e, _)| (format!("alert {a}"), e)));
+    let unknown = unknown_metrics(&queries, &exported);
+    ensure!(unknown.is_empty(), "unknown metrics:\n{}", unknown.join("\n"));
+    // The check can fail: a typo, and a panel that names nothing.
+    let bad = [
+        ("panel \"typo\" (A)".to_string(), "rate(dco_webhook_request_total[5m])".to_string()),
+        ("panel \"none\" (A)".to_string(), "vector(1)".to_string()),
+    ];
+    ensure!(unknown_metrics(&bad, &exported).len() == 2, "{:?}", unknown_metrics(&bad, &exported));
+    let named: BTreeSet<String> = queries.iter().flat_map(|(_, q)| metric_names(q)).collect();
+    eprintln!(
+        "{panels} dashboard queries and {} alert expressions name {} metrics, all among the {} series names exported",
+        queries.len() - panels,
+        named.len(),
+        exported.len()
+    );
+
+    // A pin to a server that cannot take the target: no move starts, HandoverReady goes
+    // False, and the series the stuck alert reads appears with the pin's server.
+    let pinned_at = Timestamp::now();
+    apply_as(&cfgs, MANAGER, &cfg, config(Some(&p))).await?;
+    let blocked = wait_for("the pin to show as a handover not ready", WAIT, || async {
+        let s = scrape_pods(&pods, op_pods, 8080, 2).await?;
+        let hit = s.iter().find_map(|s| {
+            s.samples("dco_operator_handover_not_ready_since_timestamp_seconds", &ours).into_iter().next()
+        });
+        Ok(hit.filter(|(l, _)| l["destination"] == p))
+    })
+    .await?;
+    eprintln!("pinned to {p}: {:?}", blocked);
+    ensure!(blocked.0["reason"] == "AwaitingDestination", "{blocked:?}");
+    ensure!(
+        (blocked.1 - unix(pinned_at)).abs() < 30.0,
+        "not ready since {} (pinned at {pinned_at})",
+        blocked.1
+    );
+    apply_as(&cfgs, MANAGER, &cfg, config(None)).await?;
+    wait_for("the unpinned config to be ready again", WAIT, || async {
+        let s = scrape_pods(&pods, op_pods, 8080, 2).await?;
+        let gone = s
+            .iter()
+            .all(|s| s.samples("dco_operator_handover_not_ready_since_timestamp_seconds", &ours).is_empty());
+        let applied = s.iter().any(|s| {
+            s.value("dco_operator_config_phase", &[ours[0], ours[1], ("phase", "Applied")]) == Some(1.0)
+        });
+        Ok((gone && applied).then_some(()))
+    })
+    .await?;
+
+    // The target's schema drifts under the config: v2 loses spec.size, the rename no longer
+    // compiles; both binaries count it, and the last good plan keeps serving.
+    apply_as(&crds, MANAGER, &target, crd(&group, "capacity")).await?;
+    wait_for("the compile failure on both sides", WAIT, || async {
+        let o = scrape_pods(&pods, op_pods, 8080, 2).await?;
+        let w = scrape_pods(&pods, &wh_pods, 8080, 2).await?;
+        let failed = o.iter().any(|s| s.value("dco_operator_config_compile_failed", &ours) == Some(1.0));
+        let counted = w.iter().all(|s| {
+            s.value("dco_webhook_compile_failures_total", &[("target", t_)]).is_some_and(|n| n >= 1.0)
+        });
+        let serving = o.iter().any(|s| {
+            s.value("dco_operator_target_serving_replicas", &[ours[0], ours[1], ("server", &a)]) == Some(2.0)
+        });
+        Ok((failed && counted && serving).then_some(()))
+    })
+    .await?;
+    eprintln!(
+        "schema drift: dco_operator_config_compile_failed 1, every replica's dco_webhook_compile_failures_total >= 1, still 2 serving replicas"
+    );
+
+    // The server scaled to nothing: nothing serves the target it is wired to.
+    let scaled = std::time::Instant::now();
+    apply_as(&servers, MANAGER, &a, server(&a, json!({"default": true, "replicas": 0, "namespace": ns})))
+        .await?;
+    wait_for("the target to show as not served", WAIT, || async {
+        let o = scrape_pods(&pods, op_pods, 8080, 2).await?;
+        let zero = o.iter().any(|s| {
+            s.value("dco_operator_target_serving_replicas", &[ours[0], ours[1], ("server", &a)]) == Some(0.0)
+        });
+        Ok(zero.then_some(()))
+    })
+    .await?;
+    eprintln!(
+        "{a} scaled to 0: dco_operator_target_serving_replicas{{target={t_}}} 0 after {:?}",
+        scaled.elapsed()
+    );
+    Ok(())
+}
+
+#[test]
+fn the_dashboard_parses_and_covers_what_issue_17_asks() -> Result<()> {
+    let d: Value = serde_json::from_str(&std::fs::read_to_string(
+        repo_root().join("charts/dco/files/dashboards/dco.json"),
+    )?)?;
+    let queries = dashboard_queries(&d);
+    let named: BTreeSet<String> = queries.iter().flat_map(|(_, q)| metric_names(q)).collect();
+    for (what, metric) in [
+        ("moves", "dco_operator_handover_transitions_total"),
+        ("reviews: rate and errors", "dco_webhook_requests_total"),
+        ("reviews: latency", "dco_webhook_request_duration_seconds_bucket"),
+        ("compile failures", "dco_operator_config_compile_failed"),
+        ("shard ownership", "dco_operator_unowned_shards"),
+        ("memory", "dco_webhook_process_resident_memory_bytes"),
+        ("certificate expiry", "dco_operator_certificate_expiration_timestamp_seconds"),
+    ] {
+        if !named.contains(metric) {
+            bail!("no panel for {what} ({metric})");
+        }
+    }
+    Ok(())
+}
