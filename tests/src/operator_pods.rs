@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
@@ -116,11 +117,57 @@ impl OperatorDeployment<'_> {
     }
 }
 
+/// The flags that serve admission from [`OperatorDeployment`] Pods labelled `app=<app>`
+/// behind Service `<ns>/<service>`, which the operator applies itself.
+pub fn admission_args(ns: &str, service: &str, app: &str) -> Vec<String> {
+    [
+        "--admission-service",
+        &format!("{ns}/{service}"),
+        "--admission-listen",
+        "$(POD_IP):9443",
+        "--admission-pod-selector",
+        &format!("app={app}"),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// Deletes the cluster-scoped binding [`OperatorDeployment::apply`] made (the namespace's
 /// deletion takes the rest).
 pub async fn remove_operator_binding(t: &TestEnv) {
     let crbs: Api<ClusterRoleBinding> = Api::all(t.client.clone());
     let _ = crbs.delete(&format!("{}-dco-operator", t.ns), &DeleteParams::default()).await;
+}
+
+/// A test's operators gone for good: first the admission configurations that send to
+/// Services of `t`'s namespace (with `failurePolicy: Fail` and the Pods gone, the objects they
+/// cover could not be changed any more), then the servers matching each of
+/// `server_selectors` (their finalizers dropped: no operator is left to release them), then
+/// the binding. The namespace's deletion takes the rest.
+pub async fn remove_operators(t: &TestEnv, server_selectors: &[String]) {
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(t.client.clone());
+    let lp = ListParams::default().labels("app.kubernetes.io/name=dco-operator");
+    for v in vwcs.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+        let ours = v
+            .webhooks
+            .iter()
+            .flatten()
+            .any(|h| h.client_config.service.as_ref().is_some_and(|s| s.namespace == t.ns));
+        if ours && let Some(name) = v.metadata.name.as_deref() {
+            let _ = vwcs.delete(name, &DeleteParams::default()).await;
+        }
+    }
+    let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
+    let unfinalize = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    for selector in server_selectors {
+        let lp = ListParams::default().labels(selector);
+        for s in servers.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+            let Some(name) = s.metadata.name.as_deref() else { continue };
+            let _ = servers.patch(name, &PatchParams::default(), &unfinalize).await;
+            let _ = servers.delete(name, &DeleteParams::default()).await;
+        }
+    }
+    remove_operator_binding(t).await;
 }
 
 /// The shard of a uid for S = 32: a power of two, so the top 5 bits of the hash.

@@ -23,7 +23,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use dco_tests::operator_pods::{OperatorDeployment, remove_operator_binding};
+use dco_tests::operator_pods::{OperatorDeployment, admission_args, remove_operators};
 use dco_tests::{TestEnv, container_pid, pod_ready, wait_for};
 
 const MANAGER: &str = "dco-admission-test";
@@ -97,26 +97,7 @@ impl Kubectl {
 async fn admission_refuses_warns_and_survives_replica_kills() -> Result<()> {
     let t = TestEnv::new("adm").await?;
     let result = scenario(&t).await;
-    // The configuration first: with failurePolicy Fail and the Pods gone, this test's objects
-    // could not be changed any more.
-    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(t.client.clone());
-    for v in vwcs.list(&ListParams::default().labels("app.kubernetes.io/name=dco-operator")).await?.items {
-        if v.metadata.name.as_deref().is_some_and(|n| n.starts_with("dco-operator-admission-"))
-            && serde_json::to_string(&v.webhooks)?.contains(&t.ns)
-        {
-            let _ =
-                vwcs.delete(v.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await;
-        }
-    }
-    let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
-    for s in servers.list(&ListParams::default().labels(&format!("dco-adm-test={}", t.ns))).await?.items {
-        let name = s.metadata.name.clone().unwrap_or_default();
-        let _ = servers
-            .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
-            .await;
-        let _ = servers.delete(&name, &DeleteParams::default()).await;
-    }
-    remove_operator_binding(&t).await;
+    remove_operators(&t, &[format!("dco-adm-test={}", t.ns)]).await;
     t.cleanup().await;
     result
 }
@@ -133,20 +114,11 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         app: "dco-adm",
         replicas: 2,
         selector: &selector,
-        extra_args: [
-            "--lease-duration",
-            "9s",
-            "--lease-renew-interval",
-            "2s",
-            "--admission-service",
-            &format!("{ns}/dco-admission"),
-            "--admission-listen",
-            "$(POD_IP):9443",
-            "--admission-pod-selector",
-            "app=dco-adm",
-        ]
-        .map(String::from)
-        .to_vec(),
+        extra_args: ["--lease-duration", "9s", "--lease-renew-interval", "2s"]
+            .map(String::from)
+            .into_iter()
+            .chain(admission_args(&ns, "dco-admission", "dco-adm"))
+            .collect(),
         rust_log: "info,dco_operator::admission=debug",
         termination_grace_s: 5,
     };

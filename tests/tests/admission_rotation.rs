@@ -24,7 +24,8 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use dco_tests::operator_pods::{OperatorDeployment, remove_operator_binding};
+use dco_tests::cert_manager::{ders, served_leaf};
+use dco_tests::operator_pods::{OperatorDeployment, admission_args, remove_operators};
 use dco_tests::{TestEnv, container_pid, pod_ready, wait_for};
 
 const MANAGER: &str = "dco-admission-rotation-test";
@@ -33,34 +34,6 @@ const PORT: u16 = 9443;
 /// Two registration passes (60 s each) and slack.
 const ROTATION: Duration = Duration::from_secs(150);
 const WAIT: Duration = Duration::from_secs(120);
-
-/// The DER of every certificate in `pem`.
-fn ders(pem: &[u8]) -> Result<Vec<Vec<u8>>> {
-    rustls_pemfile::certs(&mut &pem[..]).map(|c| Ok(c?.to_vec())).collect()
-}
-
-/// The leaf a replica serves at `ip`, verified against `ca_pem` for `host` (as the apiserver
-/// does with the caBundle).
-async fn served_leaf(ip: &str, host: &str, ca_pem: &[u8]) -> Result<Vec<u8>> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pemfile::certs(&mut &ca_pem[..]) {
-        roots.add(c?)?;
-    }
-    let cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
-    let tcp = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect((ip, PORT)))
-        .await
-        .context("connect timed out")??;
-    let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
-    let tls = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp),
-    )
-    .await
-    .context("handshake timed out")??;
-    let (_, conn) = tls.get_ref();
-    let leaf = conn.peer_certificates().and_then(|c| c.first()).context("no peer certificate")?;
-    Ok(leaf.to_vec())
-}
 
 fn secret_bytes(s: &Secret, key: &str) -> Option<Vec<u8>> {
     s.data.as_ref()?.get(key).map(|b| b.0.clone())
@@ -71,22 +44,7 @@ async fn admission_certificate_rotates_without_a_restart_or_a_failed_review() ->
     let _ = rustls::crypto::ring::default_provider().install_default();
     let t = TestEnv::new("admrot").await?;
     let result = scenario(&t).await;
-    // The configuration first: with failurePolicy Fail and the Pods gone, this test's objects
-    // could not be changed any more.
-    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(t.client.clone());
-    for v in vwcs.list(&ListParams::default().labels("app.kubernetes.io/name=dco-operator")).await?.items {
-        if v.metadata.name.as_deref().is_some_and(|n| n.starts_with("dco-operator-admission-"))
-            && serde_json::to_string(&v.webhooks)?.contains(&t.ns)
-        {
-            let _ =
-                vwcs.delete(v.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await;
-        }
-    }
-    let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
-    for s in servers.list(&ListParams::default().labels(&format!("dco-admrot-test={}", t.ns))).await?.items {
-        let _ = servers.delete(&s.metadata.name.clone().unwrap_or_default(), &DeleteParams::default()).await;
-    }
-    remove_operator_binding(&t).await;
+    remove_operators(&t, &[format!("dco-admrot-test={}", t.ns)]).await;
     t.cleanup().await;
     result
 }
@@ -101,16 +59,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         app: "dco-admrot",
         replicas: 2,
         selector: &selector,
-        extra_args: [
-            "--admission-service",
-            &format!("{ns}/{SERVICE}"),
-            "--admission-listen",
-            &format!("$(POD_IP):{PORT}"),
-            "--admission-pod-selector",
-            "app=dco-admrot",
-        ]
-        .map(String::from)
-        .to_vec(),
+        extra_args: admission_args(&ns, SERVICE, "dco-admrot"),
         rust_log: "info",
         termination_grace_s: 5,
     };
@@ -155,7 +104,8 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     // Each replica serves the Secret's leaf once its pass has run since start.
     for ip in &ips {
         wait_for(&format!("{ip} to serve the Secret's leaf"), ROTATION, || async {
-            Ok((served_leaf(ip, &host, &ca_pem).await.ok() == Some(old_leaf.clone())).then_some(()))
+            Ok((served_leaf(&format!("{ip}:{PORT}"), &host, &ca_pem).await.ok() == Some(old_leaf.clone()))
+                .then_some(()))
         })
         .await?;
     }
@@ -217,7 +167,8 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     eprintln!("new leaf in the Secret {:?} after deleting it", deleted.elapsed());
     for ip in &ips {
         wait_for(&format!("{ip} to serve the new leaf"), ROTATION, || async {
-            Ok((served_leaf(ip, &host, &ca_pem).await.ok() == Some(new_leaf.clone())).then_some(()))
+            Ok((served_leaf(&format!("{ip}:{PORT}"), &host, &ca_pem).await.ok() == Some(new_leaf.clone()))
+                .then_some(()))
         })
         .await?;
         eprintln!("{ip} serves the new leaf {:?} after the delete", deleted.elapsed());
@@ -249,7 +200,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     ensure!(tls_now.first() == Some(&new_leaf), "the leaf was reissued when only the CA Secret went");
     for ip in &ips {
         ensure!(
-            served_leaf(ip, &host, &ca_pem).await? == new_leaf,
+            served_leaf(&format!("{ip}:{PORT}"), &host, &ca_pem).await? == new_leaf,
             "{ip} no longer serves the leaf of the old CA"
         );
     }

@@ -16,10 +16,10 @@ use dco_api::ConversionWebhookServer;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-use dco_tests::operator_pods::{OperatorDeployment, remove_operator_binding};
+use dco_tests::operator_pods::{OperatorDeployment, admission_args, remove_operators};
 use dco_tests::{TestEnv, wait_for};
 
 const MANAGER: &str = "dco-two-operators-test";
@@ -30,28 +30,8 @@ const SHARDS: usize = 32;
 async fn two_operators_with_different_selectors_share_a_namespace() -> Result<()> {
     let t = TestEnv::new("twoop").await?;
     let result = scenario(&t).await;
-    // The configurations first: with failurePolicy Fail and the Pods gone, this test's
-    // objects could not be changed any more.
-    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(t.client.clone());
-    for v in vwcs.list(&ListParams::default().labels("app.kubernetes.io/name=dco-operator")).await?.items {
-        if serde_json::to_string(&v.webhooks)?.contains(&t.ns) {
-            let _ = vwcs.delete(&v.name_any(), &DeleteParams::default()).await;
-        }
-    }
-    let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
-    for s in servers.list(&ListParams::default()).await?.items {
-        if s.name_any().starts_with(&t.ns) {
-            let _ = servers
-                .patch(
-                    &s.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-                )
-                .await;
-            let _ = servers.delete(&s.name_any(), &DeleteParams::default()).await;
-        }
-    }
-    remove_operator_binding(&t).await;
+    let selectors = ["a", "b", "stray"].map(|team| Team::new(&t.ns, team).selector());
+    remove_operators(&t, &selectors).await;
     t.cleanup().await;
     result
 }
@@ -96,20 +76,11 @@ async fn scenario(t: &TestEnv) -> Result<()> {
             app: &team.app,
             replicas: 1,
             selector: &selector,
-            extra_args: [
-                "--lease-duration",
-                "9s",
-                "--lease-renew-interval",
-                "2s",
-                "--admission-service",
-                &format!("{ns}/{}", team.service),
-                "--admission-listen",
-                "$(POD_IP):9443",
-                "--admission-pod-selector",
-                &format!("app={}", team.app),
-            ]
-            .map(String::from)
-            .to_vec(),
+            extra_args: ["--lease-duration", "9s", "--lease-renew-interval", "2s"]
+                .map(String::from)
+                .into_iter()
+                .chain(admission_args(&ns, &team.service, &team.app))
+                .collect(),
             rust_log: "info",
             termination_grace_s: 5,
         };
@@ -184,7 +155,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
             &PostParams::default(),
             &serde_json::from_value(
                 json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-                "metadata": {"name": stray}, "spec": {"replicas": 0}}),
+                "metadata": {"name": stray, "labels": {"dco-twoop-stray": &ns}}, "spec": {"replicas": 0}}),
             )?,
         )
         .await?;
