@@ -111,3 +111,77 @@ pub async fn helm_install_dco_from(
     })
     .await?
 }
+
+/// A target for chart tests: widgets of `group`, v1 (spoke, `spec.sizeGB`) and v2 (hub and
+/// storage, `spec.size.gb`), converted by one FieldRename ([`widget_config`]), labelled
+/// `label` (the release's, [`release_label`]).
+pub fn widget_crd(group: &str, label: &(String, String)) -> Value {
+    let obj = |props: Value| json!({"type": "object", "properties": props});
+    let int = json!({"type": "integer"});
+    let v1 = json!({"openAPIV3Schema": obj(json!({"spec": obj(json!({"sizeGB": int}))}))});
+    let v2 = json!({"openAPIV3Schema": obj(json!({"spec": obj(json!({"size": obj(json!({"gb": int}))}))}))});
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}"), "labels": {&label.0: &label.1}},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": false, "schema": v1},
+                {"name": "v2", "served": true, "storage": true, "schema": v2}],
+            "conversion": {"strategy": "None"}}})
+}
+
+/// The CRDConversionConfig `name` of [`widget_crd`]'s target: hub v2, spoke v1 renames
+/// `spec.size.gb` to `spec.sizeGB`.
+pub fn widget_config(name: &str, target: &str, label: &(String, String)) -> Value {
+    json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+        "metadata": {"name": name, "labels": {&label.0: &label.1}},
+        "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "spokes": [{"version": "v1", "rules": [
+            {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.size.gb", "spokePath": "spec.sizeGB"}}]}]}})
+}
+
+/// A widget's spec of [`widget_crd`] holding `gb`, at `version` (for `dco_tests::load`).
+pub fn widget_spec(version: &str, gb: i64) -> Value {
+    match version {
+        "v1" => json!({"sizeGB": gb}),
+        _ => json!({"size": {"gb": gb}}),
+    }
+}
+
+/// Copies the directory `from` to `to` (a chart, to change a copy of it).
+pub fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let dest = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &dest)?;
+        } else {
+            std::fs::copy(e.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// Puts dco's own CRD `name` back as `dco_api::crds()` has it (an upgrade test changed it in a
+/// cluster other tests share): a replace of the spec, as the CRD Job writes it.
+pub async fn restore_crd(
+    crds: &kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >,
+    name: &str,
+    manager: &str,
+) -> Result<()> {
+    let want =
+        dco_api::crds().into_iter().find(|c| c.metadata.name.as_deref() == Some(name)).context("dco CRD")?;
+    for _ in 0..5 {
+        let mut live = crds.get(name).await?;
+        live.spec = want.spec.clone();
+        let pp = kube::api::PostParams { field_manager: Some(manager.into()), ..Default::default() };
+        match crds.replace(name, &pp, &live).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    bail!("could not restore CRD {name}")
+}

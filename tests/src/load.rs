@@ -1,0 +1,128 @@
+//! A load client on one converted target, for tests that change something under it and must
+//! show that no request failed (tests/tests/chart_upgrade.rs): every `period` one request
+//! at the spoke version — a write (server-side apply, converted to the storage version by
+//! the webhook) or a GET (read from etcd and converted by the webhook: one review per GET,
+//! docs/operations.md "Where conversion load comes from") — and now and then a GET at the
+//! hub to check what the write stored. Every answer is compared whole with the spec of the
+//! last write of that object; counted in [`Counts`] (failed: an error; wrong: a value).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::moves::{Counts, Tally};
+
+/// The converted target the load writes and reads.
+#[derive(Clone)]
+pub struct Target {
+    pub client: kube::Client,
+    pub ns: String,
+    pub group: String,
+    pub kind: String,
+    pub plural: String,
+    /// The non-storage version the load writes and reads at.
+    pub spoke: String,
+    /// The storage version, read to check what a write stored.
+    pub hub: String,
+    /// The spec of write `k` at a version: the config's rules must convert the spoke's into
+    /// the hub's and back exactly.
+    pub spec: fn(version: &str, k: i64) -> Value,
+    /// The load's field manager.
+    pub manager: &'static str,
+}
+
+impl Target {
+    pub fn api(&self, version: &str) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(&self.group, version, &self.kind);
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &ApiResource::from_gvk_with_plural(&gvk, &self.plural),
+        )
+    }
+}
+
+/// A running load client; [`Load::stop`] ends it.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    pub counts: Arc<Counts>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    /// Starts the load on `objects` objects `l0..`: each is first written at the spoke, then
+    /// every `period` one request in turn: a write every fourth, a hub read every eighth, a
+    /// spoke read otherwise.
+    pub fn start(target: Target, objects: usize, period: Duration) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts = Arc::new(Counts::default());
+        let (s, c) = (stop.clone(), counts.clone());
+        let task = tokio::spawn(async move {
+            let (spoke, hub) = (target.api(&target.spoke), target.api(&target.hub));
+            let mut written: BTreeMap<String, i64> = BTreeMap::new();
+            let mut k = 0i64;
+            while !s.load(Ordering::SeqCst) {
+                let name = format!("l{}", k as usize % objects);
+                let at = written.get(&name).copied();
+                let (version, api) = match (at, k % 8) {
+                    (None, _) | (Some(_), 0 | 4) => (target.spoke.as_str(), None),
+                    (Some(_), 7) => (target.hub.as_str(), Some(&hub)),
+                    (Some(_), _) => (target.spoke.as_str(), Some(&spoke)),
+                };
+                match (api, at) {
+                    (Some(api), Some(at)) => match api.get(&name).await {
+                        Ok(o) if o.data["spec"] == (target.spec)(version, at) => {
+                            c.ok.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Ok(o) => c.fail(
+                            true,
+                            format!(
+                                "{name} at {version}: {} (wrote {})",
+                                o.data["spec"],
+                                (target.spec)(version, at)
+                            ),
+                        ),
+                        Err(e) => c.fail(false, format!("read {name} at {version}: {e}")),
+                    },
+                    _ => {
+                        let obj = json!({"apiVersion": format!("{}/{version}", target.group),
+                            "kind": target.kind, "metadata": {"name": name}, "spec": (target.spec)(version, k)});
+                        match spoke
+                            .patch(&name, &PatchParams::apply(target.manager).force(), &Patch::Apply(&obj))
+                            .await
+                        {
+                            Ok(_) => {
+                                written.insert(name.clone(), k);
+                                c.ok.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Err(e) => c.fail(false, format!("write {name} at {version}: {e}")),
+                        }
+                    }
+                }
+                k += 1;
+                tokio::time::sleep(period).await;
+            }
+        });
+        Load { stop, counts, task }
+    }
+
+    pub fn tally(&self) -> Tally {
+        self.counts.tally()
+    }
+
+    /// The first few errors, shortened.
+    pub fn errors(&self) -> Vec<String> {
+        self.counts.errors()
+    }
+
+    /// Stops the load and returns its counts.
+    pub async fn stop(self) -> anyhow::Result<Tally> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await?;
+        Ok(self.counts.tally())
+    }
+}
