@@ -20,7 +20,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use dco_api::metrics::{Exposed, compare_with_docs, convention_problems, documented, parse_exposition};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
@@ -30,7 +29,7 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use dco_tests::chart::{chart_dir, helm};
-use dco_tests::operator_pods::{OperatorDeployment, remove_operator_binding};
+use dco_tests::operator_pods::{OperatorDeployment, admission_args, remove_operators};
 use dco_tests::{Cluster, TestEnv, apply_as, repo_root, unique_name, wait_for};
 
 const MANAGER: &str = "dco-monitoring-test";
@@ -484,15 +483,8 @@ async fn the_binaries_export_what_the_alerts_and_the_dashboard_read() -> Result<
     let client = t.client.clone();
     let label = format!("dco-mon-test={}", t.ns);
     let lp = ListParams::default().labels(&label);
-    // Cluster-scoped leftovers first: the admission configuration (failurePolicy Fail would
-    // refuse this test's objects once its Pods are gone), then configs, servers and the target.
-    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for v in vwcs.list(&ListParams::default().labels("app.kubernetes.io/name=dco-operator")).await?.items {
-        if serde_json::to_string(&v.webhooks)?.contains(&t.ns) {
-            let _ =
-                vwcs.delete(v.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await;
-        }
-    }
+    // Cluster-scoped leftovers: the admission configuration first, servers, configs, the target.
+    remove_operators(&t, std::slice::from_ref(&label)).await;
     let unfinalize = Patch::Merge(json!({"metadata": {"finalizers": null}}));
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
     for c in cfgs.list(&lp).await?.items {
@@ -500,15 +492,8 @@ async fn the_binaries_export_what_the_alerts_and_the_dashboard_read() -> Result<
         let _ = cfgs.patch(&name, &PatchParams::default(), &unfinalize).await;
         let _ = cfgs.delete(&name, &DeleteParams::default()).await;
     }
-    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    for s in servers.list(&lp).await?.items {
-        let name = s.metadata.name.clone().unwrap_or_default();
-        let _ = servers.patch(&name, &PatchParams::default(), &unfinalize).await;
-        let _ = servers.delete(&name, &DeleteParams::default()).await;
-    }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let _ = crds.delete(&format!("widgets.{}.mon.dco.rs", t.ns), &DeleteParams::default()).await;
-    remove_operator_binding(&t).await;
     t.cleanup().await;
     result
 }
@@ -523,20 +508,11 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         app: "dco-mon",
         replicas: 2,
         selector: &selector,
-        extra_args: [
-            "--lease-duration",
-            "9s",
-            "--lease-renew-interval",
-            "2s",
-            "--admission-service",
-            &format!("{ns}/dco-mon-admission"),
-            "--admission-listen",
-            "$(POD_IP):9443",
-            "--admission-pod-selector",
-            "app=dco-mon",
-        ]
-        .map(String::from)
-        .to_vec(),
+        extra_args: ["--lease-duration", "9s", "--lease-renew-interval", "2s"]
+            .map(String::from)
+            .into_iter()
+            .chain(admission_args(&ns, "dco-mon-admission", "dco-mon"))
+            .collect(),
         rust_log: "info",
         termination_grace_s: 5,
     };
