@@ -302,10 +302,21 @@ impl Membership {
         Ok(report)
     }
 
-    /// Frees every shard Lease this replica holds (shutdown): another replica takes them at
-    /// its next tick instead of waiting out the lease duration.
+    /// Leaves (shutdown): deletes this replica's member Lease, then frees every shard Lease it
+    /// holds, so another replica takes them at its next tick (nudged by the free) instead of
+    /// waiting out the lease duration. The member Lease goes first: while it reads live, the
+    /// others' assignment still gives this replica its share (coordinator.rs `live_members`),
+    /// and a freed shard would stay untaken until the member Lease expired — measured in a
+    /// rolling `helm upgrade` (tests/tests/chart_upgrade.rs): 30 s without a reconcile of
+    /// those shards.
     pub async fn free_all(&mut self) -> Result<usize, kube::Error> {
         self.owned.send_replace(Owned::default());
+        match self.api.delete(&self.names.member(&self.me), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+        self.member = None;
         let lp = ListParams::default()
             .labels(&format!("{LABEL_COMPONENT}={},{LABEL_ROLE}={ROLE_SHARD}", self.names.group()));
         let mut freed = 0;
@@ -764,6 +775,56 @@ mod tests {
         let report = report.unwrap();
         assert_eq!((report.taken.len(), report.members_deleted), (0, 1));
         assert!(m.owned().borrow().at(now).is_empty());
+    }
+    /// Leaving: the member Lease is deleted before the shard Leases are freed, and only this
+    /// replica's shards are freed. Then the survivor, reading the Leases as they are after it,
+    /// takes the freed shards at its next tick rather than when the member Lease would expire.
+    #[tokio::test]
+    async fn leaving_deletes_the_member_lease_first_and_the_survivor_takes_the_shards_at_once() {
+        let now = Timestamp::now();
+        let ts = |t: Timestamp| json!(t.to_string());
+        let lease = |name: &str, role: &str, holder: Option<&str>, renewed: Option<Timestamp>| {
+            json!({"metadata": {"name": name, "resourceVersion": "5",
+                "labels": {"sharding.dco.rs/component": "dco-operator", "sharding.dco.rs/role": role}},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": 30, "renewTime": renewed.map(ts)}})
+        };
+        let recent = Some(now - SignedDuration::from_secs(1));
+        let (client, mut api) = mock_client();
+        let mut m = Membership::new(Api::namespaced(client, NS), settings(2), "op-a".into());
+        let leave = tokio::spawn(async move { m.free_all().await });
+        api.expect(Method::DELETE, &format!("{LEASES}/dco-operator-member-op-a"))
+            .await
+            .ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+        let x = api.expect(Method::GET, LEASES).await;
+        assert!(x.query.contains("sharding.dco.rs%2Frole%3Dshard"), "{}", x.query);
+        x.ok(&list(vec![
+            lease("dco-operator-shard-0", "shard", Some("op-a"), recent),
+            lease("dco-operator-shard-1", "shard", Some("op-b"), recent),
+        ]));
+        let x = api.expect(Method::PUT, &format!("{LEASES}/dco-operator-shard-0")).await;
+        assert_eq!(x.body["spec"]["holderIdentity"], json!(null), "freed: {}", x.body);
+        assert_eq!(x.body["metadata"]["resourceVersion"], "5");
+        let b = x.body.clone();
+        x.ok(&b);
+        assert_eq!(leave.await.unwrap().unwrap(), 1);
+
+        let (client, mut api) = mock_client();
+        let mut b = Membership::new(Api::namespaced(client, NS), settings(2), "op-b".into());
+        let tick = tokio::spawn(async move { (b.tick(now).await, b) });
+        api.expect(Method::GET, LEASES).await.ok(&list(vec![
+            lease("dco-operator-member-op-b", "member", Some("op-b"), recent),
+            lease("dco-operator-shard-0", "shard", None, None),
+            lease("dco-operator-shard-1", "shard", Some("op-b"), recent),
+        ]));
+        for name in ["dco-operator-member-op-b", "dco-operator-shard-0", "dco-operator-shard-1"] {
+            let x = api.expect(Method::PUT, &format!("{LEASES}/{name}")).await;
+            assert_eq!(x.body["spec"]["holderIdentity"], "op-b", "{name}");
+            let b = x.body.clone();
+            x.ok(&b);
+        }
+        let (report, b) = tick.await.unwrap();
+        assert_eq!(report.unwrap().taken, vec![0]);
+        assert_eq!(b.owned().borrow().at(now), [0, 1].into());
     }
 }
 

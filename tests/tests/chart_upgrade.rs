@@ -27,6 +27,7 @@ use dco_tests::chart::{
 use dco_tests::load::{Load, Target};
 use dco_tests::{TestEnv, apply_as, container_pid, map_image, pod_ready, wait_for, workspace_binary};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -138,6 +139,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let configs: Api<CRDConversionConfig> = Api::all(client.clone());
     let pods: Api<Pod> = t.api();
     let deployments: Api<Deployment> = t.api();
+    let leases: Api<Lease> = t.api();
 
     // Install: 2 operator replicas, the default server with 2 replicas (the chart's defaults).
     let values = json!({"replicaCount": 2, "defaultServer": {"name": server, "spec": {"replicas": 2}},
@@ -223,6 +225,21 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         wait_rolled(&pods, OPERATORS, "operator", 2, &format!("dco-operator:{NEW_TAG}"), &operator_exe)
             .await?;
     let operators_rolled = started.elapsed();
+    // Every shard Lease is held by a new replica within a renew interval (10 s) of the old
+    // replicas being gone: a stopping replica leaves (its member Lease deleted, its shard Leases
+    // freed, operator/src/membership.rs `free_all`), so no shard waits out the 30 s lease
+    // duration without an owner.
+    let new_ids: BTreeSet<String> =
+        pods_of(&pods, OPERATORS, "operator").await?.into_iter().map(|(r, _)| r.name).collect();
+    let shards_moved = wait_for("every shard Lease held by a new operator replica", WAIT, || async {
+        let leases = leases.list(&ListParams::default().labels("sharding.dco.rs/role=shard")).await?;
+        let holders: Vec<Option<String>> =
+            leases.items.iter().map(|l| l.spec.as_ref().and_then(|s| s.holder_identity.clone())).collect();
+        let all =
+            holders.len() == 32 && holders.iter().all(|h| h.as_ref().is_some_and(|h| new_ids.contains(h)));
+        Ok(all.then(|| started.elapsed()))
+    })
+    .await?;
     let new_webhooks =
         wait_rolled(&pods, &webhooks, "webhook", 2, &format!("dco-webhook:{NEW_TAG}"), &webhook_exe).await?;
     let rolled = started.elapsed();
@@ -231,7 +248,12 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let roll = load.tally() - before;
     eprintln!(
-        "helm upgrade returned after {helm_returned:?}; operators rolled after {operators_rolled:?}, webhooks after {rolled:?}; load meanwhile: {roll:?}"
+        "helm upgrade returned after {helm_returned:?}; operators rolled after {operators_rolled:?}, all 32 shards held by them after {shards_moved:?}, webhooks rolled after {rolled:?}; load meanwhile: {roll:?}"
+    );
+    ensure!(
+        shards_moved < operators_rolled + Duration::from_secs(10),
+        "the new replicas held every shard only {:?} after the old ones were gone: a shard waited for a lease to expire",
+        shards_moved - operators_rolled
     );
     eprintln!(
         "after the upgrade: operators {:?}, webhooks {:?}",
