@@ -14,7 +14,7 @@
 //!   custom resources and the wired target converting.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use dco_api::{CRDConversionConfig, ConversionWebhookServer};
-use dco_tests::chart::{chart_dir, helm, helm_install_dco, helm_install_dco_from, release_label};
+use dco_tests::chart::{
+    chart_dir, copy_dir, helm, helm_install_dco, helm_install_dco_from, release_label, restore_crd,
+    widget_crd,
+};
 use dco_tests::{TestEnv, wait_for};
 
 const MANAGER: &str = "dco-e2e-chart";
@@ -428,23 +431,6 @@ fn expand<'a>(
     out
 }
 
-/// The target: widgets of a group of the test's own, v1 (spoke, `spec.sizeGB`) and v2 (hub and
-/// storage, `spec.size.gb`), converted by one FieldRename.
-fn target_crd(group: &str, label: &(String, String)) -> Value {
-    let obj = |props: Value| json!({"type": "object", "properties": props});
-    let int = json!({"type": "integer"});
-    let v1 = json!({"openAPIV3Schema": obj(json!({"spec": obj(json!({"sizeGB": int}))}))});
-    let v2 = json!({"openAPIV3Schema": obj(json!({"spec": obj(json!({"size": obj(json!({"gb": int}))}))}))});
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("widgets.{group}"), "labels": {&label.0: &label.1}},
-        "spec": {"group": group, "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [
-                {"name": "v1", "served": true, "storage": false, "schema": v1},
-                {"name": "v2", "served": true, "storage": true, "schema": v2}],
-            "conversion": {"strategy": "None"}}})
-}
-
 fn widgets(client: &kube::Client, group: &str, version: &str, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(group, version, "Widget");
     Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, "widgets"))
@@ -462,20 +448,6 @@ async fn converts(client: &kube::Client, group: &str, ns: &str, gb: i64) -> Resu
         })
     })
     .await
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let dest = to.join(e.file_name());
-        if e.file_type()?.is_dir() {
-            copy_dir(&e.path(), &dest)?;
-        } else {
-            std::fs::copy(e.path(), dest)?;
-        }
-    }
-    Ok(())
 }
 
 fn operator_logs(t: &TestEnv, pods: &[Pod]) -> String {
@@ -589,7 +561,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     eprintln!("admission: {refused}");
 
     // A target wired through the default server, under the chart's RBAC.
-    dco_tests::apply_as(&crds, MANAGER, &target, target_crd(&group, &label)).await?;
+    dco_tests::apply_as(&crds, MANAGER, &target, widget_crd(&group, &label)).await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
     let hub = widgets(&client, &group, "v2", &ns);
     let w1 = json!({"apiVersion": format!("{group}/v2"), "kind": "Widget", "metadata": {"name": "w1"},
@@ -1001,27 +973,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     .await?;
     eprintln!("removed: config (target reverted to None), server, release; dco's CRDs stay");
     crds.delete(&target, &DeleteParams::default()).await?;
-    restore_crd(&crds, cws_crd).await?;
+    restore_crd(&crds, cws_crd, MANAGER).await?;
     t.cleanup().await;
     Ok(())
-}
-
-/// Puts dco's own CRD `name` back as `dco_api::crds()` has it (the upgrade changed it in a
-/// cluster other tests share): a replace of the spec, as the CRD Job writes it.
-async fn restore_crd(crds: &Api<CustomResourceDefinition>, name: &str) -> Result<()> {
-    let want =
-        dco_api::crds().into_iter().find(|c| c.metadata.name.as_deref() == Some(name)).context("dco CRD")?;
-    for _ in 0..5 {
-        let mut live = crds.get(name).await?;
-        live.spec = want.spec.clone();
-        match crds
-            .replace(name, &PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &live)
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    bail!("could not restore CRD {name}")
 }
