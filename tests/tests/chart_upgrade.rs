@@ -95,6 +95,11 @@ async fn wait_rolled(
     .await
 }
 
+/// Where the test puts the copied binaries and the changed chart.
+fn upgrade_dir(t: &TestEnv) -> PathBuf {
+    t.cluster.dir.join("tmp").join(format!("upgrade-{}", t.ns))
+}
+
 /// Copies `target/debug/<name>` to `dir/<name>` and maps `<name>:<tag>` to the copy.
 fn rebuilt(name: &str, dir: &Path, tag: &str) -> Result<PathBuf> {
     let copy = dir.join(name);
@@ -117,6 +122,8 @@ async fn helm_upgrade_under_load_rolls_every_pod_without_a_failed_request() -> R
     let t = TestEnv::new("chartupg").await?;
     let result = scenario(&t).await;
     let removed = remove(&t).await;
+    // The copied binaries (190 MB) and the chart copy; their processes are gone with the Pods.
+    let _ = std::fs::remove_dir_all(upgrade_dir(&t));
     t.cleanup().await;
     result?;
     removed.context("removing the release, the server, the config and the target")
@@ -210,7 +217,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     );
 
     // "Rebuilt" binaries: copies, so the new Pods run another file than the old ones.
-    let dir = t.cluster.dir.join("tmp").join(format!("upgrade-{ns}"));
+    let dir = upgrade_dir(t);
     std::fs::create_dir_all(&dir)?;
     let (operator_exe, webhook_exe) =
         (rebuilt("dco-operator", &dir, NEW_TAG)?, rebuilt("dco-webhook", &dir, NEW_TAG)?);
