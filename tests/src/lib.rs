@@ -680,6 +680,19 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The webhook client config a CRD's `spec.conversion` carries (a wired target's).
+pub fn conversion_client_config(
+    crd: &CustomResourceDefinition,
+) -> Option<&k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig> {
+    crd.spec.conversion.as_ref()?.webhook.as_ref()?.client_config.as_ref()
+}
+
+/// The Service (namespace, name) a wired target's conversion calls.
+pub fn conversion_service(crd: &CustomResourceDefinition) -> Option<(String, String)> {
+    let s = conversion_client_config(crd)?.service.as_ref()?;
+    Some((s.namespace.clone(), s.name.clone()))
+}
+
 /// Applies dco's own CRDs (`dco_api::crds()`) as field manager `manager` and waits until each
 /// is Established (a test may run alone on a fresh cluster).
 pub async fn install_dco_crds(client: &Client, manager: &str) -> Result<()> {

@@ -59,12 +59,7 @@ fn condition<'a>(st: &'a Value, type_: &str) -> Option<&'a Value> {
 
 /// The target's caBundle, as the DER of each certificate in it.
 fn ca_bundle(crd: &CustomResourceDefinition) -> Result<Vec<Vec<u8>>> {
-    let b = crd
-        .spec
-        .conversion
-        .as_ref()
-        .and_then(|c| c.webhook.as_ref())
-        .and_then(|w| w.client_config.as_ref())
+    let b = dco_tests::conversion_client_config(crd)
         .and_then(|c| c.ca_bundle.as_ref())
         .context("the target has no caBundle")?;
     ders(&b.0)
@@ -340,14 +335,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         let c = cfgs.get(&cfg).await?;
         let st = serde_json::to_value(&c.status)?;
         let crd = crds.get(&target).await?;
-        let svc = crd
-            .spec
-            .conversion
-            .as_ref()
-            .and_then(|c| c.webhook.as_ref())
-            .and_then(|w| w.client_config.as_ref())
-            .and_then(|c| c.service.as_ref())
-            .map(|s| s.name.clone());
+        let svc = dco_tests::conversion_service(&crd).map(|(_, name)| name);
         let settled = st["phase"] == "Applied" && st["handover"]["state"] == "SourceDropped";
         Ok((settled && svc.as_deref() == Some(workload.as_str())).then_some(crd))
     })

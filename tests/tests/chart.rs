@@ -584,14 +584,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     })
     .await?;
     let wired = crds.get(&target).await?;
-    let svc = wired
-        .spec
-        .conversion
-        .as_ref()
-        .and_then(|c| c.webhook.as_ref())
-        .and_then(|w| w.client_config.as_ref())
-        .and_then(|c| c.service.as_ref())
-        .map(|s| (s.namespace.clone(), s.name.clone()));
+    let svc = dco_tests::conversion_service(&wired);
     ensure!(svc == Some((ns.clone(), workload.clone())), "the target is wired to {svc:?}");
     converts(&client, &group, &ns, 7).await?;
     let logs = operator_logs(&t, &operators);
