@@ -680,6 +680,40 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Deletes cluster-scoped objects a test made when dropped, on a runtime of its own with a
+/// client of its own: a kube Client's connection task lives on the runtime that made it, and
+/// that runtime is blocked in this Drop, so reusing the test's client here would deadlock.
+pub struct ClusterScoped(pub Vec<(kube::api::ApiResource, String)>);
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        let objs = std::mem::take(&mut self.0);
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| {
+                rt.block_on(async {
+                    let Ok(client) = client().await else { return };
+                    for (ar, name) in objs {
+                        let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &ar);
+                        let _ = api.delete(&name, &DeleteParams::background()).await;
+                    }
+                })
+            })
+        })
+        .join();
+    }
+}
+
+/// The ApiResource of a typed kind (for [`ClusterScoped`]).
+pub fn ar<K: kube::Resource<DynamicType = ()>>() -> kube::api::ApiResource {
+    kube::api::ApiResource::erase::<K>(&())
+}
+
+/// Standard base64 of a string (Secret data, caBundles).
+pub fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
 /// The webhook client config a CRD's `spec.conversion` carries (a wired target's).
 pub fn conversion_client_config(
     crd: &CustomResourceDefinition,

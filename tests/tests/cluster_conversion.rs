@@ -10,7 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::json;
 
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{TestEnv, b64, wait_for};
 
 /// Deletes the (cluster-scoped) CRD when the test fails half-way; blocking
 /// and independent of the test's runtime.
@@ -30,11 +30,6 @@ impl Drop for CrdGuard {
                 .output();
         }
     }
-}
-
-fn b64(s: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(s)
 }
 
 #[tokio::test]

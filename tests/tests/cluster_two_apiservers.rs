@@ -12,7 +12,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use serde_json::{Value, json};
 
 use dco_tests::apiservers::{RebuildProbe, client2};
-use dco_tests::{TestEnv, apply_as, wait_for};
+use dco_tests::{TestEnv, apply_as, b64, wait_for};
 
 const MANAGER: &str = "dco-two-apiservers-test";
 const CHANGES: usize = 10;
@@ -35,11 +35,6 @@ impl Drop for CrdGuard {
                 .output();
         }
     }
-}
-
-fn b64(s: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(s)
 }
 
 /// Creates `obj`, retrying while the apiserver behind `api` does not serve the kind yet

@@ -14,52 +14,18 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Resource;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use dco_tests::{TestEnv, wait_deployment_available, wait_for};
+use dco_tests::{ClusterScoped, TestEnv, ar, b64, wait_deployment_available, wait_for};
 
 const MANAGER: &str = "dco-drift-e2e";
-
-/// Deletes the cluster-scoped objects the test made, on a runtime and client of its own (the
-/// test's runtime is blocked in this Drop).
-struct ClusterScoped(Vec<(ApiResource, String)>);
-
-impl Drop for ClusterScoped {
-    fn drop(&mut self) {
-        let objs = std::mem::take(&mut self.0);
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| {
-                rt.block_on(async {
-                    let Ok(client) = dco_tests::client().await else { return };
-                    for (ar, name) in objs {
-                        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                        let _ = api.delete(&name, &DeleteParams::background()).await;
-                    }
-                })
-            })
-        })
-        .join();
-    }
-}
-
-fn ar<K: Resource<DynamicType = ()>>() -> ApiResource {
-    ApiResource::erase::<K>(&())
-}
 
 async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     dco_tests::apply_as(api, MANAGER, name, obj).await
-}
-
-fn b64(s: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(s)
 }
 
 #[tokio::test]
@@ -72,19 +38,13 @@ async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_servi
     let cluster_role = format!("dco-webhook-{ns}");
     let mut guard = ClusterScoped(Vec::new());
 
+    // Each CRD applied and Established (serving one kind says nothing of the other's).
+    dco_tests::install_dco_crds(&client, MANAGER).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in dco_api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd)).await?;
-    }
     let cws_ar = ar::<dco_api::ConversionWebhookServer>();
     let ccc_ar = ar::<dco_api::CRDConversionConfig>();
     let cws: Api<DynamicObject> = Api::all_with(client.clone(), &cws_ar);
     let cccs: Api<DynamicObject> = Api::all_with(client.clone(), &ccc_ar);
-    wait_for("the dco CRDs to be served", Duration::from_secs(30), || async {
-        Ok(cccs.list(&ListParams::default().limit(1)).await.ok().map(|_| ()))
-    })
-    .await?;
     guard.0.push((cws_ar.clone(), instance.clone()));
     apply(
         &cws,

@@ -30,7 +30,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 
-use dco_tests::{TestEnv, wait_deployment_available, wait_for};
+use dco_tests::{ClusterScoped, TestEnv, ar, b64, wait_deployment_available, wait_for};
 
 const MANAGER: &str = "dco-metaless-e2e";
 /// The server-side applier (Flux's kustomize-controller in the reports).
@@ -39,42 +39,11 @@ const APPLIER: &str = "e2e-applier";
 const CREATOR: &str = "e2e-creator";
 const LABEL: &str = "e2e.dco.rs/applied";
 
-/// Deletes the cluster-scoped objects the test made, on a runtime and client of its own (the
-/// test's runtime is blocked in this Drop).
-struct ClusterScoped(Vec<(ApiResource, String)>);
-
-impl Drop for ClusterScoped {
-    fn drop(&mut self) {
-        let objs = std::mem::take(&mut self.0);
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| {
-                rt.block_on(async {
-                    let Ok(client) = dco_tests::client().await else { return };
-                    for (ar, name) in objs {
-                        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                        let _ = api.delete(&name, &DeleteParams::background()).await;
-                    }
-                })
-            })
-        })
-        .join();
-    }
-}
-
-fn ar<K: Resource<DynamicType = ()>>() -> ApiResource {
-    ApiResource::erase::<K>(&())
-}
-
 async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     dco_tests::apply_as(api, MANAGER, name, obj).await
-}
-
-fn b64(s: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(s)
 }
 
 /// The managedFields entry of `manager`: (apiVersion, operation, fieldsV1).

@@ -22,48 +22,16 @@ use kube::Resource;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use dco_tests::{TestEnv, wait_deployment_available, wait_for};
+use dco_tests::{ClusterScoped, TestEnv, ar, b64, wait_deployment_available, wait_for};
 
 const IMAGE: &str = "dco-webhook:e2e";
 const MANAGER: &str = "dco-webhook-e2e";
-
-/// Deletes cluster-scoped objects the test made, on a runtime of its own with a client of its
-/// own: a kube Client's connection task lives on the runtime that made it, and that runtime
-/// is blocked in this Drop, so reusing the test's client here would deadlock.
-struct ClusterScoped(Vec<(ApiResource, String)>);
-
-impl Drop for ClusterScoped {
-    fn drop(&mut self) {
-        let objs = std::mem::take(&mut self.0);
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| {
-                rt.block_on(async {
-                    let Ok(client) = dco_tests::client().await else { return };
-                    for (ar, name) in objs {
-                        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                        let _ = api.delete(&name, &DeleteParams::background()).await;
-                    }
-                })
-            })
-        })
-        .join();
-    }
-}
-
-fn ar<K: Resource<DynamicType = ()>>() -> ApiResource {
-    ApiResource::erase::<K>(&())
-}
 
 async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     dco_tests::apply_as(api, MANAGER, name, obj).await
-}
-
-fn b64(s: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(s)
 }
 
 /// The served-target reports of an instance's Leases, by Lease name.
