@@ -782,6 +782,57 @@ fn signal(pid: u32, sig: &str) -> Result<()> {
     Ok(())
 }
 
+/// Admission reviews every 20 ms while it runs, each a dry-run create (nothing is stored) of a
+/// server labelled `label`: alternately a valid one, to be admitted, and a second default
+/// named `second_default` beside the existing default, to be refused by its rule.
+pub struct SecondDefaultLoad {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<ReviewTally>,
+}
+
+/// (admitted, refused by the rule, failed with when and why).
+pub type ReviewTally = (u64, u64, Vec<(Instant, String)>);
+
+impl SecondDefaultLoad {
+    pub fn start(servers: Api<ConversionWebhookServer>, second_default: &str, label: (&str, &str)) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (d2, label) = (second_default.to_string(), (label.0.to_string(), label.1.to_string()));
+        let running = stop.clone();
+        let task = tokio::spawn(async move {
+            let (mut admitted, mut denied, mut failed) = (0u64, 0u64, Vec::<(Instant, String)>::new());
+            let dry = kube::api::PostParams { dry_run: true, ..Default::default() };
+            let mut i = 0u64;
+            while !running.load(Ordering::SeqCst) {
+                i += 1;
+                let bad = i.is_multiple_of(2);
+                let name = if bad { d2.clone() } else { format!("{d2}-ok-{i}") };
+                let obj: ConversionWebhookServer = serde_json::from_value(json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+                    "metadata": {"name": name, "labels": {label.0.clone(): label.1.clone()}}, "spec": {"default": bad, "replicas": 0}}))
+                .expect("a server");
+                match servers.create(&dry, &obj).await {
+                    Ok(_) if !bad => admitted += 1,
+                    Err(kube::Error::Api(e))
+                        if bad && e.message.contains("already has spec.default: true") =>
+                    {
+                        denied += 1
+                    }
+                    Ok(_) => failed.push((Instant::now(), "a second default admitted".into())),
+                    Err(e) => failed.push((Instant::now(), e.to_string())),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (admitted, denied, failed)
+        });
+        SecondDefaultLoad { stop, task }
+    }
+
+    /// Stops it and says what it saw.
+    pub async fn stop(self) -> Result<ReviewTally> {
+        self.stop.store(true, Ordering::SeqCst);
+        Ok(self.task.await?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,6 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -20,10 +18,10 @@ use dco_api::ConversionWebhookServer;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use dco_tests::operator_pods::{OperatorDeployment, admission_args, remove_operators};
+use dco_tests::operator_pods::{OperatorDeployment, SecondDefaultLoad, admission_args, remove_operators};
 use dco_tests::{TestEnv, container_pid, pod_ready, wait_for};
 
 const MANAGER: &str = "dco-admission-test";
@@ -343,36 +341,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     // Replica kills under load: reviews (dry-run, so nothing is stored) every 20 ms, each
     // replica SIGKILLed in turn (twice each) once the other is Ready.
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = {
-        let (servers, stop, d2, label) =
-            (servers.clone(), stop.clone(), d2.clone(), (label.0.to_string(), label.1.to_string()));
-        tokio::spawn(async move {
-            let (mut admitted, mut denied, mut failed) = (0u64, 0u64, Vec::<(Instant, String)>::new());
-            let dry = PostParams { dry_run: true, ..PostParams::default() };
-            let mut i = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                i += 1;
-                let bad = i.is_multiple_of(2);
-                let name = if bad { d2.clone() } else { format!("{d2}-ok-{i}") };
-                let obj: ConversionWebhookServer = serde_json::from_value(json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-                    "metadata": {"name": name, "labels": {label.0.clone(): label.1.clone()}}, "spec": {"default": bad, "replicas": 0}}))
-                .expect("a server");
-                match servers.create(&dry, &obj).await {
-                    Ok(_) if !bad => admitted += 1,
-                    Err(kube::Error::Api(e))
-                        if bad && e.message.contains("already has spec.default: true") =>
-                    {
-                        denied += 1
-                    }
-                    Ok(_) => failed.push((Instant::now(), "a second default admitted".into())),
-                    Err(e) => failed.push((Instant::now(), e.to_string())),
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (admitted, denied, failed)
-        })
-    };
+    let load = SecondDefaultLoad::start(servers.clone(), &d2, label);
     // The apiserver resolves the Service to Ready Pods (docs/testenv.md) and does not retry a
     // failed webhook POST: a review sent to a killed replica before its Pod is not Ready in the
     // API fails (as with kube-proxy and endpoints). Those are counted apart (`moves::Kill`
@@ -417,8 +386,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     .await?;
     eprintln!("deleted {gone}; replaced and gone {:?} later", deleted.elapsed());
     let graceful = (deleted, Instant::now());
-    stop.store(true, Ordering::SeqCst);
-    let (admitted, denied, failed) = load.await?;
+    let (admitted, denied, failed) = load.stop().await?;
     let during_delete = failed.iter().filter(|(at, _)| *at >= graceful.0 && *at <= graceful.1).count();
     ensure!(
         during_delete == 0,

@@ -12,8 +12,6 @@
 //!
 //! Needs `target/debug/dco-operator` (the testenv's `dco-operator` image).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -25,7 +23,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
 use dco_tests::cert_manager::{ders, served_leaf};
-use dco_tests::operator_pods::{OperatorDeployment, admission_args, remove_operators};
+use dco_tests::operator_pods::{OperatorDeployment, SecondDefaultLoad, admission_args, remove_operators};
 use dco_tests::{TestEnv, container_pid, pod_ready, wait_for};
 
 const MANAGER: &str = "dco-admission-rotation-test";
@@ -123,36 +121,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let bundle_before = ca_bundle().await?;
 
     // Reviews every 20 ms (dry-run: nothing is stored), half refused by the rule.
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = {
-        let (servers, stop) = (servers.clone(), stop.clone());
-        let (d2, lbl) = (d2.clone(), (label.0.to_string(), label.1.to_string()));
-        tokio::spawn(async move {
-            let (mut admitted, mut denied, mut failed) = (0u64, 0u64, Vec::<String>::new());
-            let dry = PostParams { dry_run: true, ..PostParams::default() };
-            let mut i = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                i += 1;
-                let bad = i.is_multiple_of(2);
-                let name = if bad { d2.clone() } else { format!("{d2}-ok-{i}") };
-                let obj: ConversionWebhookServer = serde_json::from_value(json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-                    "metadata": {"name": name, "labels": {lbl.0.clone(): lbl.1.clone()}}, "spec": {"default": bad, "replicas": 0}}))
-                .expect("a server");
-                match servers.create(&dry, &obj).await {
-                    Ok(_) if !bad => admitted += 1,
-                    Err(kube::Error::Api(e))
-                        if bad && e.message.contains("already has spec.default: true") =>
-                    {
-                        denied += 1
-                    }
-                    Ok(_) => failed.push("a second default admitted".into()),
-                    Err(e) => failed.push(e.to_string()),
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (admitted, denied, failed)
-        })
-    };
+    let load = SecondDefaultLoad::start(servers.clone(), &d2, label);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let deleted = Instant::now();
@@ -205,8 +174,8 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         );
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::SeqCst);
-    let (admitted, denied, failed) = load.await?;
+    let (admitted, denied, failed) = load.stop().await?;
+    let failed: Vec<String> = failed.into_iter().map(|(_, e)| e).collect();
     let total = admitted + denied + failed.len() as u64;
     eprintln!(
         "during the rotations: {total} reviews, {admitted} admitted, {denied} refused with the rule's message, {} failed {:?}",
