@@ -29,6 +29,12 @@ pub struct Args {
     /// several operators can share a cluster, each with its own servers and configs.
     #[arg(long, env = "DCO_SELECTOR")]
     pub selector: Option<String>,
+    /// Namespaces servers may run in (`a,b`), or `*` for every namespace: the operator
+    /// watches its Secrets, Deployments, Services and Leases only there (plus --namespace and
+    /// --lease-namespace), and refuses a server whose namespace is not among them
+    /// (docs/installation.md, "RBAC"; the chart sets it from rbac.serverNamespaces).
+    #[arg(long, env = "DCO_SERVER_NAMESPACES", default_value = "*", value_parser = crate::namespaces::ServerNamespaces::parse)]
+    pub server_namespaces: crate::namespaces::ServerNamespaces,
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "DCO_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,

@@ -14,6 +14,7 @@ use crate::membership::Gate;
 use kube::{Client, Resource};
 
 use crate::metrics::Metrics;
+use crate::namespaces::{NamespacedStore, ServerNamespaces};
 use crate::server::certs::{self, Lifetimes};
 use crate::server::names::ServerNames;
 
@@ -38,6 +39,8 @@ pub struct Settings {
     pub resync: Duration,
     /// `--selector`: the label selector of the configs and servers this operator manages.
     pub selector: Option<String>,
+    /// `--server-namespaces` with `namespace`: where servers may run (crate::namespaces).
+    pub server_namespaces: ServerNamespaces,
 }
 
 impl Default for Settings {
@@ -51,6 +54,7 @@ impl Default for Settings {
             cert_lifetimes: Lifetimes::default(),
             resync: Duration::from_secs(300),
             selector: None,
+            server_namespaces: ServerNamespaces::All,
         }
     }
 }
@@ -60,10 +64,12 @@ impl Default for Settings {
 #[derive(Clone)]
 pub struct Stores {
     pub servers: Store<ConversionWebhookServer>,
-    /// Served-target Leases (label `app.kubernetes.io/managed-by=dco`).
-    pub leases: Store<Lease>,
-    /// The operator's Secrets (same label): serving certificates and CAs.
-    pub secrets: Store<Secret>,
+    /// Served-target Leases and the coordinator's (label `app.kubernetes.io/managed-by=dco`),
+    /// one store per watched namespace.
+    pub leases: NamespacedStore<Lease>,
+    /// The operator's Secrets (same label): serving certificates and CAs, one store per
+    /// watched namespace (`--server-namespaces`).
+    pub secrets: NamespacedStore<Secret>,
     pub xccs: Store<XRDConversionConfig>,
     pub cccs: Store<CRDConversionConfig>,
 }

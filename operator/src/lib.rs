@@ -14,6 +14,7 @@ pub mod leases;
 pub mod membership;
 pub mod memory;
 pub mod metrics;
+pub mod namespaces;
 pub mod rebalance;
 pub mod runtime;
 pub mod server;

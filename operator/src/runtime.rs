@@ -27,6 +27,7 @@ use crate::coordinator;
 use crate::leases::lease_triggers;
 use crate::membership::{self, Gate};
 use crate::metrics::Metrics;
+use crate::namespaces;
 use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
 use crate::server;
 use crate::shard::Shards;
@@ -86,18 +87,6 @@ where
 {
     stream::unfold(rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) })
         .filter_map(move |r| future::ready(store.get(&r)))
-}
-
-/// The watch of kind `K`, whole, reflected into `writer`'s store.
-fn watch<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    writer: Writer<K>,
-) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    reflected(watcher(api, config), writer)
 }
 
 /// `events` slimmed (dco_api::target::slim), retried with backoff, and reflected into `writer`.
@@ -170,6 +159,22 @@ async fn drive<K>(
 }
 
 /// A config's changes → the servers whose status or deletion reads it (`ConfigRef`).
+/// A Secret's changes → the servers whose CA bundle it changes, and its owner (like
+/// `Controller::watches`: every touched Secret wakes its owner, deletions too).
+fn secret_changes() -> impl FnMut(&watcher::Event<Secret>) -> Vec<Wake> {
+    let mut ca = Changes::default();
+    move |ev| {
+        let mut out: Vec<Wake> = rebalance::servers_of(&ca.observe(ev, CaView::of), |v| &v.server)
+            .into_iter()
+            .map(Wake::Rebalance)
+            .collect();
+        if let watcher::Event::Apply(s) | watcher::Event::Delete(s) = ev {
+            out.extend(rebalance::owner_of(s).map(Wake::Server));
+        }
+        out
+    }
+}
+
 fn config_changes<K: ConfigKind>() -> impl FnMut(&watcher::Event<K>) -> Vec<Wake> {
     let mut changes = Changes::default();
     move |ev| {
@@ -284,6 +289,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
     let client = Client::try_from(kube_config.clone()).context("cannot build a Kubernetes client")?;
+        server_namespaces: args.server_namespaces.with(&args.namespace),
     let settings = Settings {
         namespace: args.namespace.clone(),
         webhook_image: args.webhook_image.clone(),
@@ -365,12 +371,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics.clone(),
     ));
     // Secrets and Leases trigger no controller of their own: a deleted serving Secret wakes
-    // its server through `drive`, which sees deletions too.
-    let (secrets, secrets_w) = reflector::store();
-    let secret_events = watch(Api::<Secret>::all(client.clone()), managed(), secrets_w);
+    // its server through `drive`, which sees deletions too. Both, like the Deployments and
+    // Services below, are watched only where servers may run (`--server-namespaces`,
+    // namespaces.rs), the Leases in the coordinator's namespace too.
+    let server_ns = settings.server_namespaces.clone();
+    let (secrets, secret_events) = namespaces::watch::<Secret>(&client, &server_ns, managed());
     // Leases are facts, read whole, through `lease_triggers`.
-    let (leases, leases_w) = reflector::store();
-    let lease_events = watch(Api::<Lease>::all(client.clone()), managed(), leases_w);
+    let (leases, lease_events) = namespaces::watch::<Lease>(&client, &server_ns.with(&lease_ns), managed());
+    let lease_events = namespaces::merged(lease_events);
+    tracing::info!(namespaces = %server_ns.render(), "watching Secrets, Deployments, Services and Leases");
     let stores = Stores {
         servers: servers.clone(),
         leases: leases.clone(),
@@ -442,19 +451,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         server_changes,
         fanout.clone(),
     ));
-    let mut ca = Changes::default();
-    let secret_changes = move |ev: &watcher::Event<Secret>| {
-        let mut out: Vec<Wake> = rebalance::servers_of(&ca.observe(ev, CaView::of), |v| &v.server)
-            .into_iter()
-            .map(Wake::Rebalance)
-            .collect();
-        // Like `Controller::watches`: every touched Secret wakes its owner, deletions too.
-        if let watcher::Event::Apply(s) | watcher::Event::Delete(s) = ev {
-            out.extend(rebalance::owner_of(s).map(Wake::Server));
-        }
-        out
-    };
-    tokio::spawn(drive("Secret", secret_events, None, secret_changes, fanout.clone()));
+    // One drive per namespace: `Changes` reads a relist as the whole of its watch.
+    for events in secret_events {
+        tokio::spawn(drive("Secret", events, None, secret_changes(), fanout.clone()));
+    }
     // Another replica's free of a shard Lease, or a new member, asks this Coordinator for a
     // tick now rather than at its next interval (membership::run).
     let coordinator_nudges = {
@@ -547,9 +547,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     ready.store(true, std::sync::atomic::Ordering::SeqCst);
     tracing::info!("caches synced; starting the controllers");
 
-    let cws_ctl = Controller::for_shared_stream(server_sub, servers.clone())
-        .watches(Api::<Deployment>::all(client.clone()), managed(), |d| rebalance::owner_of(&d))
-        .watches(Api::<Service>::all(client.clone()), managed(), |s| rebalance::owner_of(&s))
+    let mut cws_ctl = Controller::for_shared_stream(server_sub, servers.clone());
+    for scope in server_ns.scopes() {
+        cws_ctl = cws_ctl
+            .watches(namespaces::api::<Deployment>(&client, &scope), managed(), |d| rebalance::owner_of(&d))
+            .watches(namespaces::api::<Service>(&client, &scope), managed(), |s| rebalance::owner_of(&s));
+    }
+    let cws_ctl = cws_ctl
         .reconcile_on(stream::unfold(cws_rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
         .shutdown_on_signal()
         .run(server::reconcile, server::error_policy, ctx.clone())

@@ -517,8 +517,9 @@ pub(crate) mod tests {
             leases: store(vec![
                 served_lease("a-1", "a", &["widgets.example.org", "gadgets.example.org"]),
                 served_lease("a-2", "a", &["widgets.example.org"]),
-            ]),
-            secrets: store(vec![secret]),
+            ])
+            .into(),
+            secrets: store(vec![secret]).into(),
             xccs: store(vec![]),
             cccs: store(vec![settled, moving, dropped]),
         };

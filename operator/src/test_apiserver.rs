@@ -61,7 +61,7 @@ pub fn test_context() -> (Arc<Context>, ApiServerVerifier, Writers) {
     let (secrets, secrets_w) = reflector::store();
     let (cccs, cccs_w) = reflector::store();
     let (xccs, _) = reflector::store();
-    let stores = Stores { servers, leases, secrets, xccs, cccs };
+    let stores = Stores { servers, leases: leases.into(), secrets: secrets.into(), xccs, cccs };
     let ctx =
         Context::new(client, Settings::default(), stores, Arc::new(Metrics::default()), Gate::everything());
     (

@@ -159,6 +159,9 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     let Some(owner) = desired::owner(cws) else {
         return Err(Error::NotReady(format!("ConversionWebhookServer {server} has no uid yet")));
     };
+    if let Some(message) = ctx.settings.server_namespaces.refusal(&server, &names.namespace) {
+        return refuse_namespace(cws, ctx, &names, now, message).await;
+    }
 
     let (_, refused) = desired::split_extra_args(&cws.spec.extra_args);
     if !refused.is_empty() {
@@ -227,6 +230,45 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
         .min(ASSIGNED_RECHECK);
     Ok(Action::requeue(wait))
 }
+
+/// `Available=False` with why, and one Warning Event when it first says so: the server's
+/// namespace is not one the operator watches (`--server-namespaces`), so nothing is applied
+/// there — its Secrets could be neither watched nor, with the chart's RBAC, read. Looked at
+/// again every --resync; a spec change or a restart with the namespace added runs it.
+async fn refuse_namespace(
+    cws: &ConversionWebhookServer,
+    ctx: &Context,
+    names: &ServerNames,
+    now: Timestamp,
+    message: String,
+) -> Result<Action> {
+    let said = cws.status.as_ref().and_then(|s| {
+        dco_state::conditions::find(&s.conditions, condition::AVAILABLE)
+            .filter(|c| c.reason == NAMESPACE_NOT_WATCHED && c.message == message)
+    });
+    let configs = config_refs(ctx).await?;
+    let mut rendered =
+        status::render(cws.status.as_ref(), &facts(cws, ctx, names, now, &configs, None, None));
+    rendered.status.observed_generation = cws.metadata.generation;
+    dco_state::conditions::set(
+        &mut rendered.status.conditions,
+        condition::AVAILABLE,
+        false,
+        NAMESPACE_NOT_WATCHED,
+        message.clone(),
+        cws.metadata.generation,
+        now,
+    );
+    write_status(ctx, cws, &rendered.status).await?;
+    if said.is_none() {
+        ctx.event(cws, true, NAMESPACE_NOT_WATCHED, "Apply", message.clone()).await;
+    }
+    tracing::warn!(server = %cws.name_any(), "{message}");
+    Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// The reason of a server refused for its namespace (`refuse_namespace`).
+pub const NAMESPACE_NOT_WATCHED: &str = "NamespaceNotWatched";
 
 /// The serving certificate: cert-manager's when `spec.certificate` asks for it
 /// (`cert_manager`), else the self-managed CA and leaf, rewritten through `owned` when they
