@@ -4,6 +4,7 @@
 pub mod assign;
 pub mod config;
 pub mod hash;
+pub mod listen;
 pub mod metrics;
 pub mod rules;
 pub mod schema;

@@ -53,21 +53,7 @@ impl OperatorDeployment<'_> {
     /// Applies the ServiceAccount, the binding and the Deployment (as `manager`).
     pub async fn apply(&self, t: &TestEnv, manager: &str) -> Result<()> {
         let ns = &t.ns;
-        let sas: Api<ServiceAccount> = t.api();
-        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-operator"}});
-        crate::apply_as(&sas, manager, "dco-operator", sa).await?;
-        let crbs: Api<ClusterRoleBinding> = Api::all(t.client.clone());
-        let crb = format!("{ns}-dco-operator");
-        crate::apply_as(
-            &crbs,
-            manager,
-            &crb,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": crb},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "ServiceAccount", "name": "dco-operator", "namespace": ns}]}),
-        )
-        .await?;
+        apply_operator_account(t, manager).await?;
         let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
         let mut args: Vec<String> = [
             "--namespace",
@@ -115,6 +101,28 @@ impl OperatorDeployment<'_> {
         })
         .await
     }
+}
+
+/// The ServiceAccount `dco-operator` of `t`'s namespace, bound to cluster-admin by the
+/// ClusterRoleBinding `<ns>-dco-operator` ([`remove_operator_binding`] deletes it).
+pub async fn apply_operator_account(t: &TestEnv, manager: &str) -> Result<()> {
+    let ns = &t.ns;
+    let sas: Api<ServiceAccount> = t.api();
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dco-operator"}});
+    crate::apply_as(&sas, manager, "dco-operator", sa).await?;
+    let crbs: Api<ClusterRoleBinding> = Api::all(t.client.clone());
+    let crb = format!("{ns}-dco-operator");
+    crate::apply_as(
+        &crbs,
+        manager,
+        &crb,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": crb},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "dco-operator", "namespace": ns}]}),
+    )
+    .await?;
+    Ok(())
 }
 
 /// The flags that serve admission from [`OperatorDeployment`] Pods labelled `app=<app>`

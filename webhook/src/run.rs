@@ -31,6 +31,12 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+async fn bind(addr: std::net::SocketAddr, what: &str, flag: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!(dco_api::listen::bind_error(what, flag, addr, &e)))
+}
+
 /// The conversion listener's limits, and the bytes left for reviews once what the
 /// connections may buffer has come off `--max-inflight-bytes`.
 pub fn transport_and_budget(args: &Args) -> anyhow::Result<(Transport, usize)> {
@@ -66,12 +72,9 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
     let (transport, body_budget) = transport_and_budget(&args)?;
     let budget = Budget::new(body_budget, metrics.inflight_bytes.clone());
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}; change --listen", args.listen))?;
-    let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
-        .await
-        .with_context(|| format!("cannot listen on {}; change --admin-listen", args.admin_listen))?;
+    // Both bound before anything can report Ready: a replica that cannot serve one exits.
+    let listener = bind(args.listen, "conversion reviews", "--listen").await?;
+    let admin_listener = bind(args.admin_listen, "/readyz, /healthz and /metrics", "--admin-listen").await?;
     tracing::info!(
         listen = %listener.local_addr().unwrap_or(args.listen),
         admin_listen = %admin_listener.local_addr().unwrap_or(args.admin_listen),

@@ -3,12 +3,14 @@
 //! The certificate comes from [`CertResolver`], swapped in place by registration.rs when the
 //! Secret changes, so a rotation needs no restart. Every input is bounded: the body
 //! ([`MAX_BODY`]), the TLS handshake and the request headers (10 s), the open connections
-//! ([`MAX_CONNECTIONS`]), and every read a rule needs ([`READ_TIMEOUT`], within the
+//! ([`MAX_CONNECTIONS`]), the close of a stopping replica's connections ([`CLOSE_TIMEOUT`]),
+//! and every read a rule needs ([`READ_TIMEOUT`], within the
 //! `timeoutSeconds` the apiserver waits).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -28,7 +30,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
@@ -36,6 +38,7 @@ use super::config::{ConfigFacts, OtherConfig, TargetLookup};
 use super::server::{ConfigPin, ServerFacts};
 use super::{Operation, Validate, Verdict};
 use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
 
 /// An AdmissionReview holds the object and the old one; the apiserver limits each to 3 MiB.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
@@ -43,8 +46,6 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// Each read a rule needs; the VWC's `timeoutSeconds` is 5 (registration.rs).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a stopping replica keeps answering after it turned not Ready (runtime.rs).
-pub const DRAIN: Duration = Duration::from_secs(3);
 /// Pages of the config lists (duplicate target, server in use).
 const PAGE: u32 = 500;
 const MAX_PAGES: usize = 40;
@@ -361,8 +362,40 @@ pub fn router(adm: Admission) -> axum::Router {
         .with_state(adm)
 }
 
-/// Serve `router` over TLS on `addr` with the certificate `certs` holds, until the process ends.
-pub async fn serve(addr: SocketAddr, certs: Arc<CertResolver>, router: axum::Router) -> anyhow::Result<()> {
+/// How long the connections open at the end of the drain get to finish their reviews once
+/// they were asked to close: the apiserver waits `timeoutSeconds` (5) for an answer.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// What a stopping replica saw during its drain, for its log (and the shutdown tests).
+#[derive(Debug, Default)]
+struct Drain {
+    reviews: AtomicU64,
+    connections: AtomicU64,
+    /// Milliseconds from the signal to the last connection accepted.
+    last_accept_ms: AtomicU64,
+}
+
+impl Drain {
+    fn accepted(&self, shutdown: &Shutdown) {
+        if let Some(at) = shutdown.signalled_at() {
+            self.connections.fetch_add(1, Ordering::Relaxed);
+            let ms = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.last_accept_ms.fetch_max(ms, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Serve `router` over TLS on `listener` with the certificate `certs` holds, until the drain
+/// of `shutdown` is over; then stop accepting, ask every open connection to close (HTTP/2:
+/// GOAWAY, so the apiserver sends its next review on a new connection; HTTP/1.1: `Connection:
+/// close` on the answer in flight, or closed at once when idle), and wait at most
+/// [`CLOSE_TIMEOUT`] for them.
+pub async fn serve(
+    listener: TcpListener,
+    certs: Arc<CertResolver>,
+    router: axum::Router,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
     let mut tls =
         rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
@@ -370,17 +403,26 @@ pub async fn serve(addr: SocketAddr, certs: Arc<CertResolver>, router: axum::Rou
             .with_cert_resolver(certs);
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let acceptor = TlsAcceptor::from(Arc::new(tls));
-    let listener = TcpListener::bind(addr).await.map_err(|e| {
-        anyhow::anyhow!("cannot listen on {addr} for admission reviews ({e}); change --admission-listen")
-    })?;
+    let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving admission reviews on POST /validate");
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(HANDSHAKE_TIMEOUT);
     let builder = Arc::new(builder);
+    let (closing_tx, closing) = watch::channel(false);
+    let drain = Arc::new(Drain::default());
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else { return Ok(()) };
-        let (tcp, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            () = shutdown.drained() => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => tokio::select! {
+                    () = shutdown.drained() => break,
+                    c = listener.accept() => c.map(|c| (slot, c)),
+                },
+                Err(_) => break,
+            },
+        };
+        let (slot, (tcp, peer)) = match accepted {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "accepting an admission connection failed");
@@ -388,22 +430,88 @@ pub async fn serve(addr: SocketAddr, certs: Arc<CertResolver>, router: axum::Rou
                 continue;
             }
         };
-        let (acceptor, router, builder) = (acceptor.clone(), router.clone(), builder.clone());
+        drain.accepted(&shutdown);
+        let conn = Conn {
+            acceptor: acceptor.clone(),
+            router: router.clone(),
+            builder: builder.clone(),
+            closing: closing.clone(),
+            drain: drain.clone(),
+            shutdown: shutdown.clone(),
+        };
         tokio::spawn(async move {
             let _slot = slot;
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "admission TLS handshake failed"),
-                Err(_) => return tracing::debug!(%peer, "admission TLS handshake timed out"),
-            };
-            let service = hyper::service::service_fn(move |req: http::Request<Incoming>| {
-                let call = router.clone().oneshot(req.map(axum::body::Body::new));
-                async move { Ok::<_, Infallible>(call.await.unwrap_or_else(|never: Infallible| match never {})) }
-            });
-            if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
-                tracing::debug!(%peer, error = %e, "admission connection ended with an error");
-            }
+            conn.serve(tcp, peer).await;
         });
+    }
+    drop(listener);
+    let open = MAX_CONNECTIONS - slots.available_permits();
+    let after = |n: &AtomicU64| n.load(Ordering::Relaxed);
+    tracing::info!(
+        reviews = after(&drain.reviews),
+        connections = after(&drain.connections),
+        last_accept_ms = after(&drain.last_accept_ms),
+        open,
+        "admission drain over: reviews answered and connections accepted since the termination signal (the last this many ms after it); closing the open connections"
+    );
+    let _ = closing_tx.send(true);
+    let started = tokio::time::Instant::now();
+    let all = u32::try_from(MAX_CONNECTIONS).unwrap_or(u32::MAX);
+    tokio::select! {
+        _ = slots.acquire_many(all) => tracing::info!(ms = started.elapsed().as_millis(), "admission connections closed"),
+        () = tokio::time::sleep(CLOSE_TIMEOUT) => tracing::warn!(
+            still_open = MAX_CONNECTIONS - slots.available_permits(),
+            "admission connections still open after {CLOSE_TIMEOUT:?}; exiting anyway"
+        ),
+    }
+    Ok(())
+}
+
+/// One accepted admission connection and what it needs.
+struct Conn {
+    acceptor: TlsAcceptor,
+    router: axum::Router,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    closing: watch::Receiver<bool>,
+    drain: Arc<Drain>,
+    shutdown: Shutdown,
+}
+
+impl Conn {
+    async fn serve(mut self, tcp: tokio::net::TcpStream, peer: SocketAddr) {
+        let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(tcp)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "admission TLS handshake failed"),
+            Err(_) => return tracing::debug!(%peer, "admission TLS handshake timed out"),
+        };
+        let (router, drain, shutdown) = (self.router, self.drain, self.shutdown);
+        let service = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+            if shutdown.signalled_at().is_some() {
+                drain.reviews.fetch_add(1, Ordering::Relaxed);
+            }
+            let call = router.clone().oneshot(req.map(axum::body::Body::new));
+            async move { Ok::<_, Infallible>(call.await.unwrap_or_else(|never: Infallible| match never {})) }
+        });
+        let conn = self.builder.serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(conn);
+        let mut asked = *self.closing.borrow();
+        if asked {
+            conn.as_mut().graceful_shutdown();
+        }
+        loop {
+            tokio::select! {
+                ended = conn.as_mut() => {
+                    if let Err(e) = ended {
+                        tracing::debug!(%peer, error = %e, "admission connection ended with an error");
+                    }
+                    return;
+                }
+                _ = self.closing.changed(), if !asked => {
+                    asked = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
     }
 }
 

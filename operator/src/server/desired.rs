@@ -113,6 +113,34 @@ pub fn split_extra_args(extra: &[String]) -> (Vec<String>, Vec<String>) {
     (kept, refused)
 }
 
+/// The last value of `flag` in `args` (`--flag=v` or `--flag v`; a flag given twice takes its
+/// last value in dco-webhook), parsed as a duration; `default` when absent or unparsable
+/// (dco-webhook then refuses to start, and no grace period matters).
+fn duration_flag(args: &[String], flag: &str, default: u64) -> u64 {
+    let mut value = None;
+    let mut it = args.iter().peekable();
+    while let Some(a) = it.next() {
+        match a.split_once('=') {
+            Some((f, v)) if f == flag => value = Some(v.to_string()),
+            None if a == flag => value = it.next_if(|v| !v.starts_with('-')).cloned(),
+            _ => {}
+        }
+    }
+    value
+        .and_then(|v| dco_engine::duration::parse_flag(&v).ok())
+        .map_or(default, |d| d.as_secs_f64().ceil() as u64)
+}
+
+/// dco-webhook's stop, from its flags (webhook/src/run.rs): SIGTERM, not Ready for
+/// `--shutdown-delay` (5 s) while still serving, then up to `--shutdown-timeout` (25 s) for the
+/// connections to close; the grace period exceeds both by 10 s, or the kubelet's SIGKILL
+/// would cut reviews in flight.
+pub fn webhook_grace_seconds(args: &[String]) -> i64 {
+    let delay = duration_flag(args, "--shutdown-delay", 5);
+    let timeout = duration_flag(args, "--shutdown-timeout", 25);
+    i64::try_from(delay.saturating_add(timeout).saturating_add(10)).unwrap_or(i64::MAX)
+}
+
 /// The port the webhook listens on, from `--listen` (`host:port`, `$(POD_IP):9443`).
 pub fn listen_port(listen: &str) -> i32 {
     listen.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).map_or(9443, i32::from)
@@ -219,6 +247,7 @@ pub fn deployment(
         ..Volume::default()
     }];
     volumes.extend(spec.extra_volumes.iter().cloned());
+    let webhook_args = args(cws, names, settings);
     let probe = |path: &str, period: i32, failures: i32, initial: i32| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_string()),
@@ -236,7 +265,7 @@ pub fn deployment(
         name: CONTAINER.to_string(),
         image: Some(image(cws, settings)),
         image_pull_policy: spec.image.as_ref().and_then(|i| i.pull_policy.clone()),
-        args: Some(args(cws, names, settings)),
+        args: Some(webhook_args.clone()),
         env: Some(env),
         ports: Some(vec![
             ContainerPort {
@@ -272,8 +301,7 @@ pub fn deployment(
         priority_class_name: spec.priority_class_name.clone(),
         topology_spread_constraints: (!spec.topology_spread_constraints.is_empty())
             .then(|| spec.topology_spread_constraints.clone()),
-        // dco-webhook's shutdown: 5 s not-ready, then up to 25 s draining in-flight reviews.
-        termination_grace_period_seconds: Some(40),
+        termination_grace_period_seconds: Some(webhook_grace_seconds(&webhook_args)),
         ..PodSpec::default()
     };
     Deployment {
@@ -549,6 +577,16 @@ mod tests {
 
     fn settings() -> Settings {
         Settings { webhook_listen: "$(POD_IP):9443".into(), ..Settings::default() }
+    }
+
+    #[test]
+    fn the_webhook_grace_period_outlasts_its_shutdown_flags() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(webhook_grace_seconds(&a(&["--instance=x"])), 40, "5 s delay + 25 s timeout + 10");
+        assert_eq!(webhook_grace_seconds(&a(&["--shutdown-delay=20s", "--shutdown-timeout", "1m"])), 90);
+        // The last value wins, as in dco-webhook.
+        assert_eq!(webhook_grace_seconds(&a(&["--shutdown-delay=20s", "--shutdown-delay=500ms"])), 36);
+        assert_eq!(webhook_grace_seconds(&a(&["--shutdown-delay", "nonsense"])), 40);
     }
 
     #[test]
