@@ -79,6 +79,13 @@ pub struct Args {
     /// Address the admission webhook listens on (HTTPS, `POST /validate`).
     #[arg(long, env = "DCO_ADMISSION_LISTEN", default_value = "0.0.0.0:9443")]
     pub admission_listen: SocketAddr,
+    /// After SIGTERM, how long the replica, already not Ready, keeps answering admission
+    /// reviews before it closes its connections: longer than the apiserver takes to stop
+    /// opening connections to a Pod that left the Service's endpoints (docs/admission.md,
+    /// "Stopping and failing replicas"). The Pod's terminationGracePeriodSeconds must exceed
+    /// it by the close (6 s) and the Lease release (5 s).
+    #[arg(long, env = "DCO_SHUTDOWN_DRAIN", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_drain: Duration,
     /// Port of the admission Service (it forwards to --admission-listen's port).
     #[arg(long, env = "DCO_ADMISSION_PORT", default_value_t = 443)]
     pub admission_port: u16,

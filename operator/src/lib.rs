@@ -20,6 +20,7 @@ pub mod runtime;
 pub mod server;
 pub mod shard;
 pub mod sharded_watch;
+pub mod shutdown;
 pub mod status_metrics;
 pub mod telemetry;
 

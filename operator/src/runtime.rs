@@ -32,6 +32,7 @@ use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wa
 use crate::server;
 use crate::shard::Shards;
 use crate::sharded_watch::{self, SelectorLayer};
+use crate::shutdown::{Readiness, Shutdown};
 use dco_api::target::{TARGET_PAGE, XRD_CRD_NAME, slim};
 use k8s_openapi::jiff::SignedDuration;
 use kube::client::ClientBuilder;
@@ -218,29 +219,25 @@ impl DebugShards {
     }
 }
 
+/// `Ok` as 200 "ok", an error as 503 with its text.
+fn probe(r: Result<(), String>) -> (axum::http::StatusCode, String) {
+    match r {
+        Ok(()) => (axum::http::StatusCode::OK, "ok".to_string()),
+        Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, why),
+    }
+}
+
 async fn serve_health(
-    addr: std::net::SocketAddr,
+    listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
-    ready: Arc<std::sync::atomic::AtomicBool>,
+    readiness: Arc<Readiness>,
     debug: DebugShards,
 ) {
     use axum::routing::get;
-    use std::sync::atomic::Ordering;
+    let live = readiness.clone();
     let app = axum::Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let r = ready.load(Ordering::SeqCst);
-                async move {
-                    if r {
-                        (axum::http::StatusCode::OK, "ok")
-                    } else {
-                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")
-                    }
-                }
-            }),
-        )
+        .route("/healthz", get(move || std::future::ready(probe(live.live()))))
+        .route("/readyz", get(move || std::future::ready(probe(readiness.ready()))))
         .route(
             "/debug/shards",
             get(move || {
@@ -258,15 +255,8 @@ async fn serve_health(
                 async move { ([(axum::http::header::CONTENT_TYPE, kind)], body) }
             }),
         );
-    match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => {
-            if let Err(e) = axum::serve(l, app).await {
-                tracing::error!(error = %e, "health/metrics server stopped");
-            }
-        }
-        Err(e) => {
-            tracing::error!(%addr, error = %e, "cannot listen for /healthz and /metrics; change --metrics-listen")
-        }
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!(error = %e, "health/metrics server stopped");
     }
 }
 
@@ -284,6 +274,8 @@ fn log_results<T: std::fmt::Debug, E: std::fmt::Display>(
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Bound before anything else, so a replica that cannot serve them never turns Ready.
+    let bound = crate::shutdown::bind(&args).await?;
     crate::memory::spawn_trimmer(std::time::Duration::from_secs(5));
     let kube_config = kube::Config::infer()
         .await
@@ -301,7 +293,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ..Settings::default()
     };
     let metrics = Arc::new(Metrics::default());
-    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readiness = Arc::new(Readiness::default());
+    let stop = Shutdown::start(readiness.clone(), args.shutdown_drain);
 
     // The Coordinator (membership.rs): Prime runs one tick before the watches start, so the
     // gate knows the owned shards at the first event.
@@ -350,7 +343,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .build();
     let membership_view = coordinator.snapshot.clone();
     let debug = DebugShards { snapshot: membership_view.clone(), selector: selector.clone() };
-    tokio::spawn(serve_health(args.metrics_listen, metrics.clone(), ready.clone(), debug));
+    tokio::spawn(serve_health(bound.metrics, metrics.clone(), readiness.clone(), debug));
 
     // One watch per kind; the stores the reconcilers read are these reflectors' own. Servers
     // are watched whole: every config's assignment resolves against the whole pool.
@@ -491,6 +484,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )?;
     // The admission webhook (admission/): Ready only once it serves a certificate too, since
     // the apiserver's calls go to whichever Ready Pod the Service picks.
+    let mut admission = None;
     if let Some((svc_ns, svc)) = &args.admission_service {
         let certs = Arc::new(crate::admission::serve::CertResolver::default());
         let reg = crate::admission::registration::Registration {
@@ -526,13 +520,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             metrics: metrics.clone(),
         };
         let router = crate::admission::serve::router(adm);
-        let listen = args.admission_listen;
-        let serving = certs.clone();
-        tokio::spawn(async move {
-            if let Err(e) = crate::admission::serve::serve(listen, serving, router).await {
-                tracing::error!("{e:#}");
-            }
-        });
+        let listener = bound.admission.context("the admission listener is bound with --admission-service")?;
+        let serving = crate::admission::serve::serve(listener, certs.clone(), router, stop.clone());
+        admission = Some(crate::shutdown::spawn_listener(readiness.clone(), "admission", serving));
         tokio::spawn(crate::admission::registration::run(
             client.clone(),
             reg,
@@ -544,7 +534,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         tracing::info!("admission webhook serving");
     }
-    ready.store(true, std::sync::atomic::Ordering::SeqCst);
+    readiness.mark_synced();
     tracing::info!("caches synced; starting the controllers");
 
     let mut cws_ctl = Controller::for_shared_stream(server_sub, servers.clone());
@@ -611,14 +601,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     tokio::join!(cws_ctl, ccc_run, xcc_run);
     tracing::info!("controllers stopped");
-    if args.admission_service.is_some() {
-        // Not Ready first, then a short drain: the apiserver routes reviews to Ready Pods
-        // only (docs/admission.md), and the Pod's readiness takes a probe period to follow.
-        ready.store(false, std::sync::atomic::Ordering::SeqCst);
-        tokio::time::sleep(crate::admission::serve::DRAIN).await;
-    }
+    // The shards go to the other replicas now; admission drains meanwhile (shutdown.rs).
     coordinator.stop().await;
-    Ok(())
+    match admission {
+        Some(served) => served.await.context("the admission listener")?,
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
