@@ -281,7 +281,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
     let client = Client::try_from(kube_config.clone()).context("cannot build a Kubernetes client")?;
-        server_namespaces: args.server_namespaces.with(&args.namespace),
     let settings = Settings {
         namespace: args.namespace.clone(),
         webhook_image: args.webhook_image.clone(),
@@ -290,6 +289,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         webhook_args: args.webhook_args.clone(),
         resync: args.resync,
         selector: args.selector.clone(),
+        server_namespaces: args.server_namespaces.with(&args.namespace),
         ..Settings::default()
     };
     let metrics = Arc::new(Metrics::default());
