@@ -25,6 +25,7 @@ pub mod moves;
 pub mod operator_pods;
 pub mod otelcol;
 pub mod pinned_move;
+pub mod rbac;
 
 use std::future::Future;
 use std::io::Write;

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -34,6 +33,7 @@ use dco_tests::chart::{
     chart_dir, copy_dir, helm, helm_install_dco, helm_install_dco_from, release_label, restore_crd,
     widget_crd,
 };
+use dco_tests::rbac::{Check, audit, expand};
 use dco_tests::{TestEnv, wait_for};
 
 const MANAGER: &str = "dco-e2e-chart";
@@ -360,77 +360,6 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
     Ok(())
 }
 
-/// One SubjectAccessReview: can `user` do `verb` on `group/resource[/sub]` (in `ns`, or in
-/// every namespace / cluster-wide when None), on object `name`?
-async fn can(
-    client: &kube::Client,
-    user: &(String, String),
-    (verb, group, resource): (&str, &str, &str),
-    ns: Option<&str>,
-    name: Option<&str>,
-) -> Result<bool> {
-    let (resource, sub) = match resource.split_once('/') {
-        Some((r, s)) => (r, Some(s.to_string())),
-        None => (resource, None),
-    };
-    let sar = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(format!("system:serviceaccount:{}:{}", user.0, user.1)),
-            groups: Some(vec![
-                "system:serviceaccounts".to_string(),
-                format!("system:serviceaccounts:{}", user.0),
-                "system:authenticated".to_string(),
-            ]),
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.to_string()),
-                group: Some(group.to_string()),
-                resource: Some(resource.to_string()),
-                subresource: sub,
-                namespace: ns.map(str::to_string),
-                name: name.map(str::to_string),
-                ..ResourceAttributes::default()
-            }),
-            ..SubjectAccessReviewSpec::default()
-        },
-        ..SubjectAccessReview::default()
-    };
-    let out = Api::<SubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &sar).await?;
-    Ok(out.status.is_some_and(|s| s.allowed))
-}
-
-type Check<'a> = ((&'a str, &'a str, &'a str), Option<&'a str>, Option<&'a str>);
-
-/// Asks every check for `user`; returns the ones whose answer is not `want`.
-async fn audit(
-    client: &kube::Client,
-    user: &(String, String),
-    checks: &[Check<'_>],
-    want: bool,
-) -> Result<Vec<String>> {
-    let mut wrong = Vec::new();
-    for (what, ns, name) in checks {
-        if can(client, user, *what, *ns, *name).await? != want {
-            wrong.push(format!("{} {}/{} ns={ns:?} name={name:?}", what.0, what.1, what.2));
-        }
-    }
-    Ok(wrong)
-}
-
-fn expand<'a>(
-    verbs: &[&'a str],
-    group: &'a str,
-    resources: &[&'a str],
-    ns: Option<&'a str>,
-) -> Vec<Check<'a>> {
-    let mut out = Vec::new();
-    for v in verbs {
-        for r in resources {
-            out.push(((*v, group, *r), ns, None));
-        }
-    }
-    out
-}
-
 fn widgets(client: &kube::Client, group: &str, version: &str, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(group, version, "Widget");
     Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, "widgets"))
@@ -597,8 +526,8 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     ensure!(forbidden.is_empty(), "the operator was refused by RBAC:\n{}", forbidden.join("\n"));
     eprintln!("target {target} wired to {workload} and converting; no RBAC refusal in the operator logs");
 
-    // A server in a namespace the chart gave the operator no rights in: refused by RBAC at its
-    // first write there, and the error names the object. Then it deletes cleanly.
+    // A server in a namespace the chart gave the operator no rights in: refused in its status
+    // before any write there (tests/tests/rbac.rs has the Event too). Then it deletes cleanly.
     let elsewhere = format!("{ns}-elsewhere");
     dco_tests::apply_as(
         &servers,
@@ -609,13 +538,16 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         "spec": {"namespace": "default", "replicas": 1}}),
     )
     .await?;
-    let want = format!("apply ServiceAccount default/dco-webhook-{elsewhere}");
-    let line = wait_for("the operator to be refused writing into namespace default", WAIT, || async {
-        let logs = operator_logs(&t, &operators);
-        Ok(logs.lines().map(dco_tests::strip_ansi).find(|l| l.contains(&want) && l.contains("forbidden")))
+    let message = wait_for("the server in namespace default to be refused", WAIT, || async {
+        let s = servers.get(&elsewhere).await?;
+        Ok(s.status.iter().flat_map(|st| st.conditions.iter()).find_map(|c| {
+            (c.type_ == "Available" && c.status == "False" && c.reason == "NamespaceNotWatched")
+                .then(|| c.message.clone())
+        }))
     })
     .await?;
-    eprintln!("out of scope: {}", line.chars().take(400).collect::<String>());
+    ensure!(message.contains("rbac.serverNamespaces"), "the refusal names no chart value: {message}");
+    eprintln!("out of scope: {message}");
     servers.delete(&elsewhere, &DeleteParams::default()).await?;
     dco_tests::wait_deleted(&servers, &elsewhere, WAIT).await?;
 
@@ -644,9 +576,6 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         &["compositeresourcedefinitions"],
         None,
     ));
-    allowed.extend(expand(&["list", "watch"], "", &["secrets", "services"], None));
-    allowed.extend(expand(&["list", "watch"], "apps", &["deployments"], None));
-    allowed.extend(expand(&["list", "watch"], "coordination.k8s.io", &["leases"], None));
     allowed.extend(expand(
         &["create", "patch", "list", "delete"],
         "rbac.authorization.k8s.io",
@@ -660,9 +589,11 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
             Some(vwc_name.as_str()),
         ));
     }
-    allowed.extend(expand(&["create", "patch", "list", "delete"], "apps", &["deployments"], n));
-    allowed.extend(expand(&["create", "patch", "list", "delete"], "", &["services", "serviceaccounts"], n));
-    allowed.extend(expand(&["get", "create", "patch", "list", "delete"], "", &["secrets"], n));
+    // Watched (by label) and written only in the server namespaces (--server-namespaces).
+    allowed.extend(expand(&["create", "patch", "list", "watch", "delete"], "apps", &["deployments"], n));
+    allowed.extend(expand(&["create", "patch", "list", "watch", "delete"], "", &["services"], n));
+    allowed.extend(expand(&["create", "patch", "list", "delete"], "", &["serviceaccounts"], n));
+    allowed.extend(expand(&["get", "create", "patch", "list", "watch", "delete"], "", &["secrets"], n));
     allowed.extend(expand(
         &["create", "patch", "list", "delete"],
         "rbac.authorization.k8s.io",
@@ -678,7 +609,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     allowed.extend(expand(&["create", "patch", "list", "delete"], "policy", &["poddisruptionbudgets"], n));
     allowed.extend(expand(&["get", "create", "patch", "delete"], "cert-manager.io", &["certificates"], n));
     allowed.extend(expand(
-        &["get", "create", "update", "patch", "delete"],
+        &["get", "list", "watch", "create", "update", "patch", "delete"],
         "coordination.k8s.io",
         &["leases"],
         n,
@@ -856,6 +787,15 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     let managers: BTreeSet<String> =
         live.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
     ensure!(managers.contains("dco-operator-crds"), "the CRD Job wrote the CRD: {managers:?}");
+        // No cluster-wide reads of namespaced objects: the watches are per namespace.
+        (("list", "", "secrets"), None, None),
+        (("watch", "", "secrets"), None, None),
+        (("list", "", "secrets"), ks, None),
+        (("watch", "", "secrets"), ks, None),
+        (("list", "", "services"), None, None),
+        (("watch", "apps", "deployments"), None, None),
+        (("list", "coordination.k8s.io", "leases"), None, None),
+        (("watch", "coordination.k8s.io", "leases"), ks, None),
     for (name, gen_before) in &before {
         let now = crds.get(name).await?.metadata.generation.unwrap_or(0);
         let want = if name == cws_crd { gen_before + 1 } else { *gen_before };

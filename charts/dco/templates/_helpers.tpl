@@ -91,6 +91,15 @@ the caller.
 {{- if has "*" .Values.rbac.serverNamespaces -}}true{{- end -}}
 {{- end -}}
 
+{{/*
+--server-namespaces: "*" when rbac.serverNamespaces has it, else the namespaces of
+dco.serverNamespaces. The operator watches its Secrets, Deployments, Services and Leases there
+only, and refuses a server whose namespace is not among them; the RBAC below grants the same.
+*/}}
+{{- define "dco.serverNamespacesFlag" -}}
+{{- if include "dco.anyServerNamespace" . -}}*{{- else -}}{{ include "dco.serverNamespaces" . | fromJsonArray | join "," }}{{- end -}}
+{{- end -}}
+
 {{- define "dco.admissionService" -}}
 {{- printf "%s-admission" (include "dco.fullname" .) -}}
 {{- end -}}
