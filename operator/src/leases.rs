@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use dco_api::served_lease::{self, Report};
+use dco_api::served_lease::{self, CannotTell, Report};
 use dco_api::{ConversionWebhookServer, LABEL_INSTANCE, ServerStatus};
 use dco_state::handover::Replicas;
 use futures::{Stream, StreamExt, stream};
@@ -50,13 +50,13 @@ pub fn expiry(lease: &Lease) -> Option<Timestamp> {
 }
 
 /// The Leases of server `instance` in `namespace` that are live at `now`, each with when it
-/// expires and what it reports: the filter both questions below start from.
+/// expires, what it reports and its name: the filter both questions below start from.
 fn live_reports<'a>(
     leases: impl IntoIterator<Item = &'a Lease>,
     instance: &str,
     namespace: &str,
     now: Timestamp,
-) -> impl Iterator<Item = (Timestamp, Report)> {
+) -> impl Iterator<Item = (Timestamp, Report, &'a str)> {
     let empty = BTreeMap::new();
     leases.into_iter().filter_map(move |lease| {
         let meta = &lease.metadata;
@@ -64,8 +64,20 @@ fn live_reports<'a>(
             && meta.labels.as_ref().and_then(|l| l.get(LABEL_INSTANCE)).map(String::as_str) == Some(instance)
             && meta.deletion_timestamp.is_none();
         let expires = expiry(lease).filter(|e| ours && *e > now)?;
-        Some((expires, served_lease::read(meta.annotations.as_ref().unwrap_or(&empty))))
+        let name = meta.name.as_deref().unwrap_or_default();
+        Some((expires, served_lease::read(meta.annotations.as_ref().unwrap_or(&empty)), name))
     })
+}
+
+/// Why Lease `namespace/name` cannot say what its replica serves, for a condition message.
+pub fn cannot_tell(namespace: &str, name: &str, why: &CannotTell) -> String {
+    match why {
+        CannotTell::Truncated => format!(
+            "Lease {namespace}/{name} is marked truncated (its replica's set is over --served-targets-max-bytes)"
+        ),
+        CannotTell::Missing => format!("Lease {namespace}/{name} carries no served-target set"),
+        CannotTell::Undecodable(e) => format!("Lease {namespace}/{name} cannot be decoded: {e}"),
+    }
 }
 
 /// Aggregate the Leases of server `instance` in `namespace` that are live at `now`.
@@ -79,7 +91,7 @@ pub fn aggregate<'a>(
     let mut truncated = false;
     let mut next_expiry: Option<Timestamp> = None;
     let mut intersection: Option<BTreeSet<String>> = None;
-    for (expires, report) in live_reports(leases, instance, namespace, now) {
+    for (expires, report, _) in live_reports(leases, instance, namespace, now) {
         reporting = reporting.saturating_add(1);
         next_expiry = Some(next_expiry.map_or(expires, |n| n.min(expires)));
         match report {
@@ -101,7 +113,7 @@ pub fn aggregate<'a>(
 /// reads for both the destination ("every live replica holds it") and the source ("no live
 /// replica holds it any more", which the intersection cannot answer), so both are read the
 /// same way, from the Leases themselves. `ready` is the server's ready replica count (its
-/// Deployment, through the server's status).
+/// Deployment, through the server's status); the caller sets [`Replicas::replicas`].
 pub fn replicas<'a>(
     leases: impl IntoIterator<Item = &'a Lease>,
     instance: &str,
@@ -112,7 +124,8 @@ pub fn replicas<'a>(
 ) -> Replicas {
     let mut out = Replicas { ready, ..Replicas::default() };
     let mut by_all = true;
-    for (_, report) in live_reports(leases, instance, namespace, now) {
+    let mut unreadable: Vec<String> = Vec::new();
+    for (_, report, name) in live_reports(leases, instance, namespace, now) {
         out.live = out.live.saturating_add(1);
         match report {
             Report::Targets(set) => {
@@ -120,13 +133,15 @@ pub fn replicas<'a>(
                 out.by_any |= has;
                 by_all &= has;
             }
-            Report::CannotTell(_) => {
-                out.cannot_tell = Some(
-                    "a replica's served-target set is truncated (over --served-targets-max-bytes) or unreadable"
-                        .to_string(),
-                );
-            }
+            Report::CannotTell(why) => unreadable.push(cannot_tell(namespace, name, &why)),
         }
+    }
+    // Named, at most a few: one is enough to act on, and a condition message stays short.
+    if let Some(first) = unreadable.first() {
+        out.cannot_tell = Some(match unreadable.len() {
+            1 => first.clone(),
+            n => format!("{first} (and {} more of its Leases cannot tell)", n - 1),
+        });
     }
     out.by_all = by_all && out.live > 0 && out.cannot_tell.is_none();
     out
@@ -146,7 +161,7 @@ pub fn reporting<'a>(
     now: Timestamp,
 ) -> Option<i32> {
     let (mut live, mut listing) = (0i32, 0i32);
-    for (_, report) in live_reports(leases, instance, namespace, now) {
+    for (_, report, _) in live_reports(leases, instance, namespace, now) {
         live = live.saturating_add(1);
         listing = listing.saturating_add(i32::from(report.targets()?.contains(target)));
     }
@@ -323,7 +338,7 @@ mod tests {
         use dco_state::handover::Serving;
         let leases = [lease("a-1", "a", Some(&["x"]), 0), lease("a-2", "a", Some(&["x", "y"]), 0)];
         let r = replicas(&leases, "a", "dco-system", "y", 2, ts(0));
-        assert_eq!(r, Replicas { ready: 2, live: 2, by_all: false, by_any: true, cannot_tell: None });
+        assert_eq!(r, Replicas { ready: 2, live: 2, by_all: false, by_any: true, ..Replicas::default() });
         // One replica still holds y: a source that has not dropped it, a destination not ready.
         assert_eq!(r.as_source(), Serving::Serves);
         assert_eq!(r.as_destination(), Serving::NotServing);
@@ -338,7 +353,17 @@ mod tests {
             Some(BTreeMap::from([(dco_api::ANNOTATION_SERVED_TRUNCATED.to_string(), "true".to_string())]));
         let r = replicas(&[t], "a", "dco-system", "y", 1, ts(0));
         assert!(matches!(r.as_source(), Serving::CannotTell(m) if m.contains("may still hold")));
-        assert!(matches!(r.as_destination(), Serving::CannotTell(m) if m.contains("truncated")));
+        let want = "Lease dco-system/dco-served-a-3 is marked truncated (its replica's set is over --served-targets-max-bytes)";
+        assert_eq!(r.as_destination(), Serving::CannotTell(want.into()));
+        // An undecodable set is named with the decoder's reason.
+        let mut g = lease("a-4", "a", None, 0);
+        g.metadata.annotations =
+            Some(BTreeMap::from([(dco_api::ANNOTATION_SERVED_TARGETS.to_string(), "%%%".to_string())]));
+        let r = replicas(&[g], "a", "dco-system", "y", 1, ts(0));
+        assert!(
+            matches!(r.as_destination(), Serving::CannotTell(m) if m.starts_with("Lease dco-system/dco-served-a-4 cannot be decoded: annotation")),
+            "{r:?}"
+        );
         // Expired Leases: nothing live, so a running server publishes none.
         let r = replicas(&leases, "a", "dco-system", "y", 2, ts(100));
         assert_eq!((r.live, r.as_source(), r.as_destination()), (0, Serving::NoLeases, Serving::NoLeases));

@@ -38,6 +38,9 @@ pub enum Serving {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Replicas {
     pub ready: i32,
+    /// Every replica Pod the server runs, ready or not (its Deployment's `status.replicas`);
+    /// 0 when unknown, read as "as many as are ready".
+    pub replicas: i32,
     /// Live served-target Leases.
     pub live: i32,
     /// Every live Lease lists the target (false when none is live).
@@ -60,6 +63,16 @@ impl Replicas {
             return Serving::CannotTell(why.clone());
         }
         if self.live <= 0 {
+            // Without Leases, readiness is the only sign a replica holds the plan (a webhook
+            // replica turns Ready after its first full pass over the configs): every replica
+            // the Service may route to must be Ready first.
+            if self.ready < self.replicas {
+                return Serving::CannotTell(format!(
+                    "it publishes no served-target Leases and only {} of its {} replicas are Ready; without Leases the move waits for every replica to be Ready",
+                    self.ready.max(0),
+                    self.replicas
+                ));
+            }
             return Serving::NoLeases;
         }
         if self.live < self.ready {
@@ -118,6 +131,39 @@ pub struct Facts {
     /// name, as every webhook replica chooses: webhook/src/sync.rs), or `Ok`. A config that
     /// is not chosen never writes the target: no move, no wiring, no refresh.
     pub conflict: Result<(), String>,
+    /// The target's `spec.conversion` names the Service of a server that no longer exists (it
+    /// was force-deleted): nothing answers the apiserver's conversions. `None` when it names
+    /// an existing server, another webhook, or nothing.
+    pub wired_gone: Option<Gone>,
+}
+
+/// A wiring whose server is gone: the Service the target names and, when known, its server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gone {
+    /// `<namespace>/<name>` of the Service.
+    pub service: String,
+    /// The server that Service was made for, when the config's handover or pin names it.
+    pub server: Option<String>,
+}
+
+impl Gone {
+    /// `Service ns/name (of ConversionWebhookServer s, which no longer exists)`.
+    pub fn describe(&self) -> String {
+        match &self.server {
+            Some(s) => {
+                format!("Service {} (of ConversionWebhookServer {s}, which no longer exists)", self.service)
+            }
+            None => format!("Service {} (of a ConversionWebhookServer that no longer exists)", self.service),
+        }
+    }
+
+    /// What a person reads in the Event and the conditions.
+    pub fn note(&self) -> String {
+        format!(
+            "the target's spec.conversion names {}: every conversion of the target fails until it is wired to a server that exists",
+            self.describe()
+        )
+    }
 }
 
 impl Facts {
@@ -161,6 +207,7 @@ pub mod reason {
     pub const SOURCE_DROPPED: &str = "SourceDropped";
     pub const WIRING_DRIFTED: &str = "WiringDrifted";
     pub const CONFLICT: &str = "Conflict";
+    pub const WIRED_SERVER_MISSING: &str = "WiredServerMissing";
 }
 
 pub struct Handover;
@@ -279,13 +326,22 @@ fn start(state: &HandoverStatus, dest: &str, facts: &Facts, restarted: bool) -> 
         ..HandoverStatus::default()
     };
     Move::Compiling(Route { source: facts.wired_to.as_deref(), destination: dest }).write(&mut next);
-    let from = facts.wired_to.as_ref().map_or("nothing".to_string(), |s| format!("server {s}"));
+    let from = match (&facts.wired_to, &facts.wired_gone) {
+        (Some(s), _) => format!("server {s}"),
+        (None, Some(gone)) => gone.describe(),
+        (None, None) => "no dco server (strategy None, or another webhook)".to_string(),
+    };
     let (reason, note) = if restarted {
         (
             reason::RESTARTED,
             format!(
                 "destination changed to {dest} before the target was re-wired; moving from {from} to {dest}"
             ),
+        )
+    } else if facts.wired_to.as_deref() == Some(dest) {
+        (
+            reason::STARTED,
+            format!("re-wiring the target to server {dest}, which its spec.conversion names already"),
         )
     } else {
         (reason::STARTED, format!("moving the target from {from} to server {dest}"))
@@ -310,11 +366,31 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
     if let Err(why) = &facts.conflict {
         return stay(state, false, reason::CONFLICT, why.clone());
     }
+    // The server the move rests on (or starts from) is gone: say so once, and start over
+    // from nothing, so the next move neither waits on it nor claims it as its source.
+    if let Some(gone) = &facts.wired_gone
+        && believes_served(state)
+    {
+        return lost(state, gone, facts);
+    }
     // Without a resolver answer nothing moves and nothing is un-wired: the target keeps
-    // whatever serves it now.
+    // whatever serves it now, which the message says.
     let dest = match &facts.destination {
         Ok(d) => d.as_str(),
-        Err(why) => return stay(state, false, reason::NO_SERVER, why.clone()),
+        Err(why) => {
+            return match (&facts.wired_gone, &facts.wired_to) {
+                (Some(gone), _) => {
+                    stay(state, false, reason::WIRED_SERVER_MISSING, format!("{}; {why}", gone.note()))
+                }
+                (None, Some(w)) => stay(
+                    state,
+                    false,
+                    reason::NO_SERVER,
+                    format!("{why}; meanwhile the target stays wired to server {w}"),
+                ),
+                (None, None) => stay(state, false, reason::NO_SERVER, why.clone()),
+            };
+        }
     };
     let blocked =
         |state: &HandoverStatus| facts.gate().err().map(|(reason, why)| stay(state, false, reason, why));
@@ -356,25 +432,34 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
             // that to the destination, which must hold the plan before the apiserver calls it.
             match facts.replicas(dest).as_destination() {
                 Serves => {
-                    let note = match route.source {
-                        Some(_) => format!("every live replica of server {dest} reports a compiled plan"),
-                        None => format!(
+                    // Adopting: nothing of dco's served the target (a target wired to a gone
+                    // server is not adopted, it is recovered).
+                    let note = match (route.source, &facts.wired_gone) {
+                        (None, None) => format!(
                             "every live replica of server {dest} reports a compiled plan; adopting the target"
                         ),
+                        _ => format!("every live replica of server {dest} reports a compiled plan"),
                     };
                     go(state, ready(Proof::Verified), facts, reason::DESTINATION_READY, note, patching(dest))
                 }
                 NoLeases => {
-                    let note =
-                        format!("server {dest} publishes no served-target Leases; proceeding unverified");
-                    go(
+                    let r = facts.replicas(dest);
+                    let note = format!(
+                        "server {dest} publishes no served-target Leases (its Lease Role missing, or a webhook version that does not publish them): not verified that its replicas hold a compiled plan for the target; all {} of its replicas are Ready, so wiring the target to it anyway (HandoverUnverified)",
+                        r.ready
+                    );
+                    let mut s = go(
                         state,
                         ready(Proof::Unverified),
                         facts,
                         reason::DESTINATION_READY,
                         note,
                         patching(dest),
-                    )
+                    );
+                    if let Some(e) = s.event.as_mut() {
+                        e.warning = true;
+                    }
+                    s
                 }
                 NotServing => stay(
                     state,
@@ -386,7 +471,9 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
                     state,
                     false,
                     reason::AWAITING_DESTINATION,
-                    format!("server {dest}'s Leases cannot tell whether it serves the target: {why}"),
+                    format!(
+                        "server {dest}'s Leases cannot tell whether it serves the target, so the move waits: {why}"
+                    ),
                 ),
             }
         }
@@ -443,7 +530,9 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
                 ),
                 NoLeases => dropped(
                     Proof::Unverified,
-                    format!("server {source} publishes no Leases; assuming it dropped the target"),
+                    format!(
+                        "server {source} publishes no served-target Leases: not verified that it dropped the target; assuming it did"
+                    ),
                 ),
                 Serves | CannotTell(_) => {
                     stay(state, false, reason::AWAITING_SOURCE_DROP, awaiting_source(Some(source)))
@@ -480,6 +569,40 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
 }
 
 use Serving::{CannotTell, NoLeases, NotServing, Serves};
+
+/// Whether `state` holds that the server the target names serves it: settled or patched on
+/// the destination, or moving away from a source.
+fn believes_served(state: &HandoverStatus) -> bool {
+    match Move::of(state) {
+        Move::Unassigned => false,
+        Move::Compiling(r) | Move::DestinationReady(r, _) => r.source.is_some(),
+        Move::Patched(..) | Move::SourceDropped(..) => true,
+    }
+}
+
+/// The wired server is gone: back to Unassigned (keeping the attempt and its trace), with a
+/// Warning Event naming the Service. The next move starts from nothing.
+fn lost(state: &HandoverStatus, gone: &Gone, facts: &Facts) -> Step<HandoverStatus, Action> {
+    let note = gone.note();
+    let next = HandoverStatus {
+        state: S::Unassigned,
+        since: Some(facts.now.clone()),
+        attempt: state.attempt,
+        traceparent: state.traceparent.clone(),
+        message: Some(note.clone()),
+        ..HandoverStatus::default()
+    };
+    Step {
+        next,
+        actions: vec![],
+        condition: ConditionUpdate {
+            status: false,
+            reason: reason::WIRED_SERVER_MISSING,
+            message: note.clone(),
+        },
+        event: Some(EventNote { warning: true, reason: reason::WIRED_SERVER_MISSING, note }),
+    }
+}
 
 fn patching(dest: &str) -> ConditionUpdate {
     ConditionUpdate {

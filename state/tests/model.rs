@@ -178,6 +178,7 @@ impl World {
         let live: Vec<bool> = rs.iter().filter_map(|r| r.lease).collect();
         Replicas {
             ready: rs.iter().filter(|r| r.ready).count() as i32,
+            replicas: rs.len() as i32,
             live: live.len() as i32,
             by_all: !live.is_empty() && live.iter().all(|h| *h),
             by_any: live.iter().any(|h| *h),
@@ -199,6 +200,7 @@ impl World {
             servers: (0..2).map(|x| (SERVERS[x].to_string(), self.observed(x))).collect(),
             new_traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
             conflict: Ok(()),
+            wired_gone: None,
         }
     }
 

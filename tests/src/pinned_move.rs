@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, HandoverStatus};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, status};
 use serde_json::{Value, json};
@@ -197,23 +198,93 @@ impl PinnedMove {
         .await
     }
 
+    /// Force-deletes server `name` (annotation `conversion.dco.rs/allow-force-delete=true`:
+    /// configs may still resolve to it) and waits until it is gone.
+    pub async fn force_delete(&self, name: &str) -> Result<()> {
+        let force = json!({"metadata": {"annotations": {"conversion.dco.rs/allow-force-delete": "true"}}});
+        self.servers.patch(name, &PatchParams::default(), &Patch::Merge(&force)).await?;
+        self.servers.delete(name, &DeleteParams::default()).await?;
+        crate::wait_deleted(&self.servers, name, WAIT).await
+    }
+
+    /// Waits until server `name` runs `replicas` Ready replicas, each with a live
+    /// served-target Lease (`status.reportingReplicas`), and is Available.
+    pub async fn wait_server_reporting(&self, name: &str, replicas: i32) -> Result<()> {
+        wait_for(&format!("server {name} with {replicas} reporting replicas"), WAIT, || async {
+            let st = self.servers.get(name).await?.status.unwrap_or_default();
+            let available = st.conditions.iter().any(|c| c.type_ == "Available" && c.status == "True");
+            Ok((available && st.ready_replicas == replicas && st.reporting_replicas == replicas)
+                .then_some(()))
+        })
+        .await
+    }
+
+    /// The config's condition `type_` as `(status, reason, message)`.
+    pub async fn condition(&self, type_: &str) -> Result<Option<(String, String, String)>> {
+        let st = self.cfgs.get(&self.config).await?.status.unwrap_or_default();
+        Ok(st.conditions.into_iter().find(|c| c.type_ == type_).map(|c| (c.status, c.reason, c.message)))
+    }
+
+    /// The Events about the config (events.k8s.io, namespace `default`: the config is
+    /// cluster-scoped), oldest first, as `(type, reason, note)`.
+    pub async fn events(&self, client: &kube::Client) -> Result<Vec<(String, String, String)>> {
+        let api: Api<Event> = Api::namespaced(client.clone(), "default");
+        let mut evs: Vec<Event> = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(self.config.as_str()))
+            .collect();
+        evs.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+        Ok(evs
+            .into_iter()
+            .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect())
+    }
+
+    /// Waits for an Event about the config of type `type_` and reason `reason`; returns its note.
+    pub async fn wait_event(&self, client: &kube::Client, type_: &str, reason: &str) -> Result<String> {
+        wait_for(&format!("a {type_} Event {reason} about {}", self.config), WAIT, || async {
+            let evs = self.events(client).await?;
+            Ok(evs.into_iter().rev().find(|(t, r, _)| t == type_ && r == reason).map(|(_, _, n)| n))
+        })
+        .await
+    }
+
+    /// `kubectl describe crdconversionconfig <config>`, as a person would read it.
+    pub fn describe(&self, cluster: &crate::Cluster) -> Result<String> {
+        let out = std::process::Command::new(cluster.kubectl())
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args(["describe", "crdconversionconfig", &self.config])
+            .output()?;
+        ensure!(out.status.success(), "kubectl describe: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Removes the servers (force: a config may still resolve to them) and the target; best
     /// effort, for the end of a test.
     pub async fn cleanup(&self) {
+        self.remove_servers(&[&self.a, &self.b]).await;
+        let _ = self.crds.delete(&self.target, &DeleteParams::default()).await;
+    }
+
+    /// Force-deletes servers `names` and waits (best effort) until they are gone.
+    pub async fn remove_servers(&self, names: &[&str]) {
         let force = json!({"metadata": {"annotations": {"conversion.dco.rs/allow-force-delete": "true"}}});
-        for n in [&self.a, &self.b] {
+        for n in names {
             let _ = self.servers.patch(n, &PatchParams::default(), &Patch::Merge(&force)).await;
             let _ = self.servers.delete(n, &DeleteParams::default()).await;
         }
         let _ = wait_for("the servers to go", WAIT, || async {
             let mut left = 0;
-            for n in [&self.a, &self.b] {
+            for n in names {
                 left += usize::from(self.servers.get_opt(n).await?.is_some());
             }
             Ok((left == 0).then_some(()))
         })
         .await;
-        let _ = self.crds.delete(&self.target, &DeleteParams::default()).await;
     }
 
     /// The move to `b` (settled as `h`) in what a collector received, checked as

@@ -139,7 +139,7 @@ pub fn validate(
         f.warn(
             "spec.webhookServerRef.name",
             format!(
-                "ConversionWebhookServer {} does not exist yet; the target stays unwired until it does (create it, or remove the reference to use the pool or the default)",
+                "ConversionWebhookServer {} does not exist yet; until it does, the target keeps the wiring it has now (one not wired yet stays unwired) and HandoverReady is False with reason NoServer (create it, or remove the reference to use the pool or the default)",
                 pin.name
             ),
         );

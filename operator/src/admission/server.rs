@@ -195,7 +195,9 @@ fn in_use(old: &ConversionWebhookServer, facts: &ServerFacts, f: &mut Findings) 
     if old.annotations().get(ANNOTATION_ALLOW_FORCE_DELETE).is_some_and(|v| v == "true") {
         f.warn(
             "",
-            format!("deleted with {ANNOTATION_ALLOW_FORCE_DELETE}=true while configs may resolve to it"),
+            format!(
+                "deleted with {ANNOTATION_ALLOW_FORCE_DELETE}=true while configs may resolve to it: it goes at once, and targets still wired to it fail every conversion until their configs wire them to a server that exists (condition Applied, reason WiredServerMissing)"
+            ),
         );
         return;
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use dco_api::assign::Assignment;
 use dco_api::config::ConversionConfig;
 use dco_api::{ConversionWebhookServer, HandoverStatus, webhook_path};
-use dco_state::handover::Facts;
+use dco_state::handover::{Facts, Gone};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
@@ -18,7 +18,7 @@ use super::target::{self, Wiring};
 use crate::assigned::ConfigRef;
 use crate::context::Context;
 use crate::leases;
-use crate::server::desired;
+use crate::server::{desired, names};
 
 /// How many diagnostics a condition message lists before "and N more".
 const MAX_LISTED: usize = 10;
@@ -148,6 +148,25 @@ pub fn wired_server(ctx: &Context, target: &Value) -> Option<String> {
     ctx.server_by_service(ns, svc).map(|s| s.name_any())
 }
 
+/// Whether the Service a target's `spec.conversion` names (`wired`, namespace and name) is a
+/// server's that no longer exists: no server owns it (`owned`), and it is named as dco names
+/// a server's Service, or as the Service of a server the config's handover or pin names
+/// (`known`). Another webhook's Service is not ours to report. The server is named when
+/// `known` or the Service's name tells it.
+pub fn gone_wiring(wired: Option<(&str, &str)>, owned: bool, known: &[Option<&str>]) -> Option<Gone> {
+    let (ns, svc) = wired?;
+    if owned {
+        return None;
+    }
+    let known = known.iter().flatten().find(|s| names::base(s) == svc).map(|s| s.to_string());
+    let server = match (known, names::server_of_service(svc)) {
+        (Some(s), _) => Some(s),
+        (None, Some(read_back)) => read_back,
+        (None, None) => return None,
+    };
+    Some(Gone { service: format!("{ns}/{svc}"), server })
+}
+
 /// The wiring to the resolved server when it is Available and its CA is issued.
 fn destination_wiring<K: ConversionConfig>(
     ctx: &Context,
@@ -195,6 +214,11 @@ pub fn observe<K: ConversionConfig + Resource<DynamicType = ()>>(
     let established = live.as_ref().is_some_and(target::established);
     let dest_wiring = destination_wiring(ctx, cfg, &resolved);
     let wired_to = live.as_ref().and_then(|t| wired_server(ctx, t));
+    let wired_gone = gone_wiring(
+        live.as_ref().and_then(target::wired_service),
+        wired_to.is_some(),
+        &[state.destination.as_deref(), state.source.as_deref(), pin],
+    );
 
     // The servers a move can involve: where it goes, where it comes from, what the target names.
     let involved: BTreeSet<&str> = [
@@ -213,7 +237,7 @@ pub fn observe<K: ConversionConfig + Resource<DynamicType = ()>>(
             let server = ctx.server(name)?;
             let names = ctx.names(&server);
             let ready = server.status.as_ref().map_or(0, |s| s.ready_replicas);
-            let r = leases::replicas(
+            let mut r = leases::replicas(
                 leases.iter().map(|l| l.as_ref()),
                 name,
                 &names.namespace,
@@ -221,6 +245,7 @@ pub fn observe<K: ConversionConfig + Resource<DynamicType = ()>>(
                 ready,
                 now,
             );
+            r.replicas = server.status.as_ref().map_or(0, |s| s.replicas);
             Some((name.to_string(), r))
         })
         .collect();
@@ -248,6 +273,7 @@ pub fn observe<K: ConversionConfig + Resource<DynamicType = ()>>(
         servers,
         new_traceparent: new_traceparent.to_string(),
         conflict: verdict.fact(&target_desc),
+        wired_gone,
     };
     Observed {
         facts,
@@ -259,5 +285,33 @@ pub fn observe<K: ConversionConfig + Resource<DynamicType = ()>>(
         established,
         dest_wiring,
         conflict: verdict,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gone_wiring_is_a_dco_service_no_server_owns() {
+        let svc = Some(("dco-system", "dco-webhook-critical"));
+        let gone = |server: Option<&str>| {
+            Some(Gone { service: "dco-system/dco-webhook-critical".into(), server: server.map(Into::into) })
+        };
+        // Owned by a server in the cache: wired, not gone.
+        assert_eq!(gone_wiring(svc, true, &[]), None);
+        // Nobody owns it: the server is named by the handover, or read back from the name.
+        assert_eq!(gone_wiring(svc, false, &[None, Some("critical")]), gone(Some("critical")));
+        assert_eq!(gone_wiring(svc, false, &[]), gone(Some("critical")));
+        // A shortened name cannot be read back, but the handover may know it.
+        let long = "c".repeat(80);
+        let hashed = names::base(&long);
+        let got = gone_wiring(Some(("ns", &hashed)), false, &[]).unwrap();
+        assert_eq!((got.service, got.server), (format!("ns/{hashed}"), None));
+        let got = gone_wiring(Some(("ns", &hashed)), false, &[Some("other"), Some(&long)]).unwrap();
+        assert_eq!(got.server.as_deref(), Some(long.as_str()));
+        // Another webhook's Service, or no webhook at all: not ours to report.
+        assert_eq!(gone_wiring(Some(("ns", "reference-webhook")), false, &[Some("critical")]), None);
+        assert_eq!(gone_wiring(None, false, &[Some("critical")]), None);
     }
 }

@@ -110,6 +110,9 @@ pub fn render(
                     st.assigned_webhook_server.as_deref().unwrap_or("?")
                 );
                 set(&mut st, condition::APPLIED, true, "Wired", msg);
+            } else if o.facts.wired_gone.is_some() {
+                // Nothing answers the target's conversions: not a config in progress.
+                st.phase = Some(Phase::Failed);
             } else {
                 st.phase = Some(Phase::Validated);
             }
@@ -133,8 +136,43 @@ pub fn render(
             }
         }
     }
+    // Applied tells the truth about the wiring whatever the compile says: a target wired to a
+    // server that is gone converts nothing; once it is being wired again, it says so until it
+    // settles.
+    if let Some(msg) = wired_gone(o) {
+        set(&mut st, condition::APPLIED, false, WIRED_SERVER_MISSING, msg);
+    } else if !is_settled(o, settled)
+        && conditions::find(&st.conditions, condition::APPLIED)
+            .is_some_and(|c| c.reason == WIRED_SERVER_MISSING)
+    {
+        let to = o.resolved.as_ref().map_or("a server", |a| a.server.as_str());
+        let how = settled.state.message.clone().unwrap_or_default();
+        let msg = format!("{desc} is being wired to ConversionWebhookServer {to}: {how}");
+        set(&mut st, condition::APPLIED, false, "Rewiring", msg);
+    }
     st.message = Some(summary(o, &settled.state));
     st
+}
+
+/// `Applied`'s reason while the target names a server that is gone.
+pub const WIRED_SERVER_MISSING: &str = "WiredServerMissing";
+
+/// What a person must know when the target's wired server is gone (`Facts::wired_gone`): that
+/// its conversions fail, and what brings it back.
+fn wired_gone(o: &Observed) -> Option<String> {
+    let gone = o.facts.wired_gone.as_ref()?;
+    let next = match &o.resolved {
+        Ok(a) => format!(
+            "it is moved to ConversionWebhookServer {} once that server reports the target (condition HandoverReady)",
+            a.server
+        ),
+        Err(why) => why.clone(),
+    };
+    Some(format!(
+        "{}'s spec.conversion names {}, so every conversion of the target fails; {next}",
+        o.target_desc,
+        gone.describe()
+    ))
 }
 
 /// Settled on the server the resolver names now; a pending move is not "Applied".
@@ -150,6 +188,9 @@ fn summary(o: &Observed, handover: &HandoverStatus) -> String {
     }
     if !o.established {
         return "waiting for the target to be Established".to_string();
+    }
+    if let Some(msg) = wired_gone(o) {
+        return msg;
     }
     if let Err(e) = &o.dest_wiring {
         return e.clone();
@@ -209,6 +250,7 @@ mod tests {
             servers: Default::default(),
             new_traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
             conflict: Ok(()),
+            wired_gone: None,
         };
         Observed {
             facts,
@@ -349,6 +391,75 @@ mod tests {
         assert_eq!(st.message.as_deref(), Some(msg));
         assert_eq!(condition(&st, handover::CONDITION).1, "AwaitingDestination");
         assert_eq!(st.phase, Some(Phase::Validated));
+    }
+
+    /// A pinned server force-deleted under its target: Applied turns False with the Service and
+    /// server named, the phase Failed; when the server exists again, Rewiring until settled,
+    /// then Applied again.
+    #[test]
+    fn a_wired_server_that_is_gone_is_not_applied_until_rewired() {
+        let applied = {
+            let o = observed();
+            render(None, cfg(DriftPolicy::default()), &o, &settle(&settled_on_a(), &o))
+        };
+        assert_eq!(condition(&applied, condition::APPLIED).0, "True");
+
+        let pin_missing = "spec.webhookServerRef.name names ConversionWebhookServer \"a\", which does not exist; create it or change the reference";
+        let mut o = observed();
+        o.resolved = Err(pin_missing.into());
+        o.facts.destination = Err(pin_missing.into());
+        o.dest_wiring = Err(pin_missing.into());
+        o.facts.destination_ready = Err(pin_missing.into());
+        o.facts.wired_to = None;
+        o.facts.wired_gone = Some(dco_state::handover::Gone {
+            service: "dco-system/dco-webhook-a".into(),
+            server: Some("a".into()),
+        });
+        let s = settle(&settled_on_a(), &o);
+        let st = render(Some(&applied), cfg(DriftPolicy::default()), &o, &s);
+        let want = format!(
+            "CustomResourceDefinition widgets.example.org's spec.conversion names Service dco-system/dco-webhook-a (of ConversionWebhookServer a, which no longer exists), so every conversion of the target fails; {pin_missing}"
+        );
+        assert_eq!(condition(&st, condition::APPLIED), ("False", WIRED_SERVER_MISSING, want.as_str()));
+        assert_eq!(st.phase, Some(Phase::Failed));
+        assert_eq!(st.message.as_deref(), Some(want.as_str()));
+        assert_eq!(condition(&st, handover::CONDITION).1, "WiredServerMissing");
+        assert_eq!(s.transitions.len(), 1, "one Warning Event: {:?}", s.transitions);
+        assert_eq!(requeue(&o, &s, RESYNC), UNSETTLED_REQUEUE);
+
+        // Unpinned onto the default b: the message says where it goes.
+        let mut moving = o.clone();
+        moving.resolved = Ok(Assignment { server: "b".into(), by: AssignedBy::Default });
+        let st2 = render(Some(&st), cfg(DriftPolicy::default()), &moving, &s);
+        assert!(
+            condition(&st2, condition::APPLIED).2.ends_with(
+                "it is moved to ConversionWebhookServer b once that server reports the target (condition HandoverReady)"
+            ),
+            "{st2:?}"
+        );
+
+        // Created again, not ready yet: no longer gone, not yet wired.
+        let mut back = observed();
+        back.dest_wiring = Err("ConversionWebhookServer a has no ready replica yet".into());
+        back.facts.destination_ready = Err("ConversionWebhookServer a has no ready replica yet".into());
+        let s2 = settle(&s.state, &back);
+        let st3 = render(Some(&st), cfg(DriftPolicy::default()), &back, &s2);
+        let (status, reason, msg) = condition(&st3, condition::APPLIED);
+        assert_eq!((status, reason), ("False", "Rewiring"));
+        assert!(
+            msg.starts_with(
+                "CustomResourceDefinition widgets.example.org is being wired to ConversionWebhookServer a: "
+            ),
+            "{msg}"
+        );
+        assert_eq!(st3.phase, Some(Phase::Validated));
+
+        // Ready: re-wired, settled, Applied.
+        let back = observed();
+        let s3 = settle(&s.state, &back);
+        let st4 = render(Some(&st3), cfg(DriftPolicy::default()), &back, &s3);
+        assert_eq!(condition(&st4, condition::APPLIED).0, "True");
+        assert_eq!(st4.phase, Some(Phase::Applied));
     }
 
     #[test]

@@ -31,6 +31,20 @@ pub fn base(server: &str) -> String {
     format!("{stem}-{suffix}")
 }
 
+/// Whether `service` has the shape of a server's Service name (`base`), and the server's
+/// name when it can be read back from it: `Some(None)` for a shortened (hashed) name, `None`
+/// for a name dco never gives a Service.
+pub fn server_of_service(service: &str) -> Option<Option<String>> {
+    let rest = service.strip_prefix(PREFIX)?;
+    // A shortened name (a stem of the full one, `-`, 8 hex digits: 59 characters, fewer when
+    // the stem lost trailing dashes) may equally be a short server's whole name: not guessed.
+    let hashed = service.len() > MAX_LABEL - 4 - 8
+        && rest
+            .rsplit_once('-')
+            .is_some_and(|(_, h)| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    Some(Some(rest.to_string()).filter(|server| !hashed && base(server) == service))
+}
+
 /// The names of one server's objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerNames {
@@ -111,6 +125,14 @@ mod tests {
         assert_eq!(n.workload, "dco-webhook-pool-a");
         assert_eq!(n.tls_secret, "dco-webhook-pool-a-tls");
         assert_eq!(n.service_host(), "dco-webhook-pool-a.dco-system.svc");
+    }
+
+    #[test]
+    fn a_server_is_read_back_from_its_service_name_when_it_can_be() {
+        assert_eq!(server_of_service("dco-webhook-pool-a"), Some(Some("pool-a".into())));
+        let long = base(&"a".repeat(100));
+        assert_eq!(server_of_service(&long), Some(None));
+        assert_eq!(server_of_service("my-converter"), None);
     }
 
     #[test]

@@ -44,7 +44,13 @@ fn facts(dest: &str, wired: Option<&str>, dst: Serving, src: Serving) -> Facts {
         servers,
         new_traceparent: TRACEPARENT.into(),
         conflict: Ok(()),
+        wired_gone: None,
     }
+}
+
+/// The target names the Service of server `old`, which was force-deleted.
+fn gone() -> Gone {
+    Gone { service: "dco-system/dco-webhook-old".into(), server: Some("old".into()) }
 }
 
 fn at(state: S, source: Option<&str>, dest: &str) -> HandoverStatus {
@@ -126,10 +132,25 @@ fn a_move_waits_for_every_destination_replica() {
 #[test]
 fn no_leases_at_the_destination_proceeds_unverified() {
     let state = at(S::Compiling, Some("old"), "new");
-    let f = facts("new", Some("old"), Serving::NoLeases, Serving::NotServing);
+    let mut f = facts("new", Some("old"), Serving::NoLeases, Serving::NotServing);
+    // Not before every replica is Ready: readiness is all there is to go on.
+    f.servers.get_mut("new").unwrap().replicas = 3;
+    let s = Handover::settle(&state, &f, 10);
+    assert_eq!((s.state.state, s.condition.reason), (S::Compiling, reason::AWAITING_DESTINATION));
+    assert!(s.condition.message.contains("only 2 of its 3 replicas are Ready"), "{}", s.condition.message);
+    f.servers.get_mut("new").unwrap().replicas = 2;
     let s = Handover::settle(&state, &f, 10);
     assert_eq!(s.state.state, S::DestinationReady);
     assert!(s.state.unverified);
+    // The Event is a Warning that says what was not verified.
+    let e = &s.transitions[0].event;
+    assert!(e.warning, "{e:?}");
+    assert!(
+        e.note.contains("publishes no served-target Leases")
+            && e.note.contains("not verified that its replicas hold a compiled plan"),
+        "{}",
+        e.note
+    );
     assert_eq!(s.actions, vec![Action::WireTo("new".into())]);
     let f = facts("new", Some("new"), Serving::NoLeases, Serving::NotServing);
     let s = Handover::settle(&s.state, &f, 10);
@@ -185,6 +206,92 @@ fn without_a_resolver_answer_nothing_moves() {
     assert!(s.actions.is_empty());
     assert_eq!(s.condition.reason, reason::NO_SERVER);
     assert!(s.event.is_none());
+}
+
+#[test]
+fn a_pin_to_a_missing_server_says_the_target_stays_wired_where_it_is() {
+    let state = at(S::SourceDropped, None, "a");
+    let mut f = facts("a", Some("a"), Serving::Serves, Serving::Serves);
+    f.destination = Err("spec.webhookServerRef.name names ConversionWebhookServer \"later\", which does not exist; create it or change the reference".into());
+    let s = step(&state, &f);
+    assert_eq!(
+        (s.next.state, s.event.is_none(), s.condition.reason),
+        (S::SourceDropped, true, reason::NO_SERVER)
+    );
+    assert!(
+        s.condition.message.ends_with("; meanwhile the target stays wired to server a"),
+        "{}",
+        s.condition.message
+    );
+}
+
+/// A force-deleted server the target is still wired to: reported once (a Warning naming its
+/// Service and server), the move is given up, and it recovers by a new move when a server
+/// resolves again — from the gone Service, not "from nothing".
+#[test]
+fn a_wired_server_that_is_gone_is_reported_once_and_recovers() {
+    let pinned_missing = "spec.webhookServerRef.name names ConversionWebhookServer \"old\", which does not exist; create it or change the reference";
+    for before in [
+        at(S::SourceDropped, None, "old"),
+        at(S::Patched, Some("a"), "old"),
+        at(S::Compiling, Some("old"), "a"),
+        at(S::DestinationReady, Some("old"), "a"),
+    ] {
+        let mut f = facts("a", None, Serving::NotServing, Serving::NotServing);
+        f.destination = Err(pinned_missing.into());
+        f.wired_gone = Some(gone());
+        let s = Handover::settle(&before, &f, 10);
+        assert_eq!(s.state.state, S::Unassigned, "{before:?}");
+        assert_eq!(s.transitions.len(), 1, "{before:?}");
+        let e = &s.transitions[0].event;
+        assert!(e.warning);
+        assert_eq!(e.reason, reason::WIRED_SERVER_MISSING);
+        assert_eq!(
+            e.note,
+            "the target's spec.conversion names Service dco-system/dco-webhook-old (of ConversionWebhookServer old, which no longer exists): every conversion of the target fails until it is wired to a server that exists"
+        );
+        assert_eq!((s.condition.status, s.condition.reason), (false, reason::WIRED_SERVER_MISSING));
+        assert!(s.condition.message.ends_with(pinned_missing), "{}", s.condition.message);
+        // Observed again, nothing more happens: no second Event.
+        let again = Handover::settle(&s.state, &f, 10);
+        assert!(again.transitions.is_empty() && again.actions.is_empty());
+
+        // Unpinned (another server resolves): a move from the gone Service, verified as any.
+        let f = Facts { destination: Ok("a".into()), ..f.clone() };
+        let s = Handover::settle(&s.state, &f, 10);
+        assert_eq!((s.state.state, s.state.source.as_deref()), (S::Compiling, None));
+        let e = &s.transitions[0].event;
+        assert_eq!(e.reason, reason::STARTED);
+        assert_eq!(
+            e.note,
+            "moving the target from Service dco-system/dco-webhook-old (of ConversionWebhookServer old, which no longer exists) to server a"
+        );
+        assert_eq!(s.condition.reason, reason::AWAITING_DESTINATION);
+        let f = Facts { servers: [("a".to_string(), as_destination(&Serving::Serves))].into(), ..f };
+        let s = Handover::settle(&s.state, &f, 10);
+        assert_eq!(s.actions, [Action::WireTo("a".into())]);
+        let f = Facts { wired_to: Some("a".into()), wired_gone: None, ..f };
+        let s = Handover::settle(&s.state, &f, 10);
+        assert_eq!((s.state.state, s.condition.status), (S::SourceDropped, true));
+    }
+
+    // The pinned server created again under the same name: the target names it again. Once
+    // it can answer, a move onto itself settles it and writes its new CA bundle.
+    let lost = HandoverStatus { state: S::Unassigned, attempt: 1, ..HandoverStatus::default() };
+    let mut f = facts("old", Some("old"), Serving::Serves, Serving::Serves);
+    f.wiring_current = false;
+    f.destination_ready = Err("ConversionWebhookServer old has no ready replica yet".into());
+    let s = Handover::settle(&lost, &f, 10);
+    assert_eq!((s.state.state, s.condition.reason), (S::Unassigned, reason::AWAITING_DESTINATION));
+    assert!(s.actions.is_empty());
+    f.destination_ready = Ok(());
+    let s = Handover::settle(&lost, &f, 10);
+    assert_eq!(
+        s.transitions[0].event.note,
+        "re-wiring the target to server old, which its spec.conversion names already"
+    );
+    assert_eq!((s.state.state, s.state.attempt), (S::SourceDropped, 2));
+    assert_eq!(s.actions, [Action::Refresh("old".into())]);
 }
 
 #[test]
@@ -335,7 +442,13 @@ fn every_state_under_every_facts() {
                 };
                 for dest in [Ok("a"), Ok("b"), Err("no server")] {
                     for (compiled, target_ready, dest_ready) in bools3() {
-                        for wired in [None, Some("a"), Some("b"), Some("foreign")] {
+                        for wired in [None, Some("a"), Some("b"), Some("foreign"), Some("gone")] {
+                            // "gone": the target names the Service of a server that no longer
+                            // exists, so no server is wired.
+                            let (wired, wired_gone) = match wired {
+                                Some("gone") => (None, Some(gone())),
+                                w => (w, None),
+                            };
                             for wiring_current in [true, false] {
                                 for a in &servings {
                                     for b in &servings {
@@ -354,6 +467,7 @@ fn every_state_under_every_facts() {
                                             .into(),
                                             new_traceparent: TRACEPARENT.into(),
                                             conflict: Ok(()),
+                                            wired_gone: wired_gone.clone(),
                                         };
                                         check(&before, &f);
                                         checked += 1;
@@ -366,7 +480,7 @@ fn every_state_under_every_facts() {
             }
         }
     }
-    assert_eq!(checked, 5 * 3 * 3 * 3 * 8 * 4 * 2 * 16);
+    assert_eq!(checked, 5 * 3 * 3 * 3 * 8 * 5 * 2 * 16);
 }
 
 fn bools3() -> impl Iterator<Item = (bool, bool, bool)> {
@@ -395,10 +509,30 @@ fn check(before: &HandoverStatus, f: &Facts) {
     if s.condition.status {
         assert_eq!(s.next.state, S::SourceDropped, "{ctx}");
     }
-    // No resolver answer: nothing moves, nothing is done.
+    // A state that holds the gone server serves the target is given up, once, with a Warning
+    // naming its Service, and nothing is written.
+    let lost = f.wired_gone.is_some() && believes_served(before);
+    if lost {
+        assert_eq!((s.next.state, s.next.attempt), (S::Unassigned, before.attempt), "{ctx}");
+        assert_eq!((s.next.source.as_deref(), s.next.destination.as_deref()), (None, None), "{ctx}");
+        let e = s.event.as_ref().expect("an Event");
+        assert!(e.warning && e.reason == reason::WIRED_SERVER_MISSING, "{ctx}");
+        assert!(
+            e.note.contains("Service dco-system/dco-webhook-old (of ConversionWebhookServer old,"),
+            "{ctx}"
+        );
+        assert!(s.actions.is_empty(), "{ctx}");
+    }
+    // Once given up, it is not given up again: the next step is never another loss.
+    if s.next.state == S::Unassigned {
+        assert!(!believes_served(&s.next), "{ctx}");
+    }
+    // No resolver answer: nothing moves (but a gone wiring is reported), nothing is done.
     if dest.is_none() {
-        assert!(!moved && s.actions.is_empty(), "{ctx}");
-        assert_eq!(s.condition.reason, reason::NO_SERVER, "{ctx}");
+        assert!(!moved || lost, "{ctx}");
+        assert!(s.actions.is_empty(), "{ctx}");
+        let want = if f.wired_gone.is_some() { reason::WIRED_SERVER_MISSING } else { reason::NO_SERVER };
+        assert_eq!(s.condition.reason, want, "{ctx}");
     }
     // A move starts (or restarts) only through the gate, and takes its source from the wiring.
     if s.next.attempt != before.attempt {
