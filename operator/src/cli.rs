@@ -97,6 +97,11 @@ pub struct Args {
     /// hash of --selector appended when it is set, so several operators keep one each).
     #[arg(long, env = "DCO_ADMISSION_WEBHOOK_NAME")]
     pub admission_webhook_name: Option<String>,
+    /// Who creates the ValidatingWebhookConfiguration: `create` (the operator, which then
+    /// keeps it after it is gone) or `existing` (its installer — the chart — creates and
+    /// deletes it; the operator only fills in the webhooks, never creates it).
+    #[arg(long, env = "DCO_ADMISSION_CONFIGURATION", value_enum, default_value = "create")]
+    pub admission_configuration: crate::admission::registration::Owner,
     /// Apply dco's CRDs from the YAML files in this directory, wait until each is Established,
     /// and exit without starting the operator (crds.rs): the chart's pre-upgrade hook, since
     /// helm never upgrades a chart's `crds/`.

@@ -484,7 +484,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )?;
     // The admission webhook (admission/): Ready only once it serves a certificate too, since
     // the apiserver's calls go to whichever Ready Pod the Service picks.
-    let mut admission = None;
+    let (mut admission, mut registered) = (None, None);
     if let Some((svc_ns, svc)) = &args.admission_service {
         let certs = Arc::new(crate::admission::serve::CertResolver::default());
         let reg = crate::admission::registration::Registration {
@@ -508,6 +508,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .map(crate::admission::registration::object_selector)
                 .transpose()
                 .map_err(anyhow::Error::msg)?,
+            owner: args.admission_configuration,
         };
         metrics.status.set_admission(crate::status_metrics::Admission {
             secret: format!("{svc_ns}/{}", reg.secret_names().1),
@@ -523,6 +524,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let listener = bound.admission.context("the admission listener is bound with --admission-service")?;
         let serving = crate::admission::serve::serve(listener, certs.clone(), router, stop.clone());
         admission = Some(crate::shutdown::spawn_listener(readiness.clone(), "admission", serving));
+        registered = Some(reg.clone());
         tokio::spawn(crate::admission::registration::run(
             client.clone(),
             reg,
@@ -603,10 +605,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!("controllers stopped");
     // The shards go to the other replicas now; admission drains meanwhile (shutdown.rs).
     coordinator.stop().await;
-    match admission {
-        Some(served) => served.await.context("the admission listener")?,
-        None => Ok(()),
+    if let Some(served) = admission {
+        served.await.context("the admission listener")??;
     }
+    if let Some(reg) = registered {
+        // The last replica to stop takes its webhooks out: with `failurePolicy: Fail` they
+        // would refuse every write of dco's kinds while no replica runs.
+        crate::admission::registration::withdraw_if_last(&client, &reg).await;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

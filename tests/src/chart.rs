@@ -26,23 +26,62 @@ pub fn helm_binary(cluster: &Cluster) -> Result<PathBuf> {
     Ok(helm)
 }
 
-/// Runs `helm ARGS` against the cluster; its stdout, or an error with its stderr.
-pub fn helm(cluster: &Cluster, args: &[&str]) -> Result<String> {
-    let out = Command::new(helm_binary(cluster)?)
-        .args(args)
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .output()
-        .with_context(|| format!("running helm {}", args.join(" ")))?;
-    if !out.status.success() {
-        bail!(
-            "helm {} failed ({}):\n{}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+/// The helm a test runs: 3 (built by `hack/testenv up`) or 4 (`hack/testenv tool helm4`,
+/// which applies server-side by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Helm {
+    V3,
+    V4,
+}
+
+impl Helm {
+    pub const ALL: [Helm; 2] = [Helm::V3, Helm::V4];
+
+    pub fn binary(self, cluster: &Cluster) -> Result<PathBuf> {
+        match self {
+            Helm::V3 => helm_binary(cluster),
+            Helm::V4 => crate::testenv_tool("helm4"),
+        }
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+
+    /// Runs `helm ARGS` against the cluster; its stdout, or an error with its stderr.
+    pub fn run(self, cluster: &Cluster, args: &[&str]) -> Result<String> {
+        Ok(self.output(cluster, args)?.stdout)
+    }
+
+    /// [`Helm::run`], with what helm printed on stderr too (its warnings).
+    pub fn output(self, cluster: &Cluster, args: &[&str]) -> Result<HelmOutput> {
+        let out = Command::new(self.binary(cluster)?)
+            .args(args)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .output()
+            .with_context(|| format!("running {self:?} helm {}", args.join(" ")))?;
+        if !out.status.success() {
+            bail!(
+                "{self:?} helm {} failed ({}):\n{}{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(HelmOutput {
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
+/// What a helm command that succeeded printed.
+#[derive(Debug, Clone)]
+pub struct HelmOutput {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs helm 3's `helm ARGS` against the cluster; its stdout, or an error with its stderr.
+pub fn helm(cluster: &Cluster, args: &[&str]) -> Result<String> {
+    Helm::V3.run(cluster, args)
 }
 
 /// The label a release installed by [`helm_install_dco`] scopes its operator to
@@ -75,6 +114,12 @@ pub async fn helm_install_dco_from(
     chart: &Path,
     values: &Value,
 ) -> Result<String> {
+    Ok(helm_install_dco_with(Helm::V3, env, release, chart, values).await?.stdout)
+}
+
+/// The values files of a release of `env`: [`local_values`], then `values`; the workspace's
+/// binaries mapped to the chart's images.
+pub fn values_files(env: &TestEnv, release: &str, values: &Value) -> Result<[PathBuf; 2]> {
     map_image("dco-operator", workspace_binary("dco-operator")?)?;
     map_image("dco-webhook", workspace_binary("dco-webhook")?)?;
     let dir = env.cluster.dir.join("tmp");
@@ -84,12 +129,24 @@ pub async fn helm_install_dco_from(
         std::fs::write(&path, serde_yaml::to_string(v)?)?;
         Ok(path)
     };
-    let (base, mine) = (write("local", &local_values(env))?, write("test", values)?);
+    Ok([write("local", &local_values(env))?, write("test", values)?])
+}
+
+/// [`helm_install_dco_from`] with the given helm; what it printed (a clean install or upgrade
+/// warns about nothing on stderr).
+pub async fn helm_install_dco_with(
+    helm: Helm,
+    env: &TestEnv,
+    release: &str,
+    chart: &Path,
+    values: &Value,
+) -> Result<HelmOutput> {
+    let [base, mine] = values_files(env, release, values)?;
     let (cluster, chart, ns, release) =
         (env.cluster.clone(), chart.to_path_buf(), env.ns.clone(), release.to_string());
     tokio::task::spawn_blocking(move || {
         let (chart, base, mine) = (chart.to_string_lossy(), base.to_string_lossy(), mine.to_string_lossy());
-        helm(
+        helm.output(
             &cluster,
             &[
                 "upgrade",

@@ -4,9 +4,15 @@
 //!    the leaf for `<service>.<namespace>.svc`, issued and rotated by server/certs.rs, the code
 //!    that serves the webhook servers) and serves what they hold ([`CertResolver`]);
 //! 2. the Service selecting the operator Pods exists, when `--admission-pod-selector` is set;
-//! 3. the `ValidatingWebhookConfiguration` exists with the current `caBundle` (server-side
-//!    apply, field manager `dco-operator`: every replica writes the same, so it works with or
-//!    without the chart).
+//! 3. once a replica can answer (a Ready operator Pod behind the Service, [`answering`]), the
+//!    `ValidatingWebhookConfiguration` holds dco's two webhooks with the current `caBundle`.
+//!
+//! One owner decides whether the configuration exists ([`Owner`]): with the chart, the release
+//! creates it empty and deletes it on uninstall, and the operator only fills it (a patch that
+//! fails while it is missing, so no replica can race helm's create); without the chart the
+//! operator creates it (server-side apply). Its webhooks have `failurePolicy: Fail`, so they
+//! go in only once some Pod answers them: a configuration written earlier would refuse every
+//! write of dco's kinds, the chart's default server first.
 //!
 //! Replicas race only on creating or renewing the Secrets: creates and updates carry the
 //! resourceVersion they read, so one wins and the others read its result on their next pass.
@@ -18,9 +24,10 @@ use std::time::Duration;
 use dco_api::{API_VERSION, GROUP, VERSION};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::serve::{CertResolver, certified_key};
@@ -29,8 +36,23 @@ use crate::server::certs::{self, Current, Lifetimes};
 
 /// How often each replica re-checks the registration (and a rotation becomes due).
 pub const INTERVAL: Duration = Duration::from_secs(60);
-/// Until the first certificate is served, and after a lost race.
-const RETRY: Duration = Duration::from_secs(2);
+/// Until the first certificate is served and the webhooks are in place, and after a lost race.
+const RETRY: Duration = Duration::from_secs(1);
+/// Operator Pods read to find a Ready one (a Deployment has a handful).
+const MAX_PODS: u32 = 100;
+
+/// Who creates the `ValidatingWebhookConfiguration` (`--admission-configuration`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Owner {
+    /// The operator creates it and keeps it whole (server-side apply); it stays after the
+    /// operator is gone.
+    #[value(name = "create")]
+    Operator,
+    /// Someone else (the chart) creates and deletes it; the operator only fills in its
+    /// webhooks and waits while it does not exist.
+    #[value(name = "existing")]
+    Installer,
+}
 /// The apiserver waits this long for an answer, then applies `failurePolicy: Fail`.
 pub const TIMEOUT_SECONDS: i32 = 5;
 pub const PATH: &str = "/validate";
@@ -47,6 +69,7 @@ pub struct Registration {
     pub webhook_name: String,
     /// `--selector` as an `objectSelector`.
     pub object_selector: Option<Value>,
+    pub owner: Owner,
 }
 
 /// `dco-operator-admission`, suffixed with a hash of `--selector` so operators that share a
@@ -121,6 +144,26 @@ impl Registration {
 
     /// The configuration as this operator wants it.
     pub fn webhook_configuration(&self, ca_bundle: &str) -> Value {
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": self.webhook_name, "labels": {"app.kubernetes.io/name": "dco-operator"},
+                "annotations": {"conversion.dco.rs/api-version": API_VERSION}},
+            "webhooks": self.webhooks(ca_bundle),
+        })
+    }
+
+    /// What the operator writes into a configuration its installer created: the webhooks and
+    /// an annotation, never the labels the installer owns (a label written by both would
+    /// flip on every `helm upgrade`, or conflict under server-side apply).
+    pub fn webhook_content(&self, ca_bundle: &str) -> Value {
+        json!({
+            "metadata": {"annotations": {"conversion.dco.rs/api-version": API_VERSION}},
+            "webhooks": self.webhooks(ca_bundle),
+        })
+    }
+
+    fn webhooks(&self, ca_bundle: &str) -> Value {
         let client = json!({
             "service": {"namespace": self.service_namespace, "name": self.service, "path": PATH, "port": self.port},
             "caBundle": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca_bundle),
@@ -144,17 +187,19 @@ impl Registration {
             }
             h
         };
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": self.webhook_name, "labels": {"app.kubernetes.io/name": "dco-operator"},
-                "annotations": {"conversion.dco.rs/api-version": API_VERSION}},
-            "webhooks": [
-                // Configs: nothing of a config's is refused on DELETE (its finalizer reverts).
-                hook("configs.validate.conversion.dco.rs", &["crdconversionconfigs", "xrdconversionconfigs"], &["CREATE", "UPDATE"]),
-                hook("servers.validate.conversion.dco.rs", &["conversionwebhookservers"], &["CREATE", "UPDATE", "DELETE"]),
-            ],
-        })
+        json!([
+            // Configs: nothing of a config's is refused on DELETE (its finalizer reverts).
+            hook(
+                "configs.validate.conversion.dco.rs",
+                &["crdconversionconfigs", "xrdconversionconfigs"],
+                &["CREATE", "UPDATE"]
+            ),
+            hook(
+                "servers.validate.conversion.dco.rs",
+                &["conversionwebhookservers"],
+                &["CREATE", "UPDATE", "DELETE"]
+            ),
+        ])
     }
 
     fn service_object(&self, pods: &BTreeMap<String, String>) -> Value {
@@ -166,6 +211,80 @@ impl Registration {
                 "ports": [{"name": "https", "port": self.port, "targetPort": self.target_port, "protocol": "TCP"}]},
         })
     }
+}
+
+/// Whether the Service's calls reach a replica now: some Pod it selects is Ready and not
+/// terminating (what the endpoint controllers and kube-proxy follow), and, where the cluster
+/// publishes EndpointSlices for it, one of their endpoints is ready. `Ok` is the number of
+/// Ready Pods; `Err` says what is missing.
+pub fn answering(service: &str, pods: &[Pod], slices: Option<&[EndpointSlice]>) -> Result<usize, String> {
+    let ready = pods
+        .iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().is_some_and(|s| {
+                    s.pod_ip.is_some()
+                        && s.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+        })
+        .count();
+    if ready == 0 {
+        return Err(format!(
+            "no Pod behind Service {service} is Ready yet ({} selected): the webhooks go in once one answers",
+            pods.len()
+        ));
+    }
+    if let Some(slices) = slices.filter(|s| !s.is_empty()) {
+        // The API reads an unset `ready` as true.
+        let endpoints = slices
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+            .count();
+        if endpoints == 0 {
+            return Err(format!(
+                "Service {service} has {ready} Ready Pod(s) but no ready endpoint in its EndpointSlices yet"
+            ));
+        }
+    }
+    Ok(ready)
+}
+
+/// [`answering`] for the registration's Service, read from the apiserver.
+async fn service_answers(client: &Client, reg: &Registration) -> anyhow::Result<usize> {
+    let ns = &reg.service_namespace;
+    let named = format!("{ns}/{}", reg.service);
+    let selector = match &reg.pod_selector {
+        Some(pods) => pods.clone(),
+        None => Api::<Service>::namespaced(client.clone(), ns)
+            .get_opt(&reg.service)
+            .await?
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the admission Service {named} does not exist: create it (the chart does) or set --admission-pod-selector"
+                )
+            })?
+            .spec
+            .and_then(|s| s.selector)
+            .unwrap_or_default(),
+    };
+    if selector.is_empty() {
+        anyhow::bail!("the admission Service {named} selects no Pods (no spec.selector)");
+    }
+    let labels: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&labels.join(",")).limit(MAX_PODS))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot list the Pods of Service {named} ({e}): the operator needs list on pods there"
+            )
+        })?;
+    let by_service = ListParams::default().labels(&format!("kubernetes.io/service-name={}", reg.service));
+    // Clusters without EndpointSlices for it (the endpoint controllers off), or an operator not
+    // allowed to read them, are judged by the Pods alone.
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns).list(&by_service).await.ok();
+    answering(&named, &pods.items, slices.as_ref().map(|l| l.items.as_slice())).map_err(anyhow::Error::msg)
 }
 
 fn data(s: &Option<Secret>) -> Option<BTreeMap<String, Vec<u8>>> {
@@ -250,20 +369,78 @@ pub async fn reconcile(
         let services: Api<Service> = Api::namespaced(client.clone(), &reg.service_namespace);
         services.patch(&reg.service, &pp, &Patch::Apply(reg.service_object(pods))).await?;
     }
-    // Every pass: an apply that changes nothing is a no-op on the apiserver, and one that
+    service_answers(client, reg).await?;
+    // Every pass: a patch that changes nothing is a no-op on the apiserver, and one that
     // does restores a caBundle or setting someone changed.
     let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    vwcs.patch(&reg.webhook_name, &pp, &Patch::Apply(reg.webhook_configuration(&out.ca_bundle))).await?;
+    match reg.owner {
+        Owner::Operator => {
+            vwcs.patch(&reg.webhook_name, &pp, &Patch::Apply(reg.webhook_configuration(&out.ca_bundle)))
+                .await?;
+        }
+        Owner::Installer => {
+            // A merge patch, not an apply: it fails while the object is missing instead of
+            // creating it, so helm's create never finds it there first, and a replica
+            // running after `helm uninstall` cannot bring it back.
+            let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            match vwcs
+                .patch(&reg.webhook_name, &merge, &Patch::Merge(reg.webhook_content(&out.ca_bundle)))
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.code == 404 => anyhow::bail!(
+                    "ValidatingWebhookConfiguration {} does not exist yet; with --admission-configuration=existing \
+                     its installer (the chart) creates it and the operator fills in the webhooks",
+                    reg.webhook_name
+                ),
+                r => {
+                    r?;
+                }
+            }
+        }
+    }
     Ok(())
 }
 
-/// Every [`INTERVAL`] (every [`RETRY`] until a pass succeeds), forever.
+/// At a replica's stop, once it has drained: when no other Pod behind the Service answers
+/// (an uninstall, a scale to zero), the webhooks are taken out of the configuration, so
+/// none with `failurePolicy: Fail` is left pointing at a Service without a ready endpoint.
+/// The next replica to answer registers them again. Best effort: an uninstall may already
+/// have removed the operator's RBAC, or the configuration.
+pub async fn withdraw_if_last(client: &Client, reg: &Registration) {
+    match service_answers(client, reg).await {
+        Ok(n) => tracing::info!(ready = n, "other replicas answer admission; the webhooks stay"),
+        Err(why) => {
+            let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+            let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            match vwcs.patch(&reg.webhook_name, &merge, &Patch::Merge(json!({"webhooks": null}))).await {
+                Ok(_) => tracing::info!(reason = %format!("{why:#}"), configuration = %reg.webhook_name,
+                    "no other replica answers admission: took the webhooks out until one does"),
+                Err(e) => tracing::info!(error = %e, configuration = %reg.webhook_name,
+                    "no other replica answers admission, and its webhooks could not be taken out"),
+            }
+        }
+    }
+}
+
+/// Every [`INTERVAL`] (every [`RETRY`] until a pass succeeds), forever. What a pass waits
+/// for is logged when it changes, not every second.
 pub async fn run(client: Client, reg: Registration, certs: Arc<CertResolver>, life: Lifetimes) {
+    // Not yet registered: the first success is logged too.
+    let mut last: Option<String> = Some(String::new());
     loop {
         let wait = match reconcile(&client, &reg, &certs, &life).await {
-            Ok(()) => INTERVAL,
+            Ok(()) => {
+                if last.take().is_some() {
+                    tracing::info!(configuration = %reg.webhook_name, "admission webhooks registered");
+                }
+                INTERVAL
+            }
             Err(e) => {
-                tracing::info!(error = %e, "admission registration not complete yet; retrying");
+                let text = format!("{e:#}");
+                if last.as_deref() != Some(text.as_str()) {
+                    tracing::info!(error = %text, "admission registration not complete yet; retrying every second");
+                    last = Some(text);
+                }
                 RETRY
             }
         };
@@ -301,6 +478,7 @@ mod tests {
             pod_selector: None,
             webhook_name: default_webhook_name(Some("team=a")),
             object_selector: Some(object_selector("team=a").unwrap()),
+            owner: Owner::Installer,
         };
         let v = reg.webhook_configuration("PEM");
         let hooks = v["webhooks"].as_array().unwrap();
@@ -320,5 +498,44 @@ mod tests {
             hooks[0]["rules"][0]["resources"],
             json!(["crdconversionconfigs", "xrdconversionconfigs"])
         );
+        // Filling an installer's configuration writes the same webhooks and none of its labels.
+        let content = reg.webhook_content("PEM");
+        assert_eq!(content["webhooks"], v["webhooks"]);
+        assert_eq!(content["metadata"]["labels"], Value::Null);
+        assert_eq!(content.get("apiVersion"), None);
+    }
+
+    fn pod(name: &str, ready: bool, ip: bool, terminating: bool) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "deletionTimestamp": terminating.then_some("2026-01-01T00:00:00Z")},
+            "status": {"podIP": ip.then_some("10.0.0.1"),
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        }))
+        .unwrap()
+    }
+
+    fn slice(ready: &[Option<bool>]) -> EndpointSlice {
+        let eps: Vec<Value> =
+            ready.iter().map(|r| json!({"addresses": ["10.0.0.1"], "conditions": {"ready": r}})).collect();
+        serde_json::from_value(json!({"metadata": {"name": "s"}, "addressType": "IPv4", "endpoints": eps}))
+            .unwrap()
+    }
+
+    #[test]
+    fn webhooks_wait_for_a_pod_that_answers() {
+        let svc = "dco/dco-admission";
+        // Nothing selected, not Ready, no address yet, or terminating: nobody answers.
+        assert!(answering(svc, &[], None).unwrap_err().contains("0 selected"));
+        for p in [pod("a", false, true, false), pod("a", true, false, false), pod("a", true, true, true)] {
+            assert!(answering(svc, &[p], None).is_err());
+        }
+        let ok = [pod("a", false, true, false), pod("b", true, true, false)];
+        assert_eq!(answering(svc, &ok, None), Ok(1));
+        // Where EndpointSlices exist they must agree; an empty list of them says nothing.
+        assert_eq!(answering(svc, &ok, Some(&[])), Ok(1));
+        assert_eq!(answering(svc, &ok, Some(&[slice(&[None])])), Ok(1));
+        assert_eq!(answering(svc, &ok, Some(&[slice(&[Some(false)]), slice(&[Some(true)])])), Ok(1));
+        let err = answering(svc, &ok, Some(&[slice(&[Some(false)]), slice(&[])])).unwrap_err();
+        assert!(err.contains("no ready endpoint"), "{err}");
     }
 }
