@@ -14,7 +14,10 @@
 //!   just before R: reconciles must be shorter than that.
 //! - **Failover.** A crashed holder's shard is taken by the first tick of its new owner after
 //!   `renewTime + D`: within D + I of the holder's last renewal (the member Lease stops
-//!   counting it live after D too, so the assignment already names the new owner).
+//!   counting it live after D too, so the assignment already names the new owner). A holder
+//!   whose member Lease is gone has left (it stopped first, or its Pod is gone): its shards are
+//!   taken at once ([`ShardLease::holder_left`]), which a reinstall needs, since `helm
+//!   uninstall` removes the RBAC the leaving replicas would free their shards with.
 //! - **Hand-off on a join.** The old owner frees the shards the new rule gives away at its next
 //!   tick, and stops treating them as its own in that same tick; the new owner takes them at
 //!   its first tick after seeing them free: a shard is without owner for at most ~I.
@@ -75,6 +78,9 @@ impl Settings {
 pub struct MemberLease {
     pub id: String,
     pub renewed: Option<Timestamp>,
+    /// What a delete of it is conditioned on: a view read before the member came back must
+    /// not delete its Lease (its shards would then read as left, `ShardLease::holder_left`).
+    pub resource_version: String,
 }
 
 /// A shard Lease as read: `dco-operator-shard-<index>`.
@@ -95,9 +101,33 @@ impl ShardLease {
         self.holder.as_deref().filter(|h| !h.is_empty())
     }
 
-    /// Free or expired: anyone may take it (guarded by its resourceVersion).
-    fn takeable(&self, now: Timestamp) -> bool {
-        self.holder().is_none() || self.renewed.is_none_or(|r| now >= after(r, self.duration))
+    /// Free, expired, or held by a replica that has left: anyone but `me` may take it
+    /// (guarded by its resourceVersion). `members` maps each member Lease's id to its renewal.
+    fn takeable(&self, now: Timestamp, me: &str, members: &BTreeMap<&str, Option<Timestamp>>) -> bool {
+        self.holder().is_none()
+            || self.renewed.is_none_or(|r| now >= after(r, self.duration))
+            || self.holder_left(now, me, members)
+    }
+
+    /// Whether the holder (not `me`) has stopped for sure though this Lease reads unexpired:
+    ///
+    /// - its member Lease is gone. A member Lease is deleted only once its replica cannot act:
+    ///   by the replica itself when it leaves, after its controllers stopped and its gate
+    ///   emptied (membership.rs `free_all`); by the garbage collector once its Pod is gone
+    ///   (the member Lease's ownerReference; a Pod object goes once its containers stopped);
+    ///   or by [`tick`] after [`STALE_MEMBER_DURATIONS`]. The holder's frees may have failed
+    ///   meanwhile — `helm uninstall` deletes the operator's RBAC with its Deployment.
+    /// - its member Lease was last renewed a whole duration ago (this Lease's, the holder's
+    ///   promise). The holder owns a shard only until `min(shard renewal, member renewal) +
+    ///   renew deadline` (`Owned::of`), and its member Lease only moves forward, so it stopped
+    ///   a third of a duration before; a renewal since then changed this Lease's
+    ///   resourceVersion, and a take over the old one conflicts.
+    fn holder_left(&self, now: Timestamp, me: &str, members: &BTreeMap<&str, Option<Timestamp>>) -> bool {
+        let Some(holder) = self.holder().filter(|h| *h != me) else { return false };
+        match members.get(holder) {
+            None => true,
+            Some(renewed) => renewed.is_some_and(|r| now >= after(r, self.duration)),
+        }
     }
 }
 
@@ -130,8 +160,9 @@ pub enum Action {
     Renew { shard: u32, resource_version: String },
     /// Set the holder of a shard Lease we hold but no longer want to empty.
     Free { shard: u32, resource_version: String },
-    /// Delete the member Lease of a replica gone for [`STALE_MEMBER_DURATIONS`] durations.
-    DeleteMember { id: String },
+    /// Delete the member Lease of a replica gone for [`STALE_MEMBER_DURATIONS`] durations, if
+    /// it is still at the resourceVersion read.
+    DeleteMember { id: String, resource_version: String },
 }
 
 /// The shards this replica may reconcile, each until when: the reconcile gate's set.
@@ -233,12 +264,15 @@ pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
     let live = live_members(settings, view.me, now, view.members);
     let rank = live.iter().position(|m| m == view.me).expect("live includes me");
     let leases: BTreeMap<u32, &ShardLease> = view.shard_leases.iter().map(|l| (l.index, l)).collect();
+    let members: BTreeMap<&str, Option<Timestamp>> =
+        view.members.iter().map(|m| (m.id.as_str(), m.renewed)).collect();
+    let takeable = |l: &ShardLease| l.takeable(now, view.me, &members);
     // Who holds each shard now, among the live: the rule keeps them where they are.
     let held: Vec<Option<usize>> = settings
         .shards
         .all()
         .map(|i| {
-            let holder = leases.get(&i).filter(|l| !l.takeable(now)).and_then(|l| l.holder())?;
+            let holder = leases.get(&i).filter(|l| !takeable(l)).and_then(|l| l.holder())?;
             live.iter().position(|m| m == holder)
         })
         .collect();
@@ -259,8 +293,8 @@ pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
                     Action::Free { shard: i, resource_version }
                 });
             }
-            // A live holder keeps its shard until it frees it or its Lease expires.
-            Some(l) if want && l.takeable(now) => {
+            // A live holder keeps its shard until it frees it, its Lease expires or it leaves.
+            Some(l) if want && takeable(l) => {
                 actions.push(Action::Take { shard: i, resource_version: Some(l.resource_version.clone()) })
             }
             Some(_) => {}
@@ -275,7 +309,10 @@ pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
     let stale = settings.lease_duration * STALE_MEMBER_DURATIONS;
     for m in view.members {
         if m.id != view.me && m.renewed.is_none_or(|r| now >= after(r, stale)) {
-            actions.push(Action::DeleteMember { id: m.id.clone() });
+            actions.push(Action::DeleteMember {
+                id: m.id.clone(),
+                resource_version: m.resource_version.clone(),
+            });
         }
     }
     let owned = Owned::of(settings, view.me, view.last_renewal, view.shard_leases, &wanted);
@@ -288,7 +325,7 @@ pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
     let wanted_expire = wanted
         .iter()
         .filter_map(|i| leases.get(i))
-        .filter(|l| l.holder().is_some_and(|h| h != view.me) && !l.takeable(now))
+        .filter(|l| l.holder().is_some_and(|h| h != view.me) && !takeable(l))
         .filter_map(|l| Some(after(l.renewed?, l.duration)));
     let wake_at = members_expire.chain(wanted_expire).min();
     Tick { live, wanted, actions, owned, wake_at }

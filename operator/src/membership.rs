@@ -113,6 +113,56 @@ impl Gate {
     }
 }
 
+/// The Pod this replica runs in, when its member Lease can name it as owner: the garbage
+/// collector then deletes the member Lease once the Pod is gone, so member Leases of old Pods
+/// do not pile up when their replica could not delete its own (`helm uninstall` removes the
+/// operator's RBAC with its Deployment), and the others take that replica's shards at once
+/// (coordinator.rs `holder_left`). An ownerReference names an owner in the dependent's own
+/// namespace, so only a replica whose Leases live in its Pod's namespace has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    pub name: String,
+    pub uid: String,
+}
+
+impl PodRef {
+    /// From the downward API's Pod name, namespace and uid (`POD_NAME`, `POD_NAMESPACE`,
+    /// `POD_UID`): none unless all three are set and the Leases live in that namespace.
+    pub fn of(
+        name: Option<&str>,
+        namespace: Option<&str>,
+        uid: Option<&str>,
+        lease_namespace: &str,
+    ) -> Option<Self> {
+        let set = |v: Option<&str>| v.map(str::trim).filter(|v| !v.is_empty()).map(str::to_string);
+        let (name, namespace, uid) = (set(name)?, set(namespace)?, set(uid)?);
+        (namespace == lease_namespace).then_some(PodRef { name, uid })
+    }
+
+    /// From this process's environment (the chart sets the three variables).
+    pub fn from_env(lease_namespace: &str) -> Option<Self> {
+        let var = |k: &str| std::env::var(k).ok();
+        PodRef::of(
+            var("POD_NAME").as_deref(),
+            var("POD_NAMESPACE").as_deref(),
+            var("POD_UID").as_deref(),
+            lease_namespace,
+        )
+    }
+
+    fn owner_reference(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            // Neither controller nor blocking: blockOwnerDeletion would need delete on pods.
+            controller: None,
+            block_owner_deletion: None,
+        }
+    }
+}
+
 /// What one tick did, for logs and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TickReport {
@@ -159,6 +209,8 @@ pub struct Membership {
     /// Records an Event on the member Lease per change of the owned shards (`kubectl describe
     /// lease dco-operator-member-<id>`); none in unit tests.
     recorder: Option<kube::runtime::events::Recorder>,
+    /// The Pod that owns this replica's member Lease, if it runs in one ([`PodRef`]).
+    pod: Option<PodRef>,
 }
 
 impl Membership {
@@ -174,7 +226,14 @@ impl Membership {
             snapshot: watch::Sender::new(snapshot),
             member: None,
             recorder: None,
+            pod: None,
         }
+    }
+
+    /// The Pod this replica runs in: its member Lease carries an ownerReference to it.
+    pub fn with_pod(mut self, pod: Option<PodRef>) -> Self {
+        self.pod = pod;
+        self
     }
 
     /// This operator's Lease names (default: those of an operator without `--selector`).
@@ -217,6 +276,9 @@ impl Membership {
         let mut report = TickReport { wake_at: decided.wake_at, ..TickReport::default() };
         // The shard Leases as they are after this tick's writes.
         let mut after: BTreeMap<u32, ShardLease> = shards.into_iter().map(|l| (l.index, l)).collect();
+        // Shard Leases whose write conflicted: another replica wrote them since the LIST (it
+        // took them, expired or left), so what was read says nothing about them any more.
+        let mut lost = std::collections::BTreeSet::new();
         let by_name: BTreeMap<&str, &Lease> =
             leases.iter().filter_map(|l| Some((l.metadata.name.as_deref()?, l))).collect();
         for action in &decided.actions {
@@ -256,11 +318,22 @@ impl Membership {
                                 _ => {}
                             }
                         }
-                        None => report.conflicts += 1,
+                        None => {
+                            report.conflicts += 1;
+                            lost.insert(*shard);
+                        }
                     }
                 }
-                Action::DeleteMember { id } => {
-                    match self.api.delete(&self.names.member(id), &DeleteParams::default()).await {
+                Action::DeleteMember { id, resource_version } => {
+                    // Conditioned on what was read: a member that renewed since keeps its Lease.
+                    let dp = DeleteParams {
+                        preconditions: Some(kube::api::Preconditions {
+                            resource_version: Some(resource_version.clone()),
+                            uid: None,
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    match self.api.delete(&self.names.member(id), &dp).await {
                         Ok(_) => report.members_deleted += 1,
                         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
                         Err(e) => return Err(e),
@@ -269,7 +342,8 @@ impl Membership {
             }
         }
         let after: Vec<ShardLease> = after.into_values().collect();
-        let owned = Owned::of(&self.settings, &self.me, self.last_renewal, &after, &decided.wanted);
+        let kept: Vec<ShardLease> = after.iter().filter(|l| !lost.contains(&l.index)).cloned().collect();
+        let owned = Owned::of(&self.settings, &self.me, self.last_renewal, &kept, &decided.wanted);
         let mut live = decided.live.clone();
         live.sort();
         self.snapshot.send_replace(Snapshot {
@@ -348,6 +422,11 @@ impl Membership {
                     (LABEL_ROLE.to_string(), role.to_string()),
                     (dco_api::LABEL_MANAGED_BY.to_string(), dco_api::MANAGED_BY.to_string()),
                 ])),
+                owner_references: self
+                    .pod
+                    .as_ref()
+                    .filter(|_| role == ROLE_MEMBER)
+                    .map(|p| vec![p.owner_reference()]),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -414,6 +493,22 @@ impl Nudges {
             _ => false,
         }
     }
+
+    /// Whether this deleted Lease calls for a tick now: another member's Lease is gone (it
+    /// left, or the garbage collector removed it with its Pod), so the shard Leases it still
+    /// holds may be taken at once (coordinator.rs `holder_left`).
+    pub fn observe_deleted(&mut self, l: &Lease) -> bool {
+        let labels = l.metadata.labels.as_ref();
+        if l.metadata.namespace.as_deref() != Some(self.namespace.as_str())
+            || labels.and_then(|m| m.get(LABEL_COMPONENT)) != Some(&self.group)
+            || labels.and_then(|m| m.get(LABEL_ROLE)).map(String::as_str) != Some(ROLE_MEMBER)
+        {
+            return false;
+        }
+        let name = l.metadata.name.clone().unwrap_or_default();
+        self.members.remove(&name);
+        name != self.me
+    }
 }
 
 /// The OnChange callback, handed to the Coordinator's thread once the watches exist.
@@ -443,6 +538,7 @@ impl Thread {
         names: LeaseNames,
         settings: Settings,
         me: String,
+        pod: Option<PodRef>,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) -> anyhow::Result<Self> {
         use tokio::sync::oneshot;
@@ -473,8 +569,9 @@ impl Thread {
                     instance: Some(me.clone()),
                 };
                 let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
-                let mut m =
-                    Membership::new(Api::namespaced(client, &namespace), settings, me).with_names(names);
+                let mut m = Membership::new(Api::namespaced(client, &namespace), settings, me)
+                    .with_names(names)
+                    .with_pod(pod);
                 m.recorder = Some(recorder);
                 m.tick_and_report(&metrics, &mut || {}).await;
                 if primed_tx.send(Ok((m.gate(), m.owned(), m.snapshot()))).is_err() {
@@ -566,7 +663,7 @@ pub async fn run(
     match tokio::time::timeout(std::time::Duration::from_secs(5), m.free_all()).await {
         Ok(Ok(n)) => tracing::info!(freed = n, "shutting down: freed this replica's shard Leases"),
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "shutting down: cannot free the shard Leases; others take them once they expire")
+            tracing::warn!(error = %e, "shutting down: cannot free the shard Leases; others take them once this member Lease is gone (with the Pod, as its owner) or they expire")
         }
         Err(_) => tracing::warn!(
             "shutting down: freeing the shard Leases took over 5 s; others take them once they expire"
@@ -650,7 +747,8 @@ fn read(names: &LeaseNames, leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLea
                 let Some(name) = l.metadata.name.as_deref() else { continue };
                 let Some(id) = names.member_id(name) else { continue };
                 let renewed = l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
-                members.push(MemberLease { id: id.to_string(), renewed });
+                let resource_version = l.metadata.resource_version.clone().unwrap_or_default();
+                members.push(MemberLease { id: id.to_string(), renewed, resource_version });
             }
             Some(ROLE_SHARD) => shards.extend(shard_lease(names, l)),
             _ => {}
@@ -702,7 +800,9 @@ mod tests {
     #[tokio::test]
     async fn a_lone_replica_creates_its_leases_and_owns_every_shard() {
         let (client, mut api) = mock_client();
-        let mut m = Membership::new(Api::namespaced(client, NS), settings(2), "op-a".into());
+        let pod = PodRef { name: "op-a".into(), uid: "0b5e6c1e-3f0a-4d7e-9a53-5c2a1f0d9e11".into() };
+        let mut m =
+            Membership::new(Api::namespaced(client, NS), settings(2), "op-a".into()).with_pod(Some(pod));
         let owned = m.owned();
         let now = Timestamp::now();
         let tick = tokio::spawn(async move { (m.tick(now).await, m) });
@@ -713,6 +813,16 @@ mod tests {
         for name in ["dco-operator-member-op-a", "dco-operator-shard-0", "dco-operator-shard-1"] {
             let x = api.expect(Method::POST, LEASES).await;
             assert_eq!(x.body["metadata"]["name"], name);
+            // The member Lease is the Pod's, for the garbage collector; shard Leases outlive it.
+            let owners = &x.body["metadata"]["ownerReferences"];
+            if name.contains("member") {
+                assert_eq!(
+                    owners,
+                    &json!([{"apiVersion": "v1", "kind": "Pod", "name": "op-a", "uid": "0b5e6c1e-3f0a-4d7e-9a53-5c2a1f0d9e11"}])
+                );
+            } else {
+                assert!(owners.is_null(), "{name}: {owners}");
+            }
             assert_eq!(x.body["spec"]["holderIdentity"], "op-a");
             assert_eq!(x.body["spec"]["leaseDurationSeconds"], 30);
             assert_eq!(x.body["metadata"]["labels"]["sharding.dco.rs/component"], "dco-operator");
@@ -770,6 +880,8 @@ mod tests {
         let b = x.body.clone();
         x.ok(&b);
         let x = api.expect(Method::DELETE, &format!("{LEASES}/dco-operator-member-op-gone")).await;
+        // Only as read: had op-gone renewed since, the delete would conflict.
+        assert_eq!(x.body["preconditions"]["resourceVersion"], "5", "{}", x.body);
         x.ok(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
         let (report, m) = tick.await.unwrap();
         let report = report.unwrap();
@@ -887,6 +999,40 @@ mod gate_tests {
             !n.observe(&lease("dco-system", "dco-operator-member-op-b", ROLE_MEMBER, Some("op-b"))),
             "renewals of a known member"
         );
+        // A member Lease gone (left, or collected with its Pod): its shards may go at once.
+        assert!(n.observe_deleted(&lease("dco-system", "dco-operator-member-op-b", ROLE_MEMBER, None)));
+        assert!(
+            n.observe(&lease("dco-system", "dco-operator-member-op-b", ROLE_MEMBER, Some("op-b"))),
+            "rejoined"
+        );
+        assert!(
+            !n.observe_deleted(&lease("dco-system", "dco-operator-member-op-a", ROLE_MEMBER, None)),
+            "ours"
+        );
+        assert!(!n.observe_deleted(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, None)));
+        assert!(!n.observe_deleted(&lease("elsewhere", "dco-operator-member-op-b", ROLE_MEMBER, None)));
+        assert!(!n.observe_deleted(&in_group(
+            other.group(),
+            "dco-system",
+            &other.member("x"),
+            ROLE_MEMBER,
+            None
+        )));
+    }
+
+    #[test]
+    fn only_a_pod_in_the_lease_namespace_owns_the_member_lease() {
+        let uid = "0b5e6c1e-3f0a-4d7e-9a53-5c2a1f0d9e11";
+        assert_eq!(
+            PodRef::of(Some("op-a"), Some("dco-system"), Some(uid), "dco-system"),
+            Some(PodRef { name: "op-a".into(), uid: uid.into() })
+        );
+        // An ownerReference names an owner in the Lease's own namespace: elsewhere the
+        // collector would find no such Pod and delete the Lease of a running replica.
+        assert_eq!(PodRef::of(Some("op-a"), Some("dco-system"), Some(uid), "leases"), None);
+        assert_eq!(PodRef::of(Some("op-a"), Some("dco-system"), None, "dco-system"), None);
+        assert_eq!(PodRef::of(Some(" "), Some("dco-system"), Some(uid), "dco-system"), None);
+        assert_eq!(PodRef::of(None, None, None, "dco-system"), None, "not in a Pod: local processes");
     }
 
     #[test]

@@ -315,6 +315,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         lease_names.clone(),
         coordination,
         args.replica_id(),
+        membership::PodRef::from_env(&lease_ns),
         metrics.clone(),
     )
     .await?;
@@ -448,15 +449,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     for events in secret_events {
         tokio::spawn(drive("Secret", events, None, secret_changes(), fanout.clone()));
     }
-    // Another replica's free of a shard Lease, or a new member, asks this Coordinator for a
-    // tick now rather than at its next interval (membership::run).
+    // Another replica's free of a shard Lease, a new member or a member Lease gone asks this
+    // Coordinator for a tick now rather than at its next interval (membership::run).
     let coordinator_nudges = {
         let nudge = coordinator.nudge.clone();
         let mut nudges = membership::Nudges::new(lease_ns, &lease_names, &args.replica_id());
         move |ev: &watcher::Result<watcher::Event<Lease>>| {
-            if let Ok(watcher::Event::Apply(l)) = ev
-                && nudges.observe(l)
-            {
+            let now = match ev {
+                Ok(watcher::Event::Apply(l)) => nudges.observe(l),
+                Ok(watcher::Event::Delete(l)) => nudges.observe_deleted(l),
+                _ => false,
+            };
+            if now {
                 nudge.notify_one();
             }
         }

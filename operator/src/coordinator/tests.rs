@@ -212,18 +212,30 @@ fn secs(n: i64) -> SignedDuration {
     SignedDuration::from_secs(n)
 }
 
+fn member(id: &str, renewed: Option<Timestamp>) -> MemberLease {
+    MemberLease { id: id.into(), renewed, resource_version: format!("m-{id}") }
+}
+
 /// The apiserver's side of the Leases: resourceVersion-guarded writes, as the I/O part
 /// will issue them.
 #[derive(Clone, Debug, Default)]
 struct Store {
-    members: BTreeMap<String, Timestamp>,
+    /// Each member Lease's renewal and resourceVersion.
+    members: BTreeMap<String, (Timestamp, String)>,
     shards: BTreeMap<u32, ShardLease>,
     rv: u64,
 }
 
 impl Store {
     fn member_leases(&self) -> Vec<MemberLease> {
-        self.members.iter().map(|(id, r)| MemberLease { id: id.clone(), renewed: Some(*r) }).collect()
+        self.members
+            .iter()
+            .map(|(id, (r, rv))| MemberLease {
+                id: id.clone(),
+                renewed: Some(*r),
+                resource_version: rv.clone(),
+            })
+            .collect()
     }
 
     fn shard_leases(&self) -> Vec<ShardLease> {
@@ -239,10 +251,14 @@ impl Store {
     fn apply(&mut self, me: &str, now: Timestamp, action: &Action) -> bool {
         let (shard, rv, holder) = match action {
             Action::RenewMember => {
-                self.members.insert(me.to_string(), now);
+                let rv = self.next_rv();
+                self.members.insert(me.to_string(), (now, rv));
                 return true;
             }
-            Action::DeleteMember { id } => {
+            Action::DeleteMember { id, resource_version } => {
+                if self.members.get(id).map(|(_, rv)| rv) != Some(resource_version) {
+                    return false;
+                }
                 self.members.remove(id);
                 return true;
             }
@@ -309,7 +325,17 @@ impl Replica {
         let t = tick(s, &view);
         let mut mine = leases.clone();
         for a in &t.actions {
-            if partitioned || !store.apply(&self.id, now, a) {
+            if partitioned {
+                continue;
+            }
+            if !store.apply(&self.id, now, a) {
+                // A conflict: another replica wrote the Lease since it was read; what was read
+                // no longer counts (membership.rs `tick`, `lost`).
+                if let Action::Take { shard, .. } | Action::Renew { shard, .. } | Action::Free { shard, .. } =
+                    a
+                {
+                    mine.retain(|l| l.index != *shard);
+                }
                 continue;
             }
             match a {
@@ -505,8 +531,8 @@ fn conflicting_takes_are_not_both_won() {
     let mut store = Store::default();
     // Both start at once over the same empty view: both try to create every Lease they want.
     let (mut a, mut b) = (Replica::new("a"), Replica::new("b"));
-    store.members.insert("a".into(), t0());
-    store.members.insert("b".into(), t0());
+    store.members.insert("a".into(), (t0(), "m-a".into()));
+    store.members.insert("b".into(), (t0(), "m-b".into()));
     let snapshot = store.clone();
     let ta = a.tick(&s, &mut store, t0(), false, false);
     b.seen = Some((snapshot.member_leases(), snapshot.shard_leases()));
@@ -528,18 +554,18 @@ fn stale_member_leases_are_deleted() {
     let s = settings(4);
     let now = t0();
     let members = vec![
-        MemberLease { id: "me".into(), renewed: Some(now - secs(1000)) },
-        MemberLease { id: "live".into(), renewed: Some(now - secs(5)) },
-        MemberLease { id: "dead".into(), renewed: Some(now - secs(100)) },
-        MemberLease { id: "nine-d".into(), renewed: Some(now - D * 9) },
-        MemberLease { id: "ten-d".into(), renewed: Some(now - D * 10) },
-        MemberLease { id: "never".into(), renewed: None },
+        member("me", Some(now - secs(1000))),
+        member("live", Some(now - secs(5))),
+        member("dead", Some(now - secs(100))),
+        member("nine-d", Some(now - D * 9)),
+        member("ten-d", Some(now - D * 10)),
+        member("never", None),
     ];
     let t = tick(&s, &View { now, me: "me", last_renewal: None, members: &members, shard_leases: &[] });
     let deleted: Vec<&str> = t
         .actions
         .iter()
-        .filter_map(|a| if let Action::DeleteMember { id } = a { Some(id.as_str()) } else { None })
+        .filter_map(|a| if let Action::DeleteMember { id, .. } = a { Some(id.as_str()) } else { None })
         .collect();
     assert_eq!(deleted, vec!["ten-d", "never"], "never itself, never the merely dead");
     assert_eq!(t.live, vec!["live", "me"]);
@@ -563,6 +589,72 @@ fn shards_past_the_count_are_freed() {
     assert_eq!(t.owned.at(t0()), BTreeSet::from([0]));
 }
 
+/// `helm uninstall` then `helm install`: the old replicas stopped, but their frees failed
+/// (their RBAC went with them), so their shard Leases read held and unexpired. Once their
+/// member Leases are gone (deleted on leave, or by the garbage collector with their Pods), a
+/// new replica takes every shard at its first tick instead of a lease duration later.
+#[test]
+fn shards_of_a_holder_without_a_member_lease_are_taken_at_once() {
+    let s = settings(8);
+    let mut store = Store::default();
+    let (mut old_a, mut old_b) = (Replica::new("old-a"), Replica::new("old-b"));
+    old_a.tick(&s, &mut store, t0(), false, false);
+    old_b.tick(&s, &mut store, t0() + secs(1), false, false);
+    old_a.tick(&s, &mut store, t0() + secs(2), false, false);
+    old_b.tick(&s, &mut store, t0() + secs(3), false, false);
+    assert_eq!(store.shards.values().filter(|l| l.holder.is_some()).count(), 8);
+    // Both leave at t0 + 4 s: their gates empty, their member Leases go, their frees fail.
+    let left = t0() + secs(4);
+    for r in [&mut old_a, &mut old_b] {
+        r.owned = Owned::default();
+        store.members.remove(&r.id);
+    }
+    let mut new = Replica::new("new");
+    let t = new.tick(&s, &mut store, left + secs(1), false, false);
+    assert_eq!(t.live, vec!["new"]);
+    assert_eq!(takes(&t), all(8), "every shard at the first tick, 25 s before the Leases expire");
+    assert_eq!(new.owned.at(left + secs(1)), all(8));
+    assert!(t.wake_at.is_none());
+}
+
+/// A holder whose member Lease exists and was renewed within a lease duration keeps its
+/// shards, whatever its shard Leases say; one whose member Lease is a duration old has
+/// stopped (its gate closed at the renew deadline) and loses them then, even if it renewed
+/// a shard Lease later than its member Lease.
+#[test]
+fn a_holder_is_left_by_its_member_lease_only_when_it_has_surely_stopped() {
+    let s = settings(2);
+    let now = t0() + secs(100);
+    let shard = |index, holder: &str, renewed| ShardLease {
+        index,
+        holder: Some(holder.into()),
+        renewed: Some(renewed),
+        duration: D,
+        resource_version: format!("rv{index}"),
+    };
+    let ticked = |members: &[MemberLease], leases: &[ShardLease]| {
+        tick(&s, &View { now, me: "me", last_renewal: Some(now), members, shard_leases: leases })
+    };
+    let me = member("me", Some(now));
+    // Renewed 29 s ago: live. Its shard Leases, renewed 1 s ago, stay its own.
+    let live = [me.clone(), member("b", Some(now - secs(29)))];
+    let leases = [shard(0, "b", now - secs(1)), shard(1, "b", now - secs(1))];
+    let t = ticked(&live, &leases);
+    assert!(takes(&t).is_empty(), "{t:?}");
+    assert_eq!(t.wake_at, Some(now + secs(1)), "due when b's member Lease lapses");
+    // 30 s ago: b stopped owning 10 s ago (member renewal + 20 s); its shards go now.
+    let lapsed = [me.clone(), member("b", Some(now - D))];
+    assert_eq!(takes(&ticked(&lapsed, &leases)), all(2));
+    // A member Lease without a renewTime tells nothing: wait for the shard Leases.
+    let unknown = [me.clone(), member("b", None)];
+    assert!(takes(&ticked(&unknown, &leases)).is_empty());
+    // Our own shards are never "left": without our member Lease (a restart under the same
+    // Pod name) we renew them and nobody else's rule moves them.
+    let ours = [shard(0, "me", now - secs(1)), shard(1, "b", now - secs(1))];
+    let t = ticked(&[], &ours);
+    assert!(t.actions.contains(&Action::Renew { shard: 0, resource_version: "rv0".into() }), "{t:?}");
+}
+
 // ---------------------------------------------------------------- never two owners
 
 #[derive(Clone, Debug)]
@@ -574,6 +666,10 @@ enum Step {
     Pause { after: i64 },
     /// Replica k restarts: it forgets its ownership and its renewal.
     Crash { k: usize },
+    /// Replica k leaves, or its Pod is gone: it stops owning, then its member Lease is
+    /// deleted while its shard Leases stay held (frees that failed: RBAC gone with the
+    /// release). It comes back as a new process under the same id.
+    Leave { k: usize },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -582,14 +678,15 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(k, after, stale, partitioned)| Step::Tick { k, after, stale, partitioned }),
         1 => (0..60_000i64).prop_map(|after| Step::Pause { after }),
         1 => (0..4usize).prop_map(|k| Step::Crash { k }),
+        1 => (0..4usize).prop_map(|k| Step::Leave { k }),
     ]
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// Whatever the interleaving of ticks, pauses, partitions, stale views and restarts, no
-    /// shard is in two replicas' owned sets at any instant. Sets only shrink between ticks
+    /// Whatever the interleaving of ticks, pauses, partitions, stale views, restarts and
+    /// leaves whose frees failed, no shard is in two replicas' owned sets at any instant. Sets only shrink between ticks
     /// (`Owned::owns` reads the clock), so checking after every step covers every instant.
     #[test]
     fn no_shard_is_ever_owned_twice(steps in prop::collection::vec(step(), 1..120), s in 1u32..12) {
@@ -605,6 +702,10 @@ proptest! {
                 }
                 Step::Pause { after } => now += SignedDuration::from_millis(after),
                 Step::Crash { k } => replicas[k] = Replica::new(&format!("r{k}")),
+                Step::Leave { k } => {
+                    replicas[k] = Replica::new(&format!("r{k}"));
+                    store.members.remove(&format!("r{k}"));
+                }
             }
             for i in settings.shards.all() {
                 let owners: Vec<&str> =
