@@ -385,10 +385,11 @@ impl Drain {
     }
 }
 
-/// Serve `router` over TLS on `listener` with the certificate `certs` holds, until the drain
-/// of `shutdown` is over; then stop accepting, ask every open connection to close (HTTP/2:
-/// GOAWAY, so the apiserver sends its next review on a new connection; HTTP/1.1: `Connection:
-/// close` on the answer in flight, or closed at once when idle), and wait at most
+/// Serve `router` over TLS on `listener` with the certificate `certs` holds. From the
+/// termination signal on, every HTTP/1.1 answer carries `Connection: close`, so the apiserver
+/// sends its next review on a new connection, to a Ready Pod. Once the drain of `shutdown` is
+/// over: stop accepting, ask every connection still open to close (HTTP/2: GOAWAY; HTTP/1.1:
+/// `Connection: close` on the answer in flight, or closed at once when idle), and wait at most
 /// [`CLOSE_TIMEOUT`] for them.
 pub async fn serve(
     listener: TcpListener,
@@ -486,11 +487,25 @@ impl Conn {
         };
         let (router, drain, shutdown) = (self.router, self.drain, self.shutdown);
         let service = hyper::service::service_fn(move |req: http::Request<Incoming>| {
-            if shutdown.signalled_at().is_some() {
-                drain.reviews.fetch_add(1, Ordering::Relaxed);
-            }
+            let http1 = req.version() < http::Version::HTTP_2;
             let call = router.clone().oneshot(req.map(axum::body::Body::new));
-            async move { Ok::<_, Infallible>(call.await.unwrap_or_else(|never: Infallible| match never {})) }
+            let (drain, shutdown) = (drain.clone(), shutdown.clone());
+            async move {
+                let mut resp = call.await.unwrap_or_else(|never: Infallible| match never {});
+                if shutdown.signalled_at().is_some() {
+                    drain.reviews.fetch_add(1, Ordering::Relaxed);
+                    // The apiserver speaks HTTP/1.1 to webhooks and POSTs are not retried: an
+                    // idle kept-alive connection closed by us while it sends the next review on
+                    // it fails that review (EOF, broken pipe). So while draining, each answer
+                    // closes its connection, and the next review opens a new one, which goes
+                    // to a Ready Pod.
+                    if http1 {
+                        resp.headers_mut()
+                            .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                    }
+                }
+                Ok::<_, Infallible>(resp)
+            }
         });
         let conn = self.builder.serve_connection(TokioIo::new(stream), service);
         tokio::pin!(conn);
