@@ -199,6 +199,7 @@ pub struct LosslessVerdict {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleResult {
+    #[schemars(transform = crate::schema::unsigned)]
     pub index: u32,
     pub strategy: Strategy,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -259,6 +260,7 @@ pub struct HandoverStatus {
     pub since: Option<String>,
     /// How many times this move has been (re)started.
     #[serde(default)]
+    #[schemars(transform = crate::schema::unsigned)]
     pub attempt: u32,
     /// W3C traceparent of the move, so a move is one trace across restarts and replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -70,6 +70,16 @@ pub fn warn_needs_reason(schema: &mut Schema) {
     );
 }
 
+/// On an unsigned integer field: schemars writes `format: uint32`, a format the apiserver's
+/// OpenAPI does not know, so every `helm install` of the chart warned `unrecognized format
+/// "uint32"`. The format goes; the `minimum` schemars wrote (0, or the field's own bound)
+/// still says the value is unsigned.
+pub fn unsigned(schema: &mut Schema) {
+    if schema.get("format").and_then(Value::as_str).is_some_and(|f| f.starts_with("uint")) {
+        schema.remove("format");
+    }
+}
+
 /// On `autoscaling`: the bounds must be in order.
 pub fn min_within_max(schema: &mut Schema) {
     add_validation(

@@ -191,7 +191,7 @@ pub struct ShardingSpec {
     pub enabled: bool,
     /// Relative share of the pool's targets; an instance of weight 2 wins twice as many.
     #[serde(default = "default_weight")]
-    #[schemars(range(min = 1, max = 1000))]
+    #[schemars(range(min = 1, max = 1000), transform = crate::schema::unsigned)]
     pub weight: u32,
 }
 

@@ -53,3 +53,72 @@ fn every_rule_carries_the_params_block_cel_checks() {
     let nested = &rule["properties"]["forEach"]["properties"]["rules"]["items"];
     assert_eq!(nested["x-kubernetes-preserve-unknown-fields"], true);
 }
+
+/// Every `format` in the CRDs is one the apiserver knows: an unknown one (schemars writes
+/// `uint32` for a u32) makes every `helm install` of the chart print `Warning: unrecognized
+/// format`. The list is the formats the apiserver's CRD validation accepts
+/// (apiextensions-apiserver's supported formats, plus the OpenAPI number formats).
+#[test]
+fn crd_formats_are_known_to_the_apiserver() {
+    const KNOWN: &[&str] = &[
+        "int32",
+        "int64",
+        "float",
+        "double",
+        "byte",
+        "binary",
+        "date",
+        "date-time",
+        "datetime",
+        "duration",
+        "password",
+        "uri",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "cidr",
+        "mac",
+        "uuid",
+        "uuid3",
+        "uuid4",
+        "uuid5",
+        "bsonobjectid",
+        "isbn",
+        "isbn10",
+        "isbn13",
+        "creditcard",
+        "ssn",
+        "hexcolor",
+        "rgbcolor",
+    ];
+    fn walk(path: &str, v: &serde_json::Value, bad: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(f) = m.get("format").and_then(|f| f.as_str())
+                    && !KNOWN.contains(&f)
+                {
+                    bad.push(format!("{path}: format {f}"));
+                }
+                for (k, v) in m {
+                    walk(&format!("{path}.{k}"), v, bad);
+                }
+            }
+            serde_json::Value::Array(a) => {
+                for (i, v) in a.iter().enumerate() {
+                    walk(&format!("{path}[{i}]"), v, bad);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut bad = Vec::new();
+    for crd in dco_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        walk(&name, &serde_json::to_value(&crd).unwrap(), &mut bad);
+    }
+    assert!(
+        bad.is_empty(),
+        "formats the apiserver does not know (drop them with crate::schema::unsigned): {bad:#?}"
+    );
+}
