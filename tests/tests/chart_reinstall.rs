@@ -75,6 +75,22 @@ async fn orphans(leases: &Api<Lease>, pods: &Api<Pod>) -> Result<Vec<String>> {
 #[tokio::test]
 async fn reinstall_takes_the_shards_at_once_and_leaves_no_member_lease() -> Result<()> {
     let t = TestEnv::new("dco-reinst").await?;
+    let result = reinstall(&t).await;
+    if result.is_err() {
+        // The cluster is shared: leave no server, release or cluster-scoped RBAC behind.
+        let server = format!("{}-default", t.ns);
+        let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
+        let _ = servers
+            .patch(&server, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+            .await;
+        let _ = servers.delete(&server, &DeleteParams::default()).await;
+        let _ = helm(&t.cluster, &["uninstall", &t.ns, "--namespace", &t.ns, "--wait", "--timeout", "1m"]);
+    }
+    t.cleanup().await;
+    result
+}
+
+async fn reinstall(t: &TestEnv) -> Result<()> {
     let ns = t.ns.clone();
     // Named after the namespace: cluster-scoped names of a failed run cannot stop the next.
     let release = ns.clone();
@@ -85,7 +101,7 @@ async fn reinstall_takes_the_shards_at_once_and_leaves_no_member_lease() -> Resu
     let values = json!({"defaultServer": {"name": server, "spec": {"replicas": 1}}});
 
     let started = Instant::now();
-    helm_install_dco(&t, &release, &values).await.context("the first helm install")?;
+    helm_install_dco(t, &release, &values).await.context("the first helm install")?;
     let first = dco_tests::wait_ready_pods(&pods, OPERATORS, 2, WAIT).await?;
     wait_for("the default server to be reconciled and Available", WAIT, || reconciled(&servers, &server))
         .await?;
@@ -149,7 +165,7 @@ async fn reinstall_takes_the_shards_at_once_and_leaves_no_member_lease() -> Resu
             }
         })
     };
-    helm_install_dco(&t, &release, &values).await.context("helm install after the uninstall")?;
+    helm_install_dco(t, &release, &values).await.context("helm install after the uninstall")?;
     let helm_returned = Instant::now();
     let ready_at = tokio::time::timeout(WAIT, watch_ready).await.context("new operator Pods Ready")??;
     let generation = wait_for("the reinstalled operator to reconcile the default server", WAIT, || async {
@@ -215,6 +231,5 @@ async fn reinstall_takes_the_shards_at_once_and_leaves_no_member_lease() -> Resu
         "after the last helm uninstall no member Lease was left {:?} after it returned",
         last.elapsed()
     );
-    t.cleanup().await;
     Ok(())
 }
