@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use dco_api::{CRDConversionConfig, ConversionWebhookServer};
 use dco_tests::chart::{
-    chart_dir, copy_dir, helm, helm_install_dco, helm_install_dco_from, release_label, restore_crd,
+    Helm, HelmOutput, chart_dir, copy_dir, helm, helm_install_dco_with, release_label, restore_crd,
     widget_crd,
 };
 use dco_tests::rbac::{Check, audit, expand};
@@ -356,6 +356,16 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
     let warnings = dry_run_apply(&t, &accepted_default)?;
     ensure!(!warnings.contains("PodSecurity"), "Pod Security warnings (default values): {warnings}");
     eprintln!("full render: {} objects accepted by a dry run ({k:?})", accepted.len());
+    // The chart's CRDs as helm's first install creates them: the apiserver warns about nothing
+    // in their schemas (an unknown `format`, such as schemars' uint32, would be printed by every
+    // `helm install` of a cluster without them).
+    let mut chart_crds = Vec::new();
+    for e in std::fs::read_dir(chart_dir().join("crds"))? {
+        chart_crds.extend(documents(&std::fs::read_to_string(e?.path())?)?);
+    }
+    let warnings = dry_run_apply(&t, &chart_crds)?;
+    ensure!(!warnings.contains("Warning"), "the apiserver warned about the chart's CRDs: {warnings}");
+    eprintln!("the chart's {} CRDs: accepted by a dry run without a warning", chart_crds.len());
     t.cleanup().await;
     Ok(())
 }
@@ -387,12 +397,108 @@ fn operator_logs(t: &TestEnv, pods: &[Pod]) -> String {
         .join("\n")
 }
 
+/// Lines of a helm command's stderr that warn: none on a clean install or upgrade. Both helms
+/// print the apiserver's warnings through client-go (`warnings.go] "Warning: ..."`). One line
+/// is not a warning about the release: helm 4's wait ends its own watches, and client-go's
+/// reflector sometimes logs that end (`reflector.go] "Warning: watch ended with error" ...
+/// context canceled`); it is left out and counted ([`watch_ends`]).
+fn warnings(out: &HelmOutput) -> Vec<&str> {
+    out.stderr.lines().filter(|l| l.to_lowercase().contains("warn") && !is_watch_end(l)).collect()
+}
+
+fn is_watch_end(line: &str) -> bool {
+    line.contains("reflector.go")
+        && line.contains("watch ended with error")
+        && line.contains("context canceled")
+}
+
+fn watch_ends(out: &HelmOutput) -> usize {
+    out.stderr.lines().filter(|l| is_watch_end(l)).count()
+}
+
+/// What a helm upgrade or rollback may leave alone but never rewrite: the admission
+/// configuration (generation, resourceVersion, the webhooks the operator wrote), the default
+/// server (generation and spec) and the operator Deployment's generation.
+#[derive(Debug, PartialEq)]
+struct Owned {
+    vwc: (Option<i64>, Option<String>, Value),
+    server: (Option<i64>, Value),
+    operator_generation: Option<i64>,
+}
+
+impl Owned {
+    async fn read(
+        vwcs: &Api<ValidatingWebhookConfiguration>,
+        vwc: &str,
+        servers: &Api<ConversionWebhookServer>,
+        server: &str,
+        deploy: &Api<Deployment>,
+        operator: &str,
+    ) -> Result<Owned> {
+        let v = vwcs.get(vwc).await?;
+        let hooks = v.webhooks.clone().unwrap_or_default();
+        ensure!(
+            hooks.len() == 2
+                && hooks.iter().all(|h| h.client_config.ca_bundle.as_ref().is_some_and(|b| !b.0.is_empty())),
+            "{vwc} holds {} webhooks, caBundles {:?}: the operator's two webhooks with their caBundle are gone",
+            hooks.len(),
+            hooks.iter().map(|h| h.client_config.ca_bundle.as_ref().map(|b| b.0.len())).collect::<Vec<_>>()
+        );
+        let s = servers.get(server).await?;
+        Ok(Owned {
+            vwc: (v.metadata.generation, v.metadata.resource_version.clone(), serde_json::to_value(&hooks)?),
+            server: (s.metadata.generation, serde_json::to_value(&s.spec)?),
+            operator_generation: deploy.get(operator).await?.metadata.generation,
+        })
+    }
+}
+
+/// `manager:operation` of each field manager of an object, for the log and the helm 3 / 4
+/// difference.
+fn managers_of(meta: &kube::api::ObjectMeta) -> Vec<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .map(|m| format!("{}:{}", m.manager.as_deref().unwrap_or("?"), m.operation.as_deref().unwrap_or("?")))
+        .collect()
+}
+
+/// One lifecycle at a time: each changes dco's ConversionWebhookServer CRD through the
+/// upgrade's Job and counts every dco CRD's generation.
+static LIFECYCLE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn install_rbac_upgrade_uninstall() -> Result<()> {
-    let t = TestEnv::new("chart").await?;
+    lifecycle(Helm::V3, "chart").await
+}
+
+/// The same lifecycle under helm 4, which applies server-side: helm and the operator write
+/// the same objects (the admission configuration, the default server) without a conflict.
+#[tokio::test]
+async fn install_rbac_upgrade_uninstall_helm4() -> Result<()> {
+    lifecycle(Helm::V4, "chart4").await
+}
+
+async fn lifecycle(helm: Helm, prefix: &str) -> Result<()> {
+    let _one = LIFECYCLE.lock().await;
+    let t = TestEnv::new(prefix).await?;
+    let result = lifecycle_in(helm, &t).await;
+    // dco's CRD back as crdgen has it, however the run ended: the upgrade changed it in a
+    // cluster other tests share (and helm 4 would not install over it).
+    let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
+    restore_crd(&crds, CWS_CRD, MANAGER).await?;
+    result?;
+    t.cleanup().await;
+    Ok(())
+}
+
+/// The CRD the upgrade changes (a printer column added, one removed).
+const CWS_CRD: &str = "conversionwebhookservers.conversion.dco.rs";
+
+async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
     let client = t.client.clone();
     let ns = t.ns.clone();
-    let label = release_label(&t);
+    let label = release_label(t);
     // Names of this run's own: a failed run leaves cluster-scoped objects (ClusterRoles, the
     // kept server) that must not stop the next one.
     let release = format!("dco-{}", ns.rsplit('-').next().unwrap_or("run"));
@@ -419,8 +525,12 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     // Install. The webhook drain is short so the test's rollouts are quick.
     let values = json!({"webhook": {"args": ["--drain-period=5s"]}, "defaultServer": {"name": server}});
     let started = Instant::now();
-    helm_install_dco(&t, &release, &values).await.context("helm install")?;
+    let out =
+        helm_install_dco_with(helm, t, &release, &chart_dir(), &values).await.context("helm install")?;
     let installed = started.elapsed();
+    ensure!(warnings(&out).is_empty(), "{helm:?} helm install warned: {:?}", warnings(&out));
+    // client-go's notes of the ends of helm's own watches (helm 4), over every helm command.
+    let mut watch_end_lines = watch_ends(&out);
     let operators = dco_tests::wait_ready_pods(&pods, "app.kubernetes.io/name=dco-operator", 2, WAIT).await?;
     wait_for("the default server to be Available with 2 ready replicas", WAIT, || async {
         let st = servers.get(server).await?.status.unwrap_or_default();
@@ -470,9 +580,19 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
             Ok((hooks.len() == 2 && hooks.iter().all(|h| h.client_config.ca_bundle.is_some())).then_some(v))
         })
         .await?;
-    let managers: BTreeSet<String> =
-        vwc.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
-    ensure!(managers.contains("helm") && managers.contains("dco-operator"), "VWC managers {managers:?}");
+    let managers = managers_of(&vwc.metadata);
+    // helm 3 patches (Update), helm 4 applies (Apply); the operator patches the webhooks in.
+    let helm_writes = match helm {
+        Helm::V3 => "helm:Update",
+        Helm::V4 => "helm:Apply",
+    };
+    ensure!(
+        managers.iter().any(|m| m == helm_writes) && managers.iter().any(|m| m == "dco-operator:Update"),
+        "{vwc_name} managers {managers:?}, want {helm_writes} and dco-operator:Update"
+    );
+    let server_managers = managers_of(&servers.get(server).await?.metadata);
+    eprintln!("{helm:?}: {vwc_name} managed by {managers:?}; the default server by {server_managers:?}");
+    let installed_spec = serde_json::to_value(servers.get(server).await?.spec)?;
     let second_default: ConversionWebhookServer = serde_json::from_value(json!({
         "apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
         "metadata": {"name": format!("{ns}-second"), "labels": {&label.0: &label.1}},
@@ -516,7 +636,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     let svc = dco_tests::conversion_service(&wired);
     ensure!(svc == Some((ns.clone(), workload.clone())), "the target is wired to {svc:?}");
     converts(&client, &group, &ns, 7).await?;
-    let logs = operator_logs(&t, &operators);
+    let logs = operator_logs(t, &operators);
     ensure!(
         logs.matches("caches synced; starting the controllers").count() == 2,
         "both replicas' logs: {logs}"
@@ -582,7 +702,8 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         &["clusterroles", "clusterrolebindings"],
         None,
     ));
-    for v in ["get", "create", "patch"] {
+    // The release creates its admission configuration; the operator only fills it in.
+    for v in ["get", "patch"] {
         allowed.push((
             (v, "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
             None,
@@ -651,6 +772,11 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         (("impersonate", "", "serviceaccounts"), n, None),
         (("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations"), None, Some("other")),
         (
+            ("create", "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+            None,
+            Some(vwc_name.as_str()),
+        ),
+        (
             ("delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
             None,
             Some(vwc_name.as_str()),
@@ -661,6 +787,15 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         (("create", "", "namespaces"), None, None),
         (("delete", "", "namespaces"), None, Some(ns.as_str())),
         (("update", "", "secrets"), n, Some("someone-elses")),
+        // No cluster-wide reads of namespaced objects: the watches are per namespace.
+        (("list", "", "secrets"), None, None),
+        (("watch", "", "secrets"), None, None),
+        (("list", "", "secrets"), ks, None),
+        (("watch", "", "secrets"), ks, None),
+        (("list", "", "services"), None, None),
+        (("watch", "apps", "deployments"), None, None),
+        (("list", "coordination.k8s.io", "leases"), None, None),
+        (("watch", "coordination.k8s.io", "leases"), ks, None),
     ];
     for (what, ns, name) in &refused {
         eprintln!("operator may not: {} {}/{} ns={ns:?} name={name:?}", what.0, what.1, what.2);
@@ -726,7 +861,7 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
 
     // helm upgrade with a changed CRD: a printer column added, one removed, and a value
     // changed (the operator Pods roll).
-    let cws_crd = "conversionwebhookservers.conversion.dco.rs";
+    let cws_crd = CWS_CRD;
     let before: BTreeMap<String, i64> = {
         let mut m = BTreeMap::new();
         for c in dco_api::crds() {
@@ -747,8 +882,11 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     std::fs::write(&file, serde_yaml::to_string(&doc)?)?;
     let started = Instant::now();
     let upgraded_values = json!({"webhook": {"args": ["--drain-period=5s"]}, "defaultServer": {"name": server}, "operator": {"resync": "4m"}});
-    helm_install_dco_from(&t, &release, &copy, &upgraded_values).await.context("helm upgrade")?;
+    let out =
+        helm_install_dco_with(helm, t, &release, &copy, &upgraded_values).await.context("helm upgrade")?;
     let upgraded = started.elapsed();
+    ensure!(warnings(&out).is_empty(), "{helm:?} helm upgrade warned: {:?}", warnings(&out));
+    watch_end_lines += watch_ends(&out);
     let live = crds.get(cws_crd).await?;
     // The Job's own account of it (its Pod is gone with the hook; its log stays).
     let job_log = std::fs::read_dir(t.cluster.dir.join("logs"))?
@@ -787,15 +925,6 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     let managers: BTreeSet<String> =
         live.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
     ensure!(managers.contains("dco-operator-crds"), "the CRD Job wrote the CRD: {managers:?}");
-        // No cluster-wide reads of namespaced objects: the watches are per namespace.
-        (("list", "", "secrets"), None, None),
-        (("watch", "", "secrets"), None, None),
-        (("list", "", "secrets"), ks, None),
-        (("watch", "", "secrets"), ks, None),
-        (("list", "", "services"), None, None),
-        (("watch", "apps", "deployments"), None, None),
-        (("list", "coordination.k8s.io", "leases"), None, None),
-        (("watch", "coordination.k8s.io", "leases"), ks, None),
     for (name, gen_before) in &before {
         let now = crds.get(name).await?.metadata.generation.unwrap_or(0);
         let want = if name == cws_crd { gen_before + 1 } else { *gen_before };
@@ -810,19 +939,109 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         "the upgrade's values reached the Deployment: {now_args:?}"
     );
     let operators = dco_tests::wait_ready_pods(&pods, "app.kubernetes.io/name=dco-operator", 2, WAIT).await?;
-    // helm's patch left the operator's webhooks in the configuration alone.
-    let hooks = vwcs.get(&vwc_name).await?.webhooks.unwrap_or_default();
-    ensure!(hooks.len() == 2, "the VWC after the upgrade has {} webhooks", hooks.len());
+    // helm's patch (helm 3) or apply (helm 4) left the operator's webhooks in the
+    // configuration alone, and the server's spec as installed.
+    let operator_name = format!("{release}-operator");
+    let owned = Owned::read(&vwcs, &vwc_name, &servers, server, &deploy, &operator_name).await?;
+    ensure!(
+        owned.server.1 == installed_spec,
+        "the upgrade changed the default server's spec: {installed_spec} → {}",
+        owned.server.1
+    );
     converts(&client, &group, &ns, 7).await?;
     eprintln!(
-        "helm upgrade returned after {upgraded:?}: {cws_crd} columns {names:?} (generation +1, the other CRDs unchanged); operator Pods rolled to {:?}",
+        "{helm:?} helm upgrade returned after {upgraded:?}: {cws_crd} columns {names:?} (generation +1, the other CRDs unchanged); operator Pods rolled to {:?}",
+        operators.iter().filter_map(|p| p.metadata.name.clone()).collect::<Vec<_>>()
+    );
+
+    // The same upgrade twice more: nothing to change, so nothing changes — no conflict
+    // between helm's fields and the operator's, and no field that flips between them.
+    let mut again = Vec::new();
+    for i in 1..=2 {
+        let started = Instant::now();
+        let out = helm_install_dco_with(helm, t, &release, &copy, &upgraded_values)
+            .await
+            .with_context(|| format!("helm upgrade, the same again (#{i})"))?;
+        again.push(started.elapsed());
+        ensure!(
+            warnings(&out).is_empty() && !out.stderr.to_lowercase().contains("conflict"),
+            "{helm:?} helm upgrade #{i} of the same release: {}",
+            out.stderr
+        );
+        watch_end_lines += watch_ends(&out);
+        // The operator's next registration pass could only flip a field back after helm's.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = Owned::read(&vwcs, &vwc_name, &servers, server, &deploy, &operator_name).await?;
+        ensure!(now == owned, "the same upgrade (#{i}) changed what was installed: {owned:?} → {now:?}");
+    }
+    eprintln!(
+        "{helm:?} helm upgrade of the same release twice more: {again:?}, nothing changed ({:?})",
+        owned.vwc.0
+    );
+
+    // Rollback to the install: the operator's flags as installed (the Pods roll), the
+    // configuration's webhooks and the server untouched. No CRD Job: rollback keeps the CRDs.
+    let started = Instant::now();
+    // managedFields times are whole seconds.
+    let rollback_wall = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(1);
+    let out = helm
+        .output(
+            &t.cluster,
+            &["rollback", &release, "1", "--namespace", &ns, "--wait", "--wait-for-jobs", "--timeout", "5m"],
+        )
+        .context("helm rollback")?;
+    let rolled_back = started.elapsed();
+    ensure!(warnings(&out).is_empty(), "{helm:?} helm rollback warned: {:?}", warnings(&out));
+    watch_end_lines += watch_ends(&out);
+    let now_args = args(deploy.get(&operator_name).await?);
+    ensure!(
+        !now_args.iter().any(|a| a.starts_with("--resync=4m")),
+        "the rollback left the upgrade's --resync: {now_args:?}"
+    );
+    let after = Owned::read(&vwcs, &vwc_name, &servers, server, &deploy, &operator_name).await?;
+    ensure!(
+        after.vwc == owned.vwc && after.server == owned.server,
+        "the rollback changed the configuration or the server: {owned:?} → {after:?}"
+    );
+    let operators = dco_tests::wait_ready_pods(&pods, "app.kubernetes.io/name=dco-operator", 2, WAIT).await?;
+    // helm wrote no CRD (other tests may, in the shared cluster: the writer is what counts).
+    for name in before.keys() {
+        let live = crds.get(name).await?;
+        let by_helm: Vec<String> = live
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| {
+                m.manager.as_deref() == Some("helm") && m.time.as_ref().is_some_and(|t| t.0 >= rollback_wall)
+            })
+            .map(|m| format!("{:?} at {:?}", m.operation, m.time))
+            .collect();
+        ensure!(by_helm.is_empty(), "{helm:?} helm rollback wrote CRD {name}: {by_helm:?}");
+    }
+    converts(&client, &group, &ns, 7).await?;
+    let history = helm.run(&t.cluster, &["history", &release, "--namespace", &ns, "-o", "json"])?;
+    let history: Vec<Value> = serde_json::from_str(&history)?;
+    let last = history.last().context("helm history")?;
+    ensure!(
+        last["status"] == "deployed"
+            && last["description"].as_str().is_some_and(|d| d.contains("Rollback to 1")),
+        "helm history's last revision: {last}"
+    );
+    eprintln!(
+        "{helm:?} helm rollback to 1 returned after {rolled_back:?} (revision {}); operator Pods {:?}; the configuration's webhooks and the server unchanged",
+        last["revision"],
         operators.iter().filter_map(|p| p.metadata.name.clone()).collect::<Vec<_>>()
     );
 
     // helm uninstall: the CRDs, the custom resources and the wired target stay.
     let started = Instant::now();
-    helm(&t.cluster, &["uninstall", &release, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
-    eprintln!("helm uninstall returned after {:?}", started.elapsed());
+    let out =
+        helm.output(&t.cluster, &["uninstall", &release, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
+    let uninstalled = started.elapsed();
+    ensure!(warnings(&out).is_empty(), "{helm:?} helm uninstall warned: {:?}", warnings(&out));
+    watch_end_lines += watch_ends(&out);
+    eprintln!("{helm:?} helm uninstall returned after {uninstalled:?}");
     for c in dco_api::crds() {
         let name = c.metadata.name.unwrap_or_default();
         ensure!(crds.get_opt(&name).await?.is_some(), "CRD {name} was deleted by helm uninstall");
@@ -861,10 +1080,37 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
         "after helm uninstall: dco's CRDs, the config, the default server and its webhook Pods stay; {target} still converts"
     );
 
+    // helm 4 applies crds/ server-side on every install, over CRDs that exist (helm 3 skips
+    // them). dco's ConversionWebhookServer CRD is still the upgrade's (the chart copy's
+    // columns, written by the CRD Job as dco-operator-crds): helm 4's install of the original
+    // chart conflicts with it and stops before it creates anything. Once the CRD is the chart's
+    // again, it installs.
+    if helm == Helm::V4 {
+        let err = helm_install_dco_with(helm, t, &release, &chart_dir(), &values)
+            .await
+            .err()
+            .context("helm 4 installed the original chart over the upgrade's CRD")?;
+        let err = format!("{err:#}");
+        ensure!(
+            err.contains("conflict") && err.contains("dco-operator-crds") && err.contains(cws_crd),
+            "helm 4's install over the upgrade's CRD: {err}"
+        );
+        ensure!(
+            deploy.get_opt(&operator_name).await?.is_none(),
+            "helm 4's failed install created the operator Deployment"
+        );
+        let line = err.lines().find(|l| l.contains("conflict")).unwrap_or_default().trim().to_string();
+        eprintln!("{helm:?} helm install of the original chart over the upgrade's CRD: {line}");
+        restore_crd(&crds, cws_crd, MANAGER).await?;
+    }
     // helm install with the same release name adopts the kept server and takes over.
     let started = Instant::now();
-    helm_install_dco(&t, &release, &values).await.context("helm install after the uninstall")?;
-    let manifest = helm(&t.cluster, &["get", "manifest", &release, "--namespace", &ns])?;
+    let out = helm_install_dco_with(helm, t, &release, &chart_dir(), &values)
+        .await
+        .context("helm install after the uninstall")?;
+    ensure!(warnings(&out).is_empty(), "{helm:?} helm install (again) warned: {:?}", warnings(&out));
+    watch_end_lines += watch_ends(&out);
+    let manifest = helm.run(&t.cluster, &["get", "manifest", &release, "--namespace", &ns])?;
     ensure!(
         manifest.contains("kind: ConversionWebhookServer"),
         "the reinstall did not adopt the default server"
@@ -880,7 +1126,8 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     })
     .await?;
     converts(&client, &group, &ns, 9).await?;
-    eprintln!("reinstalled in {:?}: the kept default server adopted by the release", started.elapsed());
+    let reinstalled = started.elapsed();
+    eprintln!("reinstalled in {reinstalled:?}: the kept default server adopted by the release");
 
     // Removing dco entirely, as docs/installation.md says: the config first (it reverts its
     // target; the target still serves two versions, hence the annotation), then the server,
@@ -899,14 +1146,17 @@ async fn install_rbac_upgrade_uninstall() -> Result<()> {
     ensure!(strategy.as_deref() == Some("None"), "the config's deletion left the target at {strategy:?}");
     servers.delete(server, &DeleteParams::default()).await?;
     dco_tests::wait_deleted(&servers, server, WAIT).await?;
-    helm(&t.cluster, &["uninstall", &release, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
+    let out =
+        helm.output(&t.cluster, &["uninstall", &release, "--namespace", &ns, "--wait", "--timeout", "3m"])?;
+    ensure!(warnings(&out).is_empty(), "{helm:?} helm uninstall warned: {:?}", warnings(&out));
     wait_for("the webhook Deployment to be garbage-collected", WAIT, || async {
         Ok(deploy.get_opt(&workload).await?.is_none().then_some(()))
     })
     .await?;
     eprintln!("removed: config (target reverted to None), server, release; dco's CRDs stay");
     crds.delete(&target, &DeleteParams::default()).await?;
-    restore_crd(&crds, cws_crd, MANAGER).await?;
-    t.cleanup().await;
+    eprintln!(
+        "{helm:?}: install {installed:?} (server Available {server_ready:?}), upgrade {upgraded:?}, the same upgrade {again:?}, rollback {rolled_back:?}, uninstall {uninstalled:?}, reinstall {reinstalled:?}; client-go's watch-end lines on stderr: {watch_end_lines}"
+    );
     Ok(())
 }
