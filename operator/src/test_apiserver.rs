@@ -1278,6 +1278,80 @@ pub(crate) mod server_tests {
         assert!(res.is_ok(), "{res:?}");
     }
 
+    /// A server whose namespace (here `--namespace`, dco-system) is not among
+    /// `--server-namespaces`: nothing is written for it but its status (`Available=False`
+    /// `NamespaceNotWatched`, naming the chart value and the flag) and one Warning Event; the
+    /// next reconcile, seeing that status, writes it again unchanged and sends no second Event.
+    #[tokio::test]
+    async fn a_server_outside_the_watched_namespaces_is_refused_in_its_status() {
+        let (ctx, _unused, _w) = test_context();
+        let mut settings = ctx.settings.clone();
+        settings.server_namespaces = crate::namespaces::ServerNamespaces::parse("team-a").unwrap();
+        let mut cws = server("a", true, 0, &[]);
+        let mut first_status = Value::Null;
+        for round in 0..2 {
+            let (ctx, mut api, mut w) = test_context();
+            w.server(cws.clone());
+            let ctx = Arc::new(Context::new(
+                ctx.client.clone(),
+                settings.clone(),
+                ctx.stores.clone(),
+                ctx.metrics.clone(),
+                ctx.gate.clone(),
+            ));
+            let task = tokio::spawn(server::reconcile(Arc::new(cws.clone()), ctx));
+            let mut events = Vec::new();
+            let status = loop {
+                let x = api.events_then(&mut events).await;
+                match x.method {
+                    Method::PATCH if x.path == STATUS => {
+                        let st = x.body["status"].clone();
+                        x.with_status(&cws);
+                        break st;
+                    }
+                    Method::GET if x.path.ends_with("conversionconfigs") => x.ok(&config_list(Vec::new())),
+                    _ => panic!("round {round}: a refused server's reconcile asked {} {}", x.method, x.path),
+                }
+            };
+            if round == 0 {
+                let x = api.next().await;
+                assert!(x.method == Method::POST && x.path.ends_with("/events"), "{} {}", x.method, x.path);
+                assert_eq!(
+                    (x.body["reason"].as_str(), x.body["type"].as_str()),
+                    (Some("NamespaceNotWatched"), Some("Warning"))
+                );
+                let note = x.body["note"].as_str().unwrap_or_default().to_string();
+                assert!(
+                    note.contains("rbac.serverNamespaces") && note.contains("--server-namespaces=team-a"),
+                    "{note}"
+                );
+                x.echo();
+                first_status = status.clone();
+            } else {
+                assert_eq!(status, first_status, "the second reconcile changed the status");
+            }
+            let action = task.await.unwrap().expect("a refusal is no reconcile error");
+            assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(300)));
+            assert!(events.is_empty(), "round {round}: Events {events:?} before the status");
+            let available = status["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Available"))
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(
+                (available["status"].as_str(), available["reason"].as_str()),
+                (Some("False"), Some("NamespaceNotWatched"))
+            );
+            let message = available["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("\"dco-system\"") && message.contains("rbac.serverNamespaces"),
+                "{message}"
+            );
+            // The next round's server carries what this one wrote.
+            cws.status = Some(serde_json::from_value(status).unwrap());
+        }
+    }
+
     #[tokio::test]
     async fn a_failed_apply_prunes_nothing() {
         let cws = server("a", true, 2, &[]);
