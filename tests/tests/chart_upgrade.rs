@@ -9,7 +9,9 @@
 //! update. Then every Pod runs the new tag from the copied binary, no old Pod is left, and no
 //! request failed or read a wrong value. A further `helm upgrade` of a copy of the chart with
 //! a changed CRD reaches the cluster through the chart's pre-upgrade Job (that CRD's
-//! generation +1, the others unchanged), still under the same load.
+//! generation +1, the others unchanged), still under the same load. Before that, `helm
+//! rollback` to the install's revision and back to the upgrade's replaces every Pod twice more,
+//! again without a failed request.
 //!
 //! Needs `target/debug/dco-operator` and `target/debug/dco-webhook`, and helm
 //! (`hack/testenv up` without `DCO_TESTENV_HELM=0`).
@@ -306,6 +308,66 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         "the upgrade changed the target's spec"
     );
     eprintln!("the webhook Deployment's template changed {template_changes} time(s)");
+
+    // helm rollback to the install (revision 1: the chart's own tags and the first values),
+    // then to the upgrade (revision 2), under the same load: each replaces every operator and
+    // webhook Pod again, and no request fails.
+    let installed_binary = |name: &str| -> Result<PathBuf> {
+        std::fs::canonicalize(workspace_binary(name)?).with_context(|| format!("target/debug/{name}"))
+    };
+    let (old_operator_image, old_webhook_image) =
+        (old_operators[0].image.clone(), old_webhooks[0].image.clone());
+    let steps = [
+        (
+            "1",
+            old_operator_image,
+            installed_binary("dco-operator")?,
+            old_webhook_image,
+            installed_binary("dco-webhook")?,
+        ),
+        (
+            "2",
+            format!("dco-operator:{NEW_TAG}"),
+            operator_exe.clone(),
+            format!("dco-webhook:{NEW_TAG}"),
+            webhook_exe.clone(),
+        ),
+    ];
+    for (revision, operator_image, operator_bin, webhook_image, webhook_bin) in steps {
+        let mark = load.tally();
+        let started = Instant::now();
+        let (cluster, r, n, rev) = (t.cluster.clone(), release.clone(), ns.clone(), revision.to_string());
+        tokio::task::spawn_blocking(move || {
+            helm(
+                &cluster,
+                &["rollback", &r, &rev, "--namespace", &n, "--wait", "--wait-for-jobs", "--timeout", "5m"],
+            )
+        })
+        .await?
+        .with_context(|| format!("helm rollback to revision {revision}"))?;
+        let helm_returned = started.elapsed();
+        let operators = wait_rolled(&pods, OPERATORS, "operator", 2, &operator_image, &operator_bin).await?;
+        let operators_rolled = started.elapsed();
+        let webhooks_now = wait_rolled(&pods, &webhooks, "webhook", 2, &webhook_image, &webhook_bin).await?;
+        let rolled = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let during = load.tally() - mark;
+        eprintln!(
+            "helm rollback to revision {revision} returned after {helm_returned:?}; operators on {operator_image} after {operators_rolled:?}, webhooks on {webhook_image} after {rolled:?}; load meanwhile {during:?}; now {:?} {:?}",
+            summary(&operators),
+            summary(&webhooks_now)
+        );
+        ensure!(during.ok >= 100, "too little load during the rollback to {revision}: {during:?}");
+        ensure!(
+            during.failed == 0 && during.wrong == 0,
+            "the load during the rollback to revision {revision}: {during:?}; first errors: {:?}",
+            load.errors()
+        );
+    }
+    ensure!(
+        crds.get(&target).await?.metadata.generation == target_generation,
+        "a rollback changed the target's spec"
+    );
 
     // A CRD change in a copy of the chart: a printer column on the CRDConversionConfig CRD.
     let changed_crd = "crdconversionconfigs.conversion.dco.rs";
