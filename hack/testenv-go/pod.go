@@ -314,6 +314,36 @@ func (w *podWorker) prepare(ctx context.Context) error {
 	return nil
 }
 
+// logTail is what a kubelet reports as the termination message of a container with
+// terminationMessagePolicy FallbackToLogsOnError that exited with an error: the end of its
+// log, at most 80 lines and 2048 bytes.
+func logTail(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const maxBytes, maxLines = 2048, 80
+	info, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := info.Size() - maxBytes
+	if off < 0 {
+		off = 0
+	}
+	buf := make([]byte, info.Size()-off)
+	n, _ := f.ReadAt(buf, off)
+	lines := strings.Split(strings.TrimRight(string(buf[:n]), "\n"), "\n")
+	if off > 0 && len(lines) > 1 {
+		lines = lines[1:] // the first line is cut
+	}
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 func (w *podWorker) logPath(c *ctr) string {
 	return filepath.Join(w.k.logsDir(), logFileName(w.ns, w.nm, c.spec.Name))
 }
@@ -559,6 +589,8 @@ func (w *podWorker) handle(ctx context.Context, ev event) {
 		}
 		if ev.signal != "" {
 			term.Message = "terminated by " + ev.signal
+		} else if ev.exitCode != 0 && c.spec.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+			term.Message = logTail(w.logPath(c))
 		}
 		klog.InfoS("container exited", "pod", w.key(), "container", c.spec.Name, "code", ev.exitCode, "signal", ev.signal)
 		c.proc = nil
