@@ -116,10 +116,11 @@ fn defaults(new: &ConversionWebhookServer, after: &[ServerInfo], f: &mut Finding
     }
 }
 
-/// What breaks the invariant of seed `sharding-design-note.txt` ("The invariant that makes
-/// the precedence safe"): a pool exists while the server marked default is not in it. A pool
-/// with no default at all keeps it (nothing answers for unpinned configs but the pool), and
-/// moving the default inside a pool passes through that state: unset it here, set it there.
+/// What breaks the invariant that makes the precedence safe (docs/configuration.md, "Which
+/// server serves a target"): a pool exists while the server marked default is not in it, so
+/// every unpinned config would leave the default for the pool at once. A pool with no default
+/// at all keeps it (nothing answers for unpinned configs but the pool), and moving the default
+/// inside a pool passes through that state: unset it here, set it there.
 fn broken(after: &[ServerInfo]) -> Option<String> {
     let pool: Vec<&str> = after.iter().filter(|s| s.pool_weight.is_some()).map(|s| s.name.as_str()).collect();
     if pool.is_empty() {
@@ -163,7 +164,7 @@ fn pool(
         };
         f.deny(
             path,
-            format!("{why}, and every unpinned config would move onto the pool at once (seed sharding-design-note.txt); {fix}"),
+            format!("{why}, and every unpinned config would move onto the pool at once: the default server must be in the pool while the pool exists (docs/configuration.md, \"Which server serves a target\"); {fix}"),
         );
     }
 }
@@ -296,6 +297,12 @@ mod tests {
             &fa,
         ));
         assert!(m.starts_with("ConversionWebhookServer p: spec.sharding.enabled: the pool (p) would exist while the default server d is not in it"), "{m}");
+        assert!(
+            m.contains(
+                "every unpinned config would move onto the pool at once: the default server must be in the pool while the pool exists (docs/configuration.md, \"Which server serves a target\")"
+            ),
+            "{m}"
+        );
         assert!(
             m.ends_with(
                 "enable sharding on the default server first (a pool of one moves nothing), then on this one"
