@@ -1,5 +1,5 @@
-//! The Coordinator's decisions (issue #14, design §8): which replica owns which shard
-//! (`shard.rs`), decided without a leader from member and shard Leases. Pure: the Lease I/O
+//! The Coordinator's decisions (docs/sharding.md, "The Coordinator"): which replica owns
+//! which shard (`shard.rs`), decided without a leader from member and shard Leases. Pure: the Lease I/O
 //! runs one [`tick`] every `--lease-renew-interval` over what it read and carries out the
 //! [`Action`]s; the reconcile gate asks the [`Owned`] the tick returned, at reconcile time.
 //!
@@ -344,7 +344,7 @@ pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
 /// members below q + 1 while fewer than r are there. So a leave moves exactly the leaver's
 /// shards, and a join moves exactly the newcomer's share (q shards), which is what balance
 /// requires; with no holders (a fresh start) it is a stable matching on the scores. It always
-/// completes: the bounds add up to S. Measured against the seed's `i mod N` and the first,
+/// completes: the bounds add up to S. Measured against a plain `i mod N` and the first,
 /// unsticky version of this rule in the simulation below and `docs/performance.md`.
 pub fn assign(members: &[String], shards: Shards, held: &[Option<usize>]) -> Vec<usize> {
     let n = members.len();

@@ -1,10 +1,11 @@
-//! The Coordinator's Lease I/O (issue #14, seed `replica-shard-leases.txt`): one tick reads
-//! the member and shard Leases with one LIST, lets `coordinator::tick` decide, and carries
-//! out its actions — renewing `dco-operator-member-<replicaId>`, taking, renewing and freeing
+//! The Coordinator's Lease I/O (docs/sharding.md, "The Coordinator"): one tick reads the
+//! member and shard Leases with one LIST, lets `coordinator::tick` decide, and carries out its
+//! actions — renewing `dco-operator-member-<replicaId>`, taking, renewing and freeing
 //! `dco-operator-shard-<i>` with resourceVersion-guarded updates (a conflict is the other
 //! replica winning; the next tick decides again), deleting long-gone members — then publishes
-//! the shards this replica owns from what its writes returned. Not yet wired into
-//! `runtime.rs`: the gates and the sharded watches come next.
+//! the shards this replica owns from what its writes returned. `runtime.rs` starts it on a
+//! thread of its own ([`Thread`]) and hands its snapshot to the reconcile gates ([`Gate`]) and
+//! the sharded watches.
 
 use std::collections::BTreeMap;
 

@@ -284,8 +284,8 @@ pub fn refs<K: ConfigKind>(store: &Store<K>) -> Vec<ConfigRef> {
 
 /// The rebalance budget (`--rebalance-qps`), shared by the live members of the Coordinator:
 /// each replica paces at its share, so adding replicas does not multiply the burst of
-/// reconciles (and their target reads and writes) on the apiserver (design §8). One pacer
-/// serves both config controllers.
+/// reconciles (and their target reads and writes) on the apiserver (docs/sharding.md,
+/// "Pacing is one budget"). One pacer serves both config controllers.
 pub struct Pacer {
     qps: u32,
     members: Box<dyn Fn() -> usize + Send + Sync>,

@@ -1,5 +1,5 @@
-//! Shards of the operator's own work (issue #14, design §8–§9): which replica reconciles an
-//! object, and how to ask the apiserver for only those objects.
+//! Shards of the operator's own work (docs/sharding.md, "Shards"): which replica reconciles
+//! an object, and how to ask the apiserver for only those objects.
 //!
 //! The shard of an object is the range of the 64-bit FNV-1a hash of its `metadata.uid` that
 //! the hash falls in: shard i of S covers `[floor(i·2^64/S), floor((i+1)·2^64/S))`. Ranges, not
@@ -16,7 +16,8 @@ use dco_api::hash::fnv1a64;
 /// The size of the hash space, 2^64: the exclusive end of the last range.
 const SPACE: u128 = 1 << 64;
 
-/// The field every term of our selectors names (design §9: the same field in every term).
+/// The field every term of our selectors names: the hash is over `metadata.uid`, so every
+/// term names that field.
 const FIELD: &str = "object.metadata.uid";
 
 /// The shard count S (`--shards`). Every replica must use the same one: a different S is a
@@ -77,7 +78,7 @@ impl OwnedShards {
     }
 
     /// Whether an object with this uid is ours. Always checked client-side, selector or not:
-    /// a server without `ShardedListAndWatch` ignores the selector silently (design §9), so a
+    /// a server without `ShardedListAndWatch` ignores the selector silently, so a
     /// wrong guess about the server costs bandwidth, never a second owner.
     pub fn owns(&self, uid: &str) -> bool {
         self.owned.contains(&self.shards.of_uid(uid))
@@ -95,7 +96,8 @@ impl OwnedShards {
         out
     }
 
-    /// The `shardSelector` for the owned shards in the apiserver's grammar (design §9):
+    /// The `shardSelector` for the owned shards in the apiserver's grammar
+    /// (docs/sharding.md, "The server-side sharded watch"):
     /// `shardRange(object.metadata.uid, '0x…', '0x…')` terms joined by ` || `, bounds `0x` and
     /// 16 lowercase hex digits, the end of the space `'0x10000000000000000'`. `None` when
     /// nothing is owned: the grammar has no empty union, so the caller watches nothing.

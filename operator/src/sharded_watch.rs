@@ -1,6 +1,7 @@
-//! The shard-scoped watches of the config kinds (issue #14, design §9): each replica asks the
-//! apiserver for only the configs of the shards it owns (KEP-5866's `shardSelector`), re-checks
-//! every object itself with the same hash, and restarts the watch when its shards change.
+//! The shard-scoped watches of the config kinds (docs/sharding.md, "The server-side sharded
+//! watch"): each replica asks the apiserver for only the configs of the shards it owns
+//! (KEP-5866's `shardSelector`), re-checks every object itself with the same hash, and
+//! restarts the watch when its shards change.
 //!
 //! Three parts, in the order a request meets them:
 //! - [`probe`]: whether the apiserver applies `shardSelector` at all. A server without the

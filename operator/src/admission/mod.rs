@@ -1,5 +1,5 @@
-//! The operator's own validating admission webhook (issue #16, docs/admission.md): the second
-//! webhook surface of seed `architecture.txt`. Every replica serves it; it is stateless and
+//! The operator's own validating admission webhook (docs/admission.md), served beside the
+//! conversion webhooks of `dco-webhook`. Every replica serves it; it is stateless and
 //! reads the caches the operator already holds (the servers), plus what a rule needs at
 //! admission time (the live target, the configs of every shard), each read bounded.
 //!

@@ -1,5 +1,6 @@
-//! Two configs for one target (issue #16): admission refuses them, but it can be bypassed or
-//! raced, so the controllers decide too, and the same way as every webhook replica
+//! Two configs for one target (docs/configuration.md, "XRDConversionConfig and
+//! CRDConversionConfig"): admission refuses them, but it can be bypassed or raced, so the
+//! controllers decide too, and the same way as every webhook replica
 //! (webhook/src/sync.rs, `Syncer::pass`): of the configs naming one target name, across both
 //! kinds, the first by (kind, name) is chosen. The chosen one proceeds; the others never write
 //! the target, and both sides say so in a `Conflict` condition. Pure, over the configs naming

@@ -27,7 +27,7 @@ fn pod_names(n: usize) -> Vec<String> {
 
 type Rule = fn(&[String], Shards, &[Option<usize>]) -> Vec<usize>;
 
-/// The seed's rule, for comparison: shard i to the member at sorted rank i mod N.
+/// The plain rule, for comparison: shard i to the member at sorted rank i mod N.
 fn modulo(members: &[String], s: Shards, _held: &[Option<usize>]) -> Vec<usize> {
     s.all().map(|i| i as usize % members.len()).collect()
 }
