@@ -10,6 +10,7 @@ pub mod rules;
 pub mod schema;
 pub mod served_lease;
 pub mod server;
+pub mod stop;
 pub mod target;
 
 pub use config::{

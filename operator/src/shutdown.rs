@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cli::Args;
@@ -104,64 +103,45 @@ pub fn spawn_listener(
     })
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn termination_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the replica");
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-/// The stop as the listeners see it: when the signal came, and when the drain is over.
+/// The stop as the listeners see it (`dco_api::stop`, shared with dco-webhook): from the
+/// signal on every answer closes its connection; once the drain is over the listener closes.
 #[derive(Clone, Debug)]
-pub struct Shutdown {
-    signalled: watch::Receiver<Option<Instant>>,
-    drained: watch::Receiver<bool>,
+pub struct Shutdown(dco_api::stop::Shutdown);
+
+impl std::ops::Deref for Shutdown {
+    type Target = dco_api::stop::Shutdown;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Shutdown {
     /// Waits for SIGTERM: then `readiness` turns not Ready at once and the drain of `drain`
     /// starts.
     pub fn start(readiness: Arc<Readiness>, drain: Duration) -> Self {
-        let (sig_tx, signalled) = watch::channel(None);
-        let (drain_tx, drained) = watch::channel(false);
-        tokio::spawn(async move {
-            termination_signal().await;
+        Shutdown(dco_api::stop::Shutdown::on_signal(drain, move || {
             readiness.mark_stopping();
-            let _ = sig_tx.send(Some(Instant::now()));
             tracing::info!(
                 ?drain,
                 "termination signal: not Ready; admission keeps answering for --shutdown-drain"
             );
-            tokio::time::sleep(drain).await;
-            let _ = drain_tx.send(true);
-        });
-        Shutdown { signalled, drained }
+        }))
     }
 
-    /// A stop that never comes (unit tests), or one driven by the returned senders.
-    pub fn manual() -> (Self, watch::Sender<Option<Instant>>, watch::Sender<bool>) {
-        let (sig_tx, signalled) = watch::channel(None);
-        let (drain_tx, drained) = watch::channel(false);
-        (Shutdown { signalled, drained }, sig_tx, drain_tx)
+    /// A stop that comes only through the returned trigger (tests).
+    pub fn manual() -> (Self, dco_api::stop::Trigger) {
+        let (s, trigger) = dco_api::stop::Shutdown::manual();
+        (Shutdown(s), trigger)
     }
 
     /// When the termination signal came, if it did.
     pub fn signalled_at(&self) -> Option<Instant> {
-        *self.signalled.borrow()
+        self.0.stopping_since()
     }
 
     /// Resolves once the drain is over.
     pub async fn drained(&self) {
-        let mut rx = self.drained.clone();
-        let _ = rx.wait_for(|d| *d).await;
+        self.0.closing().await
     }
 }
 

@@ -1,12 +1,14 @@
 //! Wiring: certificate, listener, routes, the sync loop (cluster or static), the Lease
-//! publisher, and the shutdown sequence: SIGTERM → /readyz 503 → wait `--shutdown-delay` →
-//! close the listener → drain in-flight requests (up to `--shutdown-timeout`) → exit.
+//! publisher, and the shutdown sequence (docs/webhook.md, "Shutdown"): SIGTERM → /readyz 503
+//! and every answer closes its connection, new connections still served → wait
+//! `--shutdown-delay` → close the listener and ask the open connections to close → drain
+//! in-flight requests (up to `--shutdown-timeout`) → exit.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tokio::sync::watch;
+use dco_api::stop::Shutdown;
 
 use crate::budget::Budget;
 use crate::cli::Args;
@@ -26,9 +28,9 @@ use crate::{cluster, serve, static_dir};
 /// files changed.
 const STATIC_RELOAD: Duration = Duration::from_secs(5);
 
-/// Resolves once `rx` turns true (or its sender is gone).
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
+/// Resolves once the shutdown delay is over.
+async fn stopped(shutdown: Shutdown) {
+    shutdown.closing().await
 }
 
 async fn bind(addr: std::net::SocketAddr, what: &str, flag: &str) -> anyhow::Result<tokio::net::TcpListener> {
@@ -84,17 +86,16 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
         "serving HTTPS (conversion) and HTTP (admin)"
     );
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    {
+    let shutdown = {
         let (health, delay) = (health.clone(), args.shutdown_delay);
-        tokio::spawn(async move {
-            serve::termination_signal().await;
+        Shutdown::on_signal(delay, move || {
             health.mark_shutting_down();
-            tracing::info!(?delay, "not ready any more; closing the listener after the shutdown delay");
-            tokio::time::sleep(delay).await;
-            let _ = stop_tx.send(true);
-        });
-    }
+            tracing::info!(
+                ?delay,
+                "termination signal: not Ready; every answer closes its connection, and the listener closes after --shutdown-delay"
+            );
+        })
+    };
 
     let static_mode = args.static_dir.is_some();
     let instance = args.instance.clone().unwrap_or_else(|| "static".to_string());
@@ -154,7 +155,7 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
             syncer,
             health.clone(),
             metrics.clone(),
-            stopped(stop_rx.clone()),
+            stopped(shutdown.clone()),
         ));
         match (args.pod_name.clone(), args.pod_namespace.clone()) {
             (Some(pod_name), Some(namespace)) => {
@@ -169,7 +170,7 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
                 health.require_lease();
                 let publisher =
                     LeasePublisher::new(client, settings, registry.clone(), metrics.clone(), health.clone());
-                tokio::spawn(publisher.run(stopped(stop_rx.clone())));
+                tokio::spawn(publisher.run(stopped(shutdown.clone())));
             }
             _ => tracing::warn!(
                 "POD_NAME or POD_NAMESPACE not set: not publishing a served-target Lease, so the operator cannot verify moves onto this instance"
@@ -200,19 +201,11 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
     let admin = tokio::spawn(serve::serve_admin(
         admin_listener,
         routes::admin_router(app.clone()),
-        stopped(stop_rx.clone()),
+        stopped(shutdown.clone()),
     ));
     let metrics = app.metrics.clone();
-    serve::serve(
-        listener,
-        tls,
-        routes::router(app),
-        transport,
-        metrics,
-        stopped(stop_rx),
-        args.shutdown_timeout,
-    )
-    .await;
+    serve::serve(listener, tls, routes::router(app), transport, metrics, shutdown, args.shutdown_timeout)
+        .await;
     let _ = admin.await;
     tracing::info!("shut down");
     Ok(())

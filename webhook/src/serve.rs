@@ -22,9 +22,11 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
+
+use dco_api::stop::Shutdown;
 
 use crate::conn::{ConnState, Tracked};
 use crate::metrics::{Metrics, ReasonLabel};
@@ -156,21 +158,26 @@ fn closed(metrics: &Metrics, reason: &'static str) {
     metrics.connections_closed.get_or_create(&ReasonLabel { reason }).inc();
 }
 
-/// Serve `router` over TLS on `listener` until `stop` resolves, then stop accepting and wait
-/// up to `drain` for in-flight requests to finish.
+/// Serve `router` over TLS on `listener`. From the termination signal of `shutdown` on,
+/// every answer closes its connection — HTTP/1.1 `Connection: close`, HTTP/2 GOAWAY
+/// (`dco_api::stop`): the apiserver, which keeps idle HTTP/1.1 connections and does not retry
+/// a POST that meets a closing one, sends its next review on a new connection, to a Ready Pod.
+/// New connections are still accepted and served until the delay is over; then stop
+/// accepting, ask the connections still open to close, and wait up to `drain` for them.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     router: axum::Router,
     transport: Transport,
     metrics: Arc<Metrics>,
-    stop: impl Future<Output = ()>,
+    shutdown: Shutdown,
     drain: Duration,
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let builder = transport.builder();
     let slots = Arc::new(Semaphore::new(transport.max_connections));
     let (closing_tx, closing_rx) = watch::channel(false);
+    let stop = shutdown.closing();
     tokio::pin!(stop);
     loop {
         // Beyond the cap, new connections wait in the kernel's accept backlog; the ones open
@@ -194,23 +201,33 @@ pub async fn serve(
         };
         let Some((tcp, peer)) = accept(&listener, stop.as_mut(), "conversion").await else { break };
         let _ = tcp.set_nodelay(true);
-        let (acceptor, router, builder, transport, metrics, mut closing) = (
-            acceptor.clone(),
-            router.clone(),
-            builder.clone(),
-            transport.clone(),
-            metrics.clone(),
-            closing_rx.clone(),
-        );
+        shutdown.accepted();
+        let conn = Conn {
+            acceptor: acceptor.clone(),
+            router: router.clone(),
+            builder: builder.clone(),
+            transport: transport.clone(),
+            metrics: metrics.clone(),
+            closing: closing_rx.clone(),
+            shutdown: shutdown.clone(),
+        };
         metrics.connections.inc();
         tokio::spawn(async move {
             let _slot = slot;
-            connection(tcp, peer, acceptor, router, &builder, &transport, &metrics, &mut closing).await;
+            let metrics = conn.metrics.clone();
+            conn.serve(tcp, peer).await;
             metrics.connections.dec();
         });
     }
     drop(listener);
-    tracing::info!("stopped accepting connections; draining in-flight requests");
+    let seen = shutdown.seen();
+    tracing::info!(
+        requests = seen.answers,
+        connections = seen.connections,
+        last_accept_ms = seen.last_accept_ms,
+        open = transport.max_connections - slots.available_permits(),
+        "shutdown delay over: requests answered and connections accepted since the termination signal (the last this many ms after it); stopped accepting, closing the open connections"
+    );
     let _ = closing_tx.send(true);
     let all = u32::try_from(transport.max_connections).unwrap_or(u32::MAX);
     tokio::select! {
@@ -219,79 +236,100 @@ pub async fn serve(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn connection(
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
+/// One accepted conversion connection and what it needs.
+struct Conn {
     acceptor: TlsAcceptor,
     router: axum::Router,
-    builder: &auto::Builder<TokioExecutor>,
-    transport: &Transport,
-    metrics: &Metrics,
-    closing: &mut watch::Receiver<bool>,
-) {
-    let tcp = tokio::io::BufReader::with_capacity(READ_BUFFER, tcp);
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            return closed(metrics, "handshake_failed");
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "TLS handshake timed out");
-            return closed(metrics, "handshake_timeout");
-        }
-    };
-    let state = Arc::new(ConnState::default());
-    let service = {
-        let state = state.clone();
-        hyper::service::service_fn(move |req: http::Request<Incoming>| {
-            let active = state.begin();
-            let call = router.clone().oneshot(req.map(axum::body::Body::new));
-            async move {
-                let response = call.await.unwrap_or_else(|never: Infallible| match never {});
-                Ok::<_, Infallible>(response.map(|b| Tracked::new(b, active)))
+    builder: auto::Builder<TokioExecutor>,
+    transport: Transport,
+    metrics: Arc<Metrics>,
+    closing: watch::Receiver<bool>,
+    shutdown: Shutdown,
+}
+
+impl Conn {
+    async fn serve(mut self, tcp: TcpStream, peer: SocketAddr) {
+        let (transport, metrics) = (&self.transport, &*self.metrics);
+        let tcp = tokio::io::BufReader::with_capacity(READ_BUFFER, tcp);
+        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(tcp)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return closed(metrics, "handshake_failed");
             }
-        })
-    };
-    let conn = builder.serve_connection(TokioIo::new(tls), service);
-    tokio::pin!(conn);
-    let mut tick = tokio::time::interval(transport.tick());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut shut_down_at: Option<tokio::time::Instant> = None;
-    let mut shutting_down = *closing.borrow();
-    if shutting_down {
-        conn.as_mut().graceful_shutdown();
-    }
-    loop {
-        tokio::select! {
-            ended = conn.as_mut() => {
-                if let Err(e) = ended {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    closed(metrics, "error");
-                }
-                return;
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                return closed(metrics, "handshake_timeout");
             }
-            _ = closing.changed(), if !shutting_down => {
-                shutting_down = true;
-                conn.as_mut().graceful_shutdown();
-                closed(metrics, "shutdown");
-            }
-            _ = tick.tick() => {
-                let stall = state.longest_write_stall();
-                if stall >= transport.write_timeout {
-                    tracing::info!(%peer, ?stall, "closing a connection whose peer stopped reading its answer (--write-timeout)");
-                    return closed(metrics, "stalled_write");
-                }
-                match shut_down_at {
-                    None if state.idle_for() >= transport.idle_timeout => {
-                        tracing::debug!(%peer, "closing an idle connection (--idle-timeout)");
-                        closed(metrics, "idle");
-                        conn.as_mut().graceful_shutdown();
-                        shut_down_at = Some(tokio::time::Instant::now());
+        };
+        let state = Arc::new(ConnState::default());
+        let goaway = Arc::new(Notify::new());
+        let service = {
+            let (state, router, shutdown) = (state.clone(), self.router.clone(), self.shutdown.clone());
+            let goaway = goaway.clone();
+            hyper::service::service_fn(move |req: http::Request<Incoming>| {
+                let active = state.begin();
+                let version = req.version();
+                let call = router.clone().oneshot(req.map(axum::body::Body::new));
+                let (shutdown, goaway) = (shutdown.clone(), goaway.clone());
+                async move {
+                    let mut response = call.await.unwrap_or_else(|never: Infallible| match never {});
+                    // One relaxed load while not stopping.
+                    if shutdown.close_with_answer(version, response.headers_mut()) {
+                        goaway.notify_one();
                     }
-                    Some(at) if at.elapsed() >= transport.idle_timeout.min(MAX_CLOSE_GRACE) => return,
-                    _ => {}
+                    Ok::<_, Infallible>(response.map(|b| Tracked::new(b, active)))
+                }
+            })
+        };
+        let conn = self.builder.serve_connection(TokioIo::new(tls), service);
+        tokio::pin!(conn);
+        let mut tick = tokio::time::interval(transport.tick());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shut_down_at: Option<tokio::time::Instant> = None;
+        // Until the delay is over a connection is closed by an answer, not while idle: an idle
+        // HTTP/1.1 connection asked to close is closed at once, maybe as the next review is
+        // sent on it.
+        let mut shutting_down = *self.closing.borrow();
+        if shutting_down {
+            conn.as_mut().graceful_shutdown();
+        }
+        loop {
+            tokio::select! {
+                ended = conn.as_mut() => {
+                    if let Err(e) = ended {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                        closed(metrics, "error");
+                    }
+                    return;
+                }
+                _ = self.closing.changed(), if !shutting_down => {
+                    shutting_down = true;
+                    conn.as_mut().graceful_shutdown();
+                    closed(metrics, "shutdown");
+                }
+                // An HTTP/2 answer while stopping: GOAWAY (the streams in flight still finish).
+                () = goaway.notified(), if !shutting_down => {
+                    shutting_down = true;
+                    conn.as_mut().graceful_shutdown();
+                    closed(metrics, "shutdown");
+                }
+                _ = tick.tick() => {
+                    let stall = state.longest_write_stall();
+                    if stall >= transport.write_timeout {
+                        tracing::info!(%peer, ?stall, "closing a connection whose peer stopped reading its answer (--write-timeout)");
+                        return closed(metrics, "stalled_write");
+                    }
+                    match shut_down_at {
+                        None if state.idle_for() >= transport.idle_timeout => {
+                            tracing::debug!(%peer, "closing an idle connection (--idle-timeout)");
+                            closed(metrics, "idle");
+                            conn.as_mut().graceful_shutdown();
+                            shut_down_at = Some(tokio::time::Instant::now());
+                        }
+                        Some(at) if at.elapsed() >= transport.idle_timeout.min(MAX_CLOSE_GRACE) => return,
+                        _ => {}
+                    }
                 }
             }
         }
@@ -334,28 +372,4 @@ pub async fn serve_admin(listener: TcpListener, router: axum::Router, stop: impl
     }
     drop(listener);
     let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
-}
-
-/// Resolves on SIGTERM or SIGINT.
-pub async fn termination_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => tracing::info!("SIGTERM received"),
-                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the server");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

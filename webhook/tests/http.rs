@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dco_api::config::TargetKind;
+use dco_api::stop::{Shutdown, Trigger};
 use dco_webhook::budget::Budget;
 use dco_webhook::health::Health;
 use dco_webhook::hold::HoldReason;
@@ -16,8 +17,9 @@ use dco_webhook::registry::{ConfigRef, Entry, Failure, Registry, Served};
 use dco_webhook::routes::{App, Limits, admin_router, router};
 use dco_webhook::serve::Transport;
 use dco_webhook::tls::{CertFiles, CertStore, server_config};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
 /// Sets every object's apiVersion to the desired one. Objects can ask to fail (`spec.fail`),
 /// to be slow (`spec.sleepMs`) or to panic (`spec.panic`).
@@ -78,7 +80,7 @@ struct Harness {
     app: Arc<App>,
     certs: Arc<CertStore>,
     dir: PathBuf,
-    stop: watch::Sender<bool>,
+    stop: Trigger,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -157,24 +159,19 @@ async fn start_with(limits: Limits, debug_full_errors: bool) -> Harness {
     let port = listener.local_addr().unwrap().port();
     let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin_port = admin_listener.local_addr().unwrap().port();
-    let (stop, rx) = watch::channel(false);
-    let mut rx2 = rx.clone();
-    let mut rx3 = rx.clone();
+    let (shutdown, stop) = Shutdown::manual();
     let server = tokio::spawn(dco_webhook::serve::serve(
         listener,
         tls,
         router(app.clone()),
         Transport::default(),
         app.metrics.clone(),
-        async move {
-            let _ = rx2.wait_for(|s| *s).await;
-        },
+        shutdown.clone(),
         Duration::from_secs(5),
     ));
     tokio::spawn(dco_webhook::serve::serve_admin(admin_listener, admin_router(app.clone()), async move {
-        let _ = rx3.wait_for(|s| *s).await;
+        shutdown.closing().await
     }));
-    drop(rx);
     Harness {
         base: format!("https://localhost:{port}"),
         admin: format!("http://127.0.0.1:{admin_port}"),
@@ -525,7 +522,7 @@ async fn graceful_stop_drains_in_flight_requests_then_refuses_new_ones() {
         tokio::spawn(async move { client.post(url).body(body).send().await.map(|r| r.status().as_u16()) })
     };
     tokio::time::sleep(Duration::from_millis(150)).await;
-    h.stop.send(true).unwrap();
+    h.stop.close();
     assert_eq!(slow.await.unwrap().unwrap(), 200, "the in-flight request must complete");
     let mut h = h;
     tokio::time::timeout(Duration::from_secs(5), &mut h.server)
@@ -533,6 +530,74 @@ async fn graceful_stop_drains_in_flight_requests_then_refuses_new_ones() {
         .expect("serve returns after draining")
         .unwrap();
     assert!(h.client.get(format!("{}/healthz", h.base)).send().await.is_err(), "the listener is closed");
+}
+
+/// From the termination signal until the end of the delay every answer closes its connection
+/// — HTTP/1.1 `Connection: close`, HTTP/2 GOAWAY — and new connections are still served; an
+/// idle connection is not closed before (docs/webhook.md, "Shutdown").
+#[tokio::test]
+async fn a_stopping_server_closes_each_connection_with_its_answer_and_still_serves() {
+    let h = start(Limits::default()).await;
+    let url = format!("{}/convert/widgets.example.org", h.base);
+    let body = review("apiextensions.k8s.io/v1", vec![widget("a", json!({"x": 1}))]).to_string();
+    let ca = std::fs::read_to_string(h.dir.join("tls.crt")).unwrap();
+    let http1 = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .resolve("localhost", "127.0.0.1:0".parse().unwrap())
+        .http1_only()
+        .build()
+        .unwrap();
+    let post = |c: &reqwest::Client| c.post(&url).body(body.clone()).send();
+    let before = post(&http1).await.unwrap();
+    assert_eq!((before.status().as_u16(), before.version()), (200, reqwest::Version::HTTP_11));
+    assert!(before.headers().get("connection").is_none(), "kept alive before the signal");
+
+    // An HTTP/2 connection opened before the signal.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap()).unwrap();
+    let mut tls = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let port = h.base.rsplit(':').next().unwrap();
+    let tcp = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}")).await.unwrap();
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let (h2_client, h2_conn) = h2::client::handshake(stream).await.unwrap();
+    let h2_conn = tokio::spawn(h2_conn);
+    let mut h2_client = h2_client.ready().await.unwrap();
+    let req = http::Request::post(url.clone()).body(()).unwrap();
+    let (resp, mut send) = h2_client.send_request(req, false).unwrap();
+    send.send_data(body.clone().into(), true).unwrap();
+    assert_eq!(resp.await.unwrap().status(), 200);
+
+    h.stop.stop();
+    let during = post(&http1).await.unwrap();
+    assert_eq!(during.status(), 200);
+    assert_eq!(during.headers().get("connection").map(|v| v.to_str().unwrap()), Some("close"));
+    // The next request needs a new connection, which is accepted and served.
+    let again = post(&http1).await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers().get("connection").map(|v| v.to_str().unwrap()), Some("close"));
+    // The HTTP/2 connection opened before the signal answers, then gets GOAWAY and ends.
+    let req = http::Request::post(url.clone()).body(()).unwrap();
+    let mut h2_client = h2_client.ready().await.unwrap();
+    let (resp, mut send) = h2_client.send_request(req, false).unwrap();
+    send.send_data(body.clone().into(), true).unwrap();
+    assert_eq!(resp.await.unwrap().status(), 200);
+    // The client keeps its handle: only the server's GOAWAY ends the connection.
+    tokio::time::timeout(Duration::from_secs(5), h2_conn)
+        .await
+        .expect("the HTTP/2 connection ends after the signal")
+        .unwrap()
+        .unwrap();
+    assert!(h2_client.ready().await.is_err(), "no new stream on a connection that got GOAWAY");
+    assert_eq!(post(&h.client).await.unwrap().status(), 200, "a new HTTP/2 connection is served");
+
+    h.stop.close();
+    let mut h = h;
+    tokio::time::timeout(Duration::from_secs(5), &mut h.server).await.expect("serve returns").unwrap();
+    assert!(post(&http1).await.is_err(), "the listener is closed once the delay is over");
 }
 
 /// A real engine plan for `deep.example.org`: v2 (hub) `spec.a`, `spec.items[].n` and a

@@ -10,7 +10,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -30,7 +29,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
@@ -366,31 +365,12 @@ pub fn router(adm: Admission) -> axum::Router {
 /// they were asked to close: the apiserver waits `timeoutSeconds` (5) for an answer.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(6);
 
-/// What a stopping replica saw during its drain, for its log (and the shutdown tests).
-#[derive(Debug, Default)]
-struct Drain {
-    reviews: AtomicU64,
-    connections: AtomicU64,
-    /// Milliseconds from the signal to the last connection accepted.
-    last_accept_ms: AtomicU64,
-}
-
-impl Drain {
-    fn accepted(&self, shutdown: &Shutdown) {
-        if let Some(at) = shutdown.signalled_at() {
-            self.connections.fetch_add(1, Ordering::Relaxed);
-            let ms = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
-            self.last_accept_ms.fetch_max(ms, Ordering::Relaxed);
-        }
-    }
-}
-
 /// Serve `router` over TLS on `listener` with the certificate `certs` holds. From the
-/// termination signal on, every HTTP/1.1 answer carries `Connection: close`, so the apiserver
-/// sends its next review on a new connection, to a Ready Pod. Once the drain of `shutdown` is
-/// over: stop accepting, ask every connection still open to close (HTTP/2: GOAWAY; HTTP/1.1:
-/// `Connection: close` on the answer in flight, or closed at once when idle), and wait at most
-/// [`CLOSE_TIMEOUT`] for them.
+/// termination signal on, every answer closes its connection (HTTP/1.1 `Connection: close`,
+/// HTTP/2 GOAWAY; `dco_api::stop`), so the apiserver sends its next review on a new
+/// connection, to a Ready Pod. Once the drain of `shutdown` is over: stop accepting, ask every
+/// connection still open to close (HTTP/1.1: `Connection: close` on the answer in flight, or
+/// closed at once when idle), and wait at most [`CLOSE_TIMEOUT`] for them.
 pub async fn serve(
     listener: TcpListener,
     certs: Arc<CertResolver>,
@@ -411,7 +391,6 @@ pub async fn serve(
     builder.http1().timer(TokioTimer::new()).header_read_timeout(HANDSHAKE_TIMEOUT);
     let builder = Arc::new(builder);
     let (closing_tx, closing) = watch::channel(false);
-    let drain = Arc::new(Drain::default());
     loop {
         let accepted = tokio::select! {
             () = shutdown.drained() => break,
@@ -431,13 +410,12 @@ pub async fn serve(
                 continue;
             }
         };
-        drain.accepted(&shutdown);
+        shutdown.accepted();
         let conn = Conn {
             acceptor: acceptor.clone(),
             router: router.clone(),
             builder: builder.clone(),
             closing: closing.clone(),
-            drain: drain.clone(),
             shutdown: shutdown.clone(),
         };
         tokio::spawn(async move {
@@ -447,11 +425,11 @@ pub async fn serve(
     }
     drop(listener);
     let open = MAX_CONNECTIONS - slots.available_permits();
-    let after = |n: &AtomicU64| n.load(Ordering::Relaxed);
+    let seen = shutdown.seen();
     tracing::info!(
-        reviews = after(&drain.reviews),
-        connections = after(&drain.connections),
-        last_accept_ms = after(&drain.last_accept_ms),
+        reviews = seen.answers,
+        connections = seen.connections,
+        last_accept_ms = seen.last_accept_ms,
         open,
         "admission drain over: reviews answered and connections accepted since the termination signal (the last this many ms after it); closing the open connections"
     );
@@ -474,7 +452,6 @@ struct Conn {
     router: axum::Router,
     builder: Arc<auto::Builder<TokioExecutor>>,
     closing: watch::Receiver<bool>,
-    drain: Arc<Drain>,
     shutdown: Shutdown,
 }
 
@@ -485,30 +462,28 @@ impl Conn {
             Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "admission TLS handshake failed"),
             Err(_) => return tracing::debug!(%peer, "admission TLS handshake timed out"),
         };
-        let (router, drain, shutdown) = (self.router, self.drain, self.shutdown);
+        let (router, shutdown) = (self.router, self.shutdown);
+        let goaway = Arc::new(Notify::new());
+        let answered = goaway.clone();
         let service = hyper::service::service_fn(move |req: http::Request<Incoming>| {
-            let http1 = req.version() < http::Version::HTTP_2;
+            let version = req.version();
             let call = router.clone().oneshot(req.map(axum::body::Body::new));
-            let (drain, shutdown) = (drain.clone(), shutdown.clone());
+            let (shutdown, answered) = (shutdown.clone(), answered.clone());
             async move {
                 let mut resp = call.await.unwrap_or_else(|never: Infallible| match never {});
-                if shutdown.signalled_at().is_some() {
-                    drain.reviews.fetch_add(1, Ordering::Relaxed);
-                    // The apiserver speaks HTTP/1.1 to webhooks and POSTs are not retried: an
-                    // idle kept-alive connection closed by us while it sends the next review on
-                    // it fails that review (EOF, broken pipe). So while draining, each answer
-                    // closes its connection, and the next review opens a new one, which goes
-                    // to a Ready Pod.
-                    if http1 {
-                        resp.headers_mut()
-                            .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
-                    }
+                // While draining, each answer closes its connection (HTTP/1.1 by its header,
+                // HTTP/2 by GOAWAY), so the next review opens a new one, to a Ready Pod
+                // (dco_api::stop).
+                if shutdown.close_with_answer(version, resp.headers_mut()) {
+                    answered.notify_one();
                 }
                 Ok::<_, Infallible>(resp)
             }
         });
         let conn = self.builder.serve_connection(TokioIo::new(stream), service);
         tokio::pin!(conn);
+        // Not at the signal: an idle HTTP/1.1 connection asked to close is closed at once,
+        // maybe as the next review is sent on it.
         let mut asked = *self.closing.borrow();
         if asked {
             conn.as_mut().graceful_shutdown();
@@ -522,6 +497,10 @@ impl Conn {
                     return;
                 }
                 _ = self.closing.changed(), if !asked => {
+                    asked = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                () = goaway.notified(), if !asked => {
                     asked = true;
                     conn.as_mut().graceful_shutdown();
                 }
