@@ -431,8 +431,9 @@ mod fast_path_tests {
     }
 }
 
-/// Issue #11: the stream, projection and full paths give one answer for every input the
-/// scanner accepts (repeated keys, surrogates, numbers of any spelling and size).
+/// The stream, projection and full paths give one answer for every input the scanner accepts
+/// (repeated keys, surrogates, numbers of any spelling and size; docs/engine.md, "One answer
+/// per input").
 #[cfg(test)]
 mod one_answer {
     use super::Via;

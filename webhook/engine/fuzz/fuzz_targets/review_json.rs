@@ -1,4 +1,4 @@
-//! One answer per input (issue #11). Two kinds of input:
+//! One answer per input (docs/engine.md, "One answer per input"). Two kinds of input:
 //! - the fuzz bytes as one object (any bytes, UTF-8 or not), placed in a ConversionReview as
 //!   they are and, when they start an object, again with an `apiVersion` of the hub as its first
 //!   member (so the stream path reads it);
