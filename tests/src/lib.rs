@@ -140,16 +140,23 @@ impl Drop for Operators {
 
 /// Starts one dco-operator process per id in `ids`, scoped by `selector` to a test's objects,
 /// its webhook servers' workloads and its shard Leases in the test's namespace, with short
-/// webhook drain, renew and lease periods; `extra` flags go last. Logs go to
-/// `<testenv>/logs/dco-operator_<ns>_<id>.log`.
+/// webhook drain, renew and lease periods; `extra` flags go last. The webhooks listen on
+/// `$(POD_IP):9443` unless `extra` holds a `--webhook-listen` (clap takes a flag once). Logs go
+/// to `<testenv>/logs/dco-operator_<ns>_<id>.log`.
 pub fn start_operators(env: &TestEnv, selector: &str, ids: &[&str], extra: &[&str]) -> Result<Operators> {
     let mut out = Operators(Vec::new());
+    let listen: &[&str] = if extra.iter().any(|a| a.split('=').next() == Some("--webhook-listen")) {
+        &[]
+    } else {
+        &["--webhook-listen", "$(POD_IP):9443"]
+    };
     for id in ids {
         let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
         let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(workspace_binary("dco-operator")?)
             .args(["--namespace", &env.ns, "--replica-id", id, "--selector", selector])
-            .args(["--webhook-listen", "$(POD_IP):9443", "--webhook-arg=--drain-period=5s"])
+            .args(listen)
+            .args(["--webhook-arg=--drain-period=5s"])
             .args(["--webhook-arg=--lease-renew-interval=5s", "--webhook-arg=--lease-duration=20s"])
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(extra)

@@ -735,7 +735,7 @@ async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
         &["leases"],
         n,
     ));
-    allowed.extend(expand(&["get"], "", &["pods"], n));
+    allowed.extend(expand(&["get", "list"], "", &["pods"], n));
     allowed.extend(expand(&["create", "patch"], "events.k8s.io", &["events"], n));
     allowed.extend(expand(&["create", "patch"], "events.k8s.io", &["events"], Some("default")));
     for v in ["get", "update"] {

@@ -286,6 +286,10 @@ pub fn deployment(
         resources: spec.resources.clone(),
         volume_mounts: Some(mounts),
         security_context: Some(container_security_context()),
+        // dco-webhook writes no termination log: its log's last lines (the error it exits
+        // with) become the termination message, which the server's status quotes
+        // (`status::pod_failures`).
+        termination_message_policy: Some("FallbackToLogsOnError".to_string()),
         ..Container::default()
     };
     let mut pod_labels = spec.pod_labels.clone();
@@ -645,6 +649,8 @@ mod tests {
         );
         assert_eq!(pod.service_account_name.as_deref(), Some("dco-webhook-pool-a"));
         assert_eq!(ctr.image.as_deref(), Some(settings().webhook_image.as_str()));
+        // The error dco-webhook exits with reaches the Pod's status, and so the server's.
+        assert_eq!(ctr.termination_message_policy.as_deref(), Some("FallbackToLogsOnError"));
     }
 
     /// The checks of Pod Security "restricted" (k8s.io/pod-security-admission, policy

@@ -4,8 +4,8 @@
 //!
 //! An apply reads as: the desired objects (`desired`, pure) → apply-and-prune of what the
 //! server owns (`owned`) with the certificate step (`certs`) among the applies → the Lease
-//! aggregate and assignments from the caches → the status (`status::render`, pure) → one
-//! status write.
+//! aggregate and assignments from the caches (and, while replicas are missing, one page of
+//! the server's Pods) → the status (`status::render`, pure) → one status write.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,11 +14,12 @@ use dco_api::{
     ANNOTATION_ALLOW_FORCE_DELETE, CRDConversionConfig, ConversionWebhookServer, FINALIZER_IN_USE,
     ServerStatus, XRDConversionConfig,
 };
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 use tracing::instrument;
@@ -218,17 +219,68 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
             .map_or(443, |p| p.port),
         certificate,
     };
+    let pod_failures = if applied.workload.missing() { failing_pods(ctx, &names).await } else { Vec::new() };
     let configs = config_refs(ctx).await?;
-    let rendered =
-        status::render(cws.status.as_ref(), &facts(cws, ctx, &names, now, &configs, Some(applied), None));
+    let mut f = facts(cws, ctx, &names, now, &configs, Some(applied), None);
+    f.pod_failures = pod_failures;
+    let rendered = status::render(cws.status.as_ref(), &f);
     write_status(ctx, cws, &rendered.status).await?;
+    // After the status write: a failed write sends nothing, and the retry says it then.
+    for f in &rendered.events {
+        pod_failing_event(ctx, cws, f).await;
+    }
     let wait = rendered
         .lease_recheck
         .unwrap_or(ctx.settings.resync)
+        .min(rendered.pods_recheck.unwrap_or(ctx.settings.resync))
         .min(cert_recheck)
         .min(ctx.settings.resync)
         .min(ASSIGNED_RECHECK);
     Ok(Action::requeue(wait))
+}
+
+/// A Warning Event about the server that relates the failing Pod: the recorder folds Events
+/// with the same reason and references into one series, so without the Pod a second Pod's
+/// failure would only count up the first's.
+async fn pod_failing_event(ctx: &Context, cws: &ConversionWebhookServer, f: &status::PodFailure) {
+    let pod = ObjectReference {
+        api_version: Some("v1".to_string()),
+        kind: Some("Pod".to_string()),
+        name: Some(f.pod.clone()),
+        namespace: Some(f.namespace.clone()),
+        uid: f.uid.clone(),
+        ..ObjectReference::default()
+    };
+    let ev = KubeEvent {
+        type_: EventType::Warning,
+        reason: status::PODS_FAILING.to_string(),
+        note: Some(f.line()),
+        action: "Apply".to_string(),
+        secondary: Some(pod),
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &cws.object_ref(&())).await {
+        tracing::warn!(server = %cws.name_any(), error = %e, "cannot record an Event");
+    }
+}
+
+/// The failing containers among the first `status::PODS_PAGE` of the server's webhook Pods
+/// (one list, by the Deployment's selector). A list that fails (RBAC without list on pods, as
+/// before the chart granted it) leaves the status at the replica count and is logged.
+async fn failing_pods(ctx: &Context, names: &ServerNames) -> Vec<status::PodFailure> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let selector = names.selector().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    match api.list(&ListParams::default().labels(&selector).limit(status::PODS_PAGE)).await {
+        Ok(pods) => status::pod_failures(&pods.items),
+        Err(e) => {
+            tracing::warn!(
+                server = %names.server,
+                "cannot list the Pods of Deployment {}/{} ({selector}) to say why replicas are not ready: {e}; the operator needs list on pods there (docs/installation.md, \"RBAC\")",
+                names.namespace,
+                names.workload
+            );
+            Vec::new()
+        }
+    }
 }
 
 /// `Available=False` with why, and one Warning Event when it first says so: the server's
@@ -355,6 +407,7 @@ fn facts<'a>(
         assigned: assigned::assigned_to(configs, &ctx.servers(), &server),
         default: cws.spec.default,
         other_defaults,
+        pod_failures: Vec::new(),
     }
 }
 
