@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Resident memory of dco-webhook (static mode) per held target (issue #13): starts the server
-# on N copies of hack/bench/webhook-fixtures (`dco-webhook-load targets`, each its own group)
-# for each N in COUNTS, reads VmRSS from /proc once the directory is served and two reloads
+# Resident memory of dco-webhook (static mode) per held target (docs/performance.md): starts
+# the server on N copies of hack/bench/webhook-fixtures (`dco-webhook-load targets`, each its
+# own group) for each N in COUNTS, reads VmRSS from /proc once the directory is served and two reloads
 # (5 s each) have passed, and prints the RSS per target beyond the first against the bytes of
 # its input files (CRD + config). peak_kb is VmHWM: the load's parsed documents, freed since.
 #

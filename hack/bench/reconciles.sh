@@ -155,7 +155,8 @@ window() { # window LABEL [COMMAND...]: reconciles over WINDOW seconds from just
 touch_c0() { kubectl annotate crdconversionconfig "$NS-c0" "bench.dco.rs/touch=$(date +%s%N)" --overwrite >/dev/null; }
 rule_c0() { config 0 '    - {strategy: FieldRename, fieldRename: {hubPath: spec.owner, spokePath: spec.owner}}' | kubectl apply --server-side -f - >/dev/null; }
 # A rule that does not compile: c0's phase goes Applied → Invalid, which its server lists in
-# status.assignedConfigs (the feedback loop of issue 12 runs through that write); then back.
+# status.assignedConfigs (the feedback loop docs/performance.md describes under "Operator: work per
+# config change" ran through that write); then back.
 broken_c0() { config 0 '    - {strategy: FieldRename, fieldRename: {hubPath: spec.nowhere, spokePath: spec.owner}}' | kubectl apply --server-side -f - >/dev/null; }
 fixed_c0() { config 0 | kubectl apply --server-side -f - >/dev/null; }
 window "idle (noise floor)" true

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What a replica costs as the cluster grows, on the local cluster (docs/testenv.md; issue #13):
+# What a replica costs as the cluster grows, on the local cluster (docs/testenv.md; results in
+# docs/performance.md, "Scale: unrelated CRDs and held targets"):
 # N unrelated CRDs shaped like a Crossplane provider's (hack/bench/scale, `unrelated`), then M
 # targets with a config each, one ConversionWebhookServer of 2 replicas and the operator
 # (release builds; the operator a local process, the replicas Pods of the testenv). After each

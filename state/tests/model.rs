@@ -1,7 +1,7 @@
-//! A model check of the handover protocol (issue #15), exhaustive over every interleaving of
-//! the steps below, with the real decision function: the operator's step is
-//! `dco_state::handover::step` itself, fed the facts the operator would gather from the
-//! modelled world. `cargo test -p dco-state --test model -- --nocapture` prints the states
+//! A model check of the handover protocol (docs/operations.md, "How a target is wired and
+//! moved"), exhaustive over every interleaving of the steps below, with the real decision
+//! function: the operator's step is `dco_state::handover::step` itself, fed the facts the
+//! operator would gather from the modelled world. `cargo test -p dco-state --test model -- --nocapture` prints the states
 //! explored.
 //!
 //! The world: two servers `a` and `b`, each with two webhook replicas; one target, at first

@@ -1,4 +1,4 @@
-//! Two kube-apiservers on one etcd (issue #15; the testenv runs two unless
+//! Two kube-apiservers on one etcd (the testenv runs two unless
 //! `DCO_TESTENV_APISERVERS=1`, see docs/testenv.md): a client for the second, and
 //! [`RebuildProbe`], which measures when each apiserver switched a kind's storage after a
 //! change of its CRD's spec.

@@ -1,4 +1,4 @@
-//! The world of the move tests (issue #15): `tests/tests/e2e_moves.rs` (every kind of move)
+//! The world of the move tests: `tests/tests/e2e_moves.rs` (every kind of move)
 //! and `tests/tests/e2e_faults.rs` (faults during and between moves).
 //!
 //! Two ConversionWebhookServers `a` (the default) and `b` of 2 replicas each, 2 dco-operator

@@ -1,4 +1,4 @@
-//! The operator-as-Pods scenario of issue #14, shared by tests/tests/operator_pods.rs (the
+//! The sharded operator-as-Pods scenario (docs/sharding.md), shared by tests/tests/operator_pods.rs (the
 //! testenv with ShardedListAndWatch on) and tests/tests/operator_pods_fallback.rs (a second
 //! testenv with it off): the same ownership and the same results either way.
 

@@ -1,4 +1,4 @@
-//! The operator's validating admission webhook (issue #16, docs/admission.md) on the local
+//! The operator's validating admission webhook (docs/admission.md) on the local
 //! cluster: dco-operator as a Deployment of 2 Pods behind the Service it applies itself
 //! (`--admission-pod-selector`), registered by the operator (no chart), scoped by `--selector`
 //! to this test's objects. Every refusal is tried with the cluster's real kubectl and refused

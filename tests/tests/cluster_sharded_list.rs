@@ -2,7 +2,7 @@
 //! the testenv): a Lease list with a `shardSelector` echoes it in
 //! `metadata.shardInfo` and returns exactly the Leases whose FNV-1a hash of
 //! `metadata.uid` falls in the range — for 200 objects, two halves and the unions of shard
-//! ranges the operator asks for (issue #14).
+//! ranges the operator asks for (docs/sharding.md, "Shards").
 
 use std::collections::BTreeSet;
 

@@ -1,4 +1,5 @@
-//! The testenv's two kube-apiservers on one etcd (issue #15): both serve the cluster, each
+//! The testenv's two kube-apiservers on one etcd (docs/testenv.md, "Two apiservers"): both
+//! serve the cluster, each
 //! calls conversion webhooks through the service resolver, and each switches a kind's
 //! storage after a change of its CRD's spec on its own schedule. The lag between the two
 //! switches, over 10 changes, is printed: the drain period is set from its maximum.

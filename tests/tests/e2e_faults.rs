@@ -1,4 +1,4 @@
-//! Faults during and between moves, under load (issue #15), on the world of
+//! Faults during and between moves, under load, on the world of
 //! `tests/src/moves.rs` (two servers of 2 replicas, 2 operator replicas, a three-version
 //! target, a load client writing and reading at every version for the whole test):
 //!

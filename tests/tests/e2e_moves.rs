@@ -1,4 +1,4 @@
-//! Every kind of move under load (issue #15), on the world of `tests/src/moves.rs`: two
+//! Every kind of move under load, on the world of `tests/src/moves.rs`: two
 //! servers of 2 replicas, 2 operator replicas, a three-version target whose storage version is
 //! the middle one, and a load client writing at both spokes and reading at the other versions
 //! (alternating between the cluster's apiservers) for the whole test, checking every value.
@@ -10,7 +10,8 @@
 //! from the persisted status). Each move: zero failed requests, zero wrong values, settled
 //! verified (HandoverReady reason `HandoverReady`) and exactly one change of the target's
 //! spec. With `DCO_E2E_NO_HOLD_WHILE_NAMED=1` the source replicas stop holding a target that
-//! still names them, and this test fails (the closing note of issue #15 reports how).
+//! still names them, and this test fails in the move whose operator is killed (why the source
+//! holds: docs/architecture.md, "Moving a target without a gap").
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! Rebalancing (issue #15): 200 targets spread over two sharded servers, then a third joins.
+//! Rebalancing (docs/performance.md, "Rebalance"): 200 targets spread over two sharded
+//! servers, then a third joins.
 //!
 //! Servers A (`default: true`) and B are pool members (`spec.sharding.enabled`), 2 replicas
 //! each; 200 small target CRDs (v1 spoke, v2 hub and storage, a FieldRename rule), each with

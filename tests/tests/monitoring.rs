@@ -1,4 +1,4 @@
-//! Metrics and alerts people can use (issue #17; docs/operations.md, "Metrics" and "Alerts").
+//! Metrics and alerts people can use (docs/operations.md, "Metrics" and "Alerts").
 //!
 //! * `the_alert_rules_pass_promtool`: the chart's PrometheusRule, rendered by helm
 //!   (templates/prometheusrule.yaml runs charts/dco/files/prometheus-rules.yaml through `tpl`),
@@ -766,7 +766,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
 }
 
 #[test]
-fn the_dashboard_parses_and_covers_what_issue_17_asks() -> Result<()> {
+fn the_dashboard_parses_and_has_a_panel_for_each_signal() -> Result<()> {
     let d: Value = serde_json::from_str(&std::fs::read_to_string(
         repo_root().join("charts/dco/files/dashboards/dco.json"),
     )?)?;

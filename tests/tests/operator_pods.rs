@@ -1,4 +1,4 @@
-//! dco-operator as a Deployment of 3 replicas, Pods of the process-kubelet (issue #14): they
+//! dco-operator as a Deployment of 3 replicas, Pods of the process-kubelet: they
 //! divide 32 shards, the apiserver sends each replica only its shards' configs (KEP-5866's
 //! `shardSelector`; ShardedListAndWatch is on in the testenv), 300 configs (20 with real
 //! targets that get wired and converted) are each reconciled by their shard's owner and by no
@@ -10,7 +10,7 @@
 //! Needs `target/debug/dco-operator` and `target/debug/dco-webhook` (the images `dco-operator`
 //! and `dco-webhook` of the testenv). The replicas are scoped by `--selector` to this test's
 //! configs and servers, their Leases in the test's namespace; their ServiceAccount is bound to
-//! `cluster-admin` (least-privilege RBAC is the chart's, issue #17).
+//! `cluster-admin` (least-privilege RBAC is the chart's, docs/installation.md "RBAC").
 
 #[tokio::test]
 async fn three_operator_pods_divide_300_configs_and_survive_stop_kill_and_scaling() -> anyhow::Result<()> {

@@ -1,5 +1,5 @@
 //! The scenario of tests/tests/operator_pods.rs on a second local cluster whose apiserver has
-//! ShardedListAndWatch off (issue #14): the replicas' probe finds no `shardSelector` support,
+//! ShardedListAndWatch off: the replicas' probe finds no `shardSelector` support,
 //! they watch every config and drop what is not theirs, and the ownership and the results are
 //! the same. The second cluster has its own state directory (`target/testenv-fallback`) and its
 //! own Pod addresses (127.0.1.x), and is stopped at the end.

@@ -1,4 +1,4 @@
-//! Webhook Pods pass Pod Security "restricted" (issue #16). The test's namespace is labelled
+//! Webhook Pods pass Pod Security "restricted". The test's namespace is labelled
 //! `pod-security.kubernetes.io/enforce=restricted`, so the apiserver's own PodSecurity
 //! admission plugin (a default plugin, not disabled by hack/testenv-go/serve.go) decides
 //! every Pod created there. First a Pod that violates the profile is refused there — the

@@ -1,4 +1,4 @@
-//! Two operators share a cluster (issue #16, `--selector`): two dco-operator Deployments in
+//! Two operators share a cluster (`--selector`, docs/admission.md): two dco-operator Deployments in
 //! one namespace, each with its own `--selector`, its own admission Service and its own
 //! Leases. Each registers a ValidatingWebhookConfiguration of its own whose `objectSelector`
 //! is its selector, each refuses a second default among its own servers while the other's

@@ -234,7 +234,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     })
     .await?;
 
-    // Only named targets are read whole (issue #13): an unrelated CRD is not held; a config
+    // Only named targets are read whole: an unrelated CRD is not held; a config
     // created before its CRD is served once the CRD appears; a target no config names and no
     // plan holds is released.
     let held = || async {

@@ -1,4 +1,4 @@
-//! The scale benchmark's fixtures and probes (`hack/bench/scale.sh`, issue #13).
+//! The scale benchmark's fixtures and probes (`hack/bench/scale.sh`; results in docs/performance.md).
 //!
 //! - `unrelated`: CRDs shaped like a Crossplane provider's generated ones (upjet): a
 //!   `spec.forProvider` and `spec.initProvider` and a `status.atProvider` of the same few
