@@ -159,7 +159,6 @@ async fn drive<K>(
     }
 }
 
-/// A config's changes → the servers whose status or deletion reads it (`ConfigRef`).
 /// A Secret's changes → the servers whose CA bundle it changes, and its owner (like
 /// `Controller::watches`: every touched Secret wakes its owner, deletions too).
 fn secret_changes() -> impl FnMut(&watcher::Event<Secret>) -> Vec<Wake> {
@@ -176,6 +175,7 @@ fn secret_changes() -> impl FnMut(&watcher::Event<Secret>) -> Vec<Wake> {
     }
 }
 
+/// A config's changes → the servers whose status or deletion reads it (`ConfigRef`).
 fn config_changes<K: ConfigKind>() -> impl FnMut(&watcher::Event<K>) -> Vec<Wake> {
     let mut changes = Changes::default();
     move |ev| {
