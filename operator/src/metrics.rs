@@ -58,6 +58,8 @@ pub struct Metrics {
     /// Admission reviews answered (admission/serve.rs), by kind and verdict, and how long.
     pub admission_reviews: Family<AdmissionLabels, Counter>,
     pub admission_duration: Histogram,
+    /// This replica's admission registration passes, by outcome (admission/registration.rs).
+    pub admission_registration: Family<RegistrationLabels, Counter>,
     /// The series read from the caches at each scrape; runtime.rs hands it the caches.
     pub status: Arc<StatusMetrics>,
 }
@@ -66,6 +68,11 @@ pub struct Metrics {
 pub struct AdmissionLabels {
     pub kind: String,
     pub allowed: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistrationLabels {
+    pub outcome: &'static str,
 }
 
 /// The kind of a shard-scoped watch (sharded_watch.rs).
@@ -170,6 +177,13 @@ impl Default for Metrics {
             "Time to answer an admission review",
             admission_duration.clone(),
         );
+        let admission_registration = Family::<RegistrationLabels, Counter>::default();
+        register(
+            &mut registry,
+            "admission_registration_passes",
+            "Admission registration passes of this replica, by outcome: registered, no_configuration (its installer has not created it yet), nobody_answers (no Ready Pod behind the Service yet) or failed",
+            admission_registration.clone(),
+        );
         let status = Arc::new(StatusMetrics::default());
         registry.register_collector(Box::new(status.clone()));
         dco_api::metrics::register_process(&mut registry, env!("CARGO_PKG_VERSION"));
@@ -178,6 +192,7 @@ impl Default for Metrics {
             status,
             admission_reviews,
             admission_duration,
+            admission_registration,
             reconciles,
             failures,
             duration,

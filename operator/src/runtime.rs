@@ -534,6 +534,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             reg,
             certs.clone(),
             ctx.settings.cert_lifetimes,
+            metrics.admission_registration.clone(),
         ));
         while !certs.loaded() {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;

@@ -131,12 +131,22 @@ fn apply_for_adoption(t: &TestEnv, release: &str, docs: &[Value]) -> Result<()> 
     Ok(())
 }
 
-/// Lines of the operator Pods' logs.
-fn operator_logs(t: &TestEnv, pods: &[Pod]) -> String {
-    pods.iter()
-        .filter_map(|p| p.metadata.name.as_deref())
-        .filter_map(|n| std::fs::read_to_string(t.cluster.pod_log(&t.ns, n, "operator")).ok())
-        .collect()
+/// `dco_operator_admission_registration_passes_total{outcome}` summed over `pods`' metrics
+/// endpoints (the chart's `operator.metricsPort`, on the Pod's address with `bindPodIP`).
+async fn registration_passes(pods: &[Pod], outcome: &str) -> Result<u64> {
+    let series = format!("dco_operator_admission_registration_passes_total{{outcome=\"{outcome}\"}} ");
+    let mut total = 0;
+    for p in pods {
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).context("an operator Pod without an IP")?;
+        let (code, body) = dco_tests::http_get(&format!("{ip}:8080"), "/metrics").await?;
+        ensure!(code == 200, "GET {ip}:8080/metrics: {code}");
+        total += body
+            .lines()
+            .filter_map(|l| l.strip_prefix(series.as_str()))
+            .filter_map(|v| v.trim().parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(total)
 }
 
 async fn install(helm: Helm, order: Order) -> Result<()> {
@@ -176,9 +186,7 @@ async fn install(helm: Helm, order: Order) -> Result<()> {
         let ready = dco_tests::wait_ready_pods(&pods, "app.kubernetes.io/name=dco-operator", 2, WAIT).await?;
         // Before helm runs, a Ready replica has tried to register and found no configuration.
         wait_for("a replica to look for the admission configuration", WAIT, || async {
-            Ok(operator_logs(&t, &ready)
-                .contains(&format!("ValidatingWebhookConfiguration {vwc_name} does not exist yet"))
-                .then_some(()))
+            Ok((registration_passes(&ready, "no_configuration").await? > 0).then_some(()))
         })
         .await?;
         ensure!(

@@ -30,8 +30,12 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
 use super::serve::{CertResolver, certified_key};
 use crate::context::FIELD_MANAGER;
+use crate::metrics::RegistrationLabels;
 use crate::server::certs::{self, Current, Lifetimes};
 
 /// How often each replica re-checks the registration (and a rotation becomes due).
@@ -213,6 +217,38 @@ impl Registration {
     }
 }
 
+/// What a pass waits for, apart from errors: its outcome label in
+/// `dco_operator_admission_registration_passes_total`.
+#[derive(Debug)]
+pub enum Waiting {
+    /// `--admission-configuration=existing` and its installer has not created it yet.
+    NoConfiguration(String),
+    /// No Pod behind the Service answers yet.
+    NobodyAnswers(String),
+}
+
+impl std::fmt::Display for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Waiting::NoConfiguration(m) | Waiting::NobodyAnswers(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Waiting {}
+
+/// The outcome label of a pass's result.
+pub fn outcome(r: &anyhow::Result<()>) -> &'static str {
+    match r {
+        Ok(()) => "registered",
+        Err(e) => match e.downcast_ref::<Waiting>() {
+            Some(Waiting::NoConfiguration(_)) => "no_configuration",
+            Some(Waiting::NobodyAnswers(_)) => "nobody_answers",
+            None => "failed",
+        },
+    }
+}
+
 /// Whether the Service's calls reach a replica now: some Pod it selects is Ready and not
 /// terminating (what the endpoint controllers and kube-proxy follow), and, where the cluster
 /// publishes EndpointSlices for it, one of their endpoints is ready. `Ok` is the number of
@@ -284,7 +320,8 @@ async fn service_answers(client: &Client, reg: &Registration) -> anyhow::Result<
     // Clusters without EndpointSlices for it (the endpoint controllers off), or an operator not
     // allowed to read them, are judged by the Pods alone.
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns).list(&by_service).await.ok();
-    answering(&named, &pods.items, slices.as_ref().map(|l| l.items.as_slice())).map_err(anyhow::Error::msg)
+    answering(&named, &pods.items, slices.as_ref().map(|l| l.items.as_slice()))
+        .map_err(|m| Waiting::NobodyAnswers(m).into())
 }
 
 fn data(s: &Option<Secret>) -> Option<BTreeMap<String, Vec<u8>>> {
@@ -387,11 +424,14 @@ pub async fn reconcile(
                 .patch(&reg.webhook_name, &merge, &Patch::Merge(reg.webhook_content(&out.ca_bundle)))
                 .await
             {
-                Err(kube::Error::Api(e)) if e.code == 404 => anyhow::bail!(
-                    "ValidatingWebhookConfiguration {} does not exist yet; with --admission-configuration=existing \
-                     its installer (the chart) creates it and the operator fills in the webhooks",
-                    reg.webhook_name
-                ),
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Err(Waiting::NoConfiguration(format!(
+                        "ValidatingWebhookConfiguration {} does not exist yet; with --admission-configuration=existing \
+                         its installer (the chart) creates it and the operator fills in the webhooks",
+                        reg.webhook_name
+                    ))
+                    .into());
+                }
                 r => {
                     r?;
                 }
@@ -424,11 +464,19 @@ pub async fn withdraw_if_last(client: &Client, reg: &Registration) {
 
 /// Every [`INTERVAL`] (every [`RETRY`] until a pass succeeds), forever. What a pass waits
 /// for is logged when it changes, not every second.
-pub async fn run(client: Client, reg: Registration, certs: Arc<CertResolver>, life: Lifetimes) {
+pub async fn run(
+    client: Client,
+    reg: Registration,
+    certs: Arc<CertResolver>,
+    life: Lifetimes,
+    passes: Family<RegistrationLabels, Counter>,
+) {
     // Not yet registered: the first success is logged too.
     let mut last: Option<String> = Some(String::new());
     loop {
-        let wait = match reconcile(&client, &reg, &certs, &life).await {
+        let result = reconcile(&client, &reg, &certs, &life).await;
+        passes.get_or_create(&RegistrationLabels { outcome: outcome(&result) }).inc();
+        let wait = match result {
             Ok(()) => {
                 if last.take().is_some() {
                     tracing::info!(configuration = %reg.webhook_name, "admission webhooks registered");
@@ -519,6 +567,18 @@ mod tests {
             ready.iter().map(|r| json!({"addresses": ["10.0.0.1"], "conditions": {"ready": r}})).collect();
         serde_json::from_value(json!({"metadata": {"name": "s"}, "addressType": "IPv4", "endpoints": eps}))
             .unwrap()
+    }
+
+    #[test]
+    fn each_pass_has_an_outcome() {
+        assert_eq!(outcome(&Ok(())), "registered");
+        assert_eq!(outcome(&Err(Waiting::NoConfiguration("x".into()).into())), "no_configuration");
+        assert_eq!(outcome(&Err(Waiting::NobodyAnswers("x".into()).into())), "nobody_answers");
+        assert_eq!(outcome(&Err(anyhow::anyhow!("403"))), "failed");
+        // Context added on the way up keeps the classification.
+        let wrapped: anyhow::Result<()> =
+            Err(anyhow::Error::from(Waiting::NobodyAnswers("x".into())).context("pass"));
+        assert_eq!(outcome(&wrapped), "nobody_answers");
     }
 
     #[test]
