@@ -26,6 +26,19 @@ pub fn helm_binary(cluster: &Cluster) -> Result<PathBuf> {
     Ok(helm)
 }
 
+/// The documents of a multi-document YAML stream (`helm template`'s output), empty ones dropped.
+pub fn documents(yaml: &str) -> Result<Vec<Value>> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let v = Value::deserialize(doc)?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
 /// The helm a test runs: 3 (built by `hack/testenv up`) or 4 (`hack/testenv tool helm4`,
 /// which applies server-side by default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -807,6 +807,27 @@ pub async fn hand_run_webhook_setup(
     Ok(ca)
 }
 
+/// The Warning Events with `reason` about the cluster-scoped object `name` (kube-runtime's
+/// recorder writes Events about cluster-scoped objects to namespace "default").
+pub async fn warning_events(
+    client: &Client,
+    name: &str,
+    reason: &str,
+) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    Ok(events
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+                && e.type_.as_deref() == Some("Warning")
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,8 +30,8 @@ use serde_json::{Value, json};
 
 use dco_api::{CRDConversionConfig, ConversionWebhookServer};
 use dco_tests::chart::{
-    Helm, HelmOutput, chart_dir, copy_dir, helm, helm_install_dco_with, release_label, restore_crd,
-    widget_crd,
+    Helm, HelmOutput, chart_dir, copy_dir, documents, helm, helm_install_dco_with, release_label,
+    restore_crd, widget_crd,
 };
 use dco_tests::rbac::{Check, audit, expand};
 use dco_tests::{TestEnv, wait_for};
@@ -44,19 +44,6 @@ const RENDER: &str = "dco-render";
 
 fn full_values() -> PathBuf {
     dco_tests::repo_root().join("tests/chart/full-values.yaml")
-}
-
-/// The documents of a multi-document YAML stream, empty ones dropped.
-fn documents(yaml: &str) -> Result<Vec<Value>> {
-    use serde::Deserialize;
-    let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let v = Value::deserialize(doc)?;
-        if !v.is_null() {
-            out.push(v);
-        }
-    }
-    Ok(out)
 }
 
 fn kinds(docs: &[Value]) -> BTreeMap<String, usize> {

@@ -23,11 +23,10 @@ use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use dco_api::ConversionWebhookServer;
-use dco_tests::chart::{Helm, chart_dir, helm_install_dco_with, release_label, values_files};
+use dco_tests::chart::{Helm, chart_dir, documents, helm_install_dco_with, release_label, values_files};
 use dco_tests::{TestEnv, wait_for};
 
 const WAIT: Duration = Duration::from_secs(180);
@@ -94,14 +93,7 @@ fn render(helm: Helm, t: &TestEnv, release: &str, values: &Value) -> Result<Vec<
             mine.to_str().unwrap_or_default(),
         ],
     )?;
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&out) {
-        let v = Value::deserialize(doc)?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
+    documents(&out)
 }
 
 /// Applies what the chart renders, bar the admission configuration and the custom resources,

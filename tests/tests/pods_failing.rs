@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, ensure};
 use dco_api::ConversionWebhookServer;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -44,21 +43,13 @@ async fn available(
         .map(|c| (c.status, c.reason, c.message)))
 }
 
-/// The Warning Events about `server` with reason `PodsFailing` (Events about cluster-scoped
-/// objects go to `default`): each one's note and how often it was sent (the recorder counts a
-/// repeat into the first's series instead of writing another Event).
+/// The Warning Events about `server` with reason `PodsFailing`: each one's note and how often
+/// it was sent (the recorder counts a repeat into the first's series instead of writing
+/// another Event).
 async fn warnings(client: &kube::Client, server: &str) -> Result<Vec<(String, i32)>> {
-    let api: Api<Event> = Api::namespaced(client.clone(), "default");
-    Ok(api
-        .list(&ListParams::default())
+    Ok(dco_tests::warning_events(client, server, "PodsFailing")
         .await?
-        .items
         .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(server)
-                && e.reason.as_deref() == Some("PodsFailing")
-                && e.type_.as_deref() == Some("Warning")
-        })
         .map(|e| (e.note.unwrap_or_default(), e.series.map_or(1, |s| s.count)))
         .collect())
 }

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
 use dco_api::ConversionWebhookServer;
@@ -39,23 +38,6 @@ async fn available(
         .flat_map(|st| st.conditions.iter())
         .find(|c| c.type_ == "Available")
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone())))
-}
-
-/// Warning Events about `server` with `reason` (Events about cluster-scoped objects go to
-/// namespace "default").
-async fn warnings(client: &kube::Client, server: &str, reason: &str) -> Result<Vec<Event>> {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    Ok(events
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(server)
-                && e.reason.as_deref() == Some(reason)
-                && e.type_.as_deref() == Some("Warning")
-        })
-        .collect())
 }
 
 #[tokio::test]
@@ -164,7 +146,7 @@ async fn secrets_only_in_server_namespaces() -> Result<()> {
         ensure!(message.contains(part), "the refusal does not name {part}: {message}");
     }
     let events = wait_for("a Warning Event NamespaceNotWatched", WAIT, || async {
-        let e = warnings(&client, &outside, &reason).await?;
+        let e = dco_tests::warning_events(&client, &outside, &reason).await?;
         Ok((!e.is_empty()).then_some(e))
     })
     .await?;
@@ -178,7 +160,7 @@ async fn secrets_only_in_server_namespaces() -> Result<()> {
     tokio::time::sleep(Duration::from_secs(15)).await;
     let after = servers.get(&outside).await?;
     ensure!(after.metadata.resource_version == rv, "the refused server was rewritten within 15 s");
-    let events = warnings(&client, &outside, &reason).await?;
+    let events = dco_tests::warning_events(&client, &outside, &reason).await?;
     let series: i32 = events.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum();
     ensure!(events.len() == 1 && series == 1, "{} Events ({series} in series) for one refusal", events.len());
     let now = dco_tests::wait_ready_pods(&pods, "app.kubernetes.io/name=dco-operator", 1, WAIT).await?;
