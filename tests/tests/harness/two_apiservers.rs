@@ -13,30 +13,11 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use serde_json::{Value, json};
 
 use dco_tests::apiservers::{RebuildProbe, client2};
+use crate::CrdGuard;
 use dco_tests::{TestEnv, apply_as, b64, wait_for};
 
 const MANAGER: &str = "dco-two-apiservers-test";
 const CHANGES: usize = 10;
-
-/// Deletes the (cluster-scoped) CRD when the test fails half-way; blocking and independent
-/// of the test's runtime.
-struct CrdGuard {
-    cluster: dco_tests::Cluster,
-    name: String,
-    armed: bool,
-}
-
-impl Drop for CrdGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = std::process::Command::new(self.cluster.kubectl())
-                .arg("--kubeconfig")
-                .arg(&self.cluster.kubeconfig)
-                .args(["delete", "crd", &self.name, "--wait=false", "--ignore-not-found"])
-                .output();
-        }
-    }
-}
 
 /// Creates `obj`, retrying while the apiserver behind `api` does not serve the kind yet
 /// (each apiserver installs a new CRD's API when its own informer sees it).

@@ -10,27 +10,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::json;
 
+use crate::CrdGuard;
 use dco_tests::{TestEnv, b64, wait_for};
-
-/// Deletes the (cluster-scoped) CRD when the test fails half-way; blocking
-/// and independent of the test's runtime.
-struct CrdGuard {
-    cluster: dco_tests::Cluster,
-    name: String,
-    armed: bool,
-}
-
-impl Drop for CrdGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = std::process::Command::new(self.cluster.kubectl())
-                .arg("--kubeconfig")
-                .arg(&self.cluster.kubeconfig)
-                .args(["delete", "crd", &self.name, "--wait=false", "--ignore-not-found"])
-                .output();
-        }
-    }
-}
 
 #[tokio::test]
 async fn conversion_webhook_runs_as_a_pod_and_is_called_by_the_apiserver() -> Result<()> {
