@@ -8,7 +8,7 @@
 #
 # The builder compiles the release binaries and lays out each image's files with
 # `hack/image --rootfs`: the same files hack/image puts in the archives it builds without a
-# daemon, which tests/tests/image.rs checks. So the runtime images start FROM scratch: the
+# daemon, which tests/tests/image_archives.rs checks. So the runtime images start FROM scratch: the
 # builder's dynamic loader, libc, libm and libgcc_s (what distroless/cc holds for these
 # binaries; the rust image is Debian 12, glibc 2.36, like the machines hack/image runs on), the
 # nonroot user 65532, the binary at /usr/local/bin/<binary>, no shell, no CA bundle (the

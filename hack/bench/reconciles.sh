@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How much work one config change costs the operator, on the local cluster (docs/testenv.md).
-# Runs dco-operator as tests/tests/operator_handover.rs does (a local process, the testenv's
+# Runs dco-operator as tests/tests/handover_pinned_move.rs does (a local process, the testenv's
 # admin kubeconfig, `--selector` scoped to this run's objects), then measures:
 #   1. WATCH streams per resource the operator holds: the apiserver's
 #      apiserver_longrunning_requests{verb="WATCH"} right after the operator is ready, minus

@@ -1,6 +1,6 @@
 //! Installing `charts/dco` on the local cluster (docs/installation.md): `helm` against the
 //! cluster, and [`helm_install_dco`], which installs or upgrades a release with the workspace's
-//! binaries as its images and what the local cluster needs. tests/tests/chart.rs proves the
+//! binaries as its images and what the local cluster needs. tests/tests/chart_install.rs proves the
 //! chart with it; other tests install dco with it the way a user would.
 
 use std::path::{Path, PathBuf};

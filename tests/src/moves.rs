@@ -1,5 +1,5 @@
-//! The world of the move tests: `tests/tests/e2e_moves.rs` (every kind of move)
-//! and `tests/tests/e2e_faults.rs` (faults during and between moves).
+//! The world of the move tests: `tests/tests/handover_moves.rs` (every kind of move)
+//! and `tests/tests/handover_faults.rs` (faults during and between moves).
 //!
 //! Two ConversionWebhookServers `a` (the default) and `b` of 2 replicas each, 2 dco-operator
 //! replicas (local processes, killable one by one), and a target with three versions whose
@@ -19,8 +19,8 @@
 //! `DCO_E2E_NO_HOLD_WHILE_NAMED=1` starts the webhook replicas with the test switch
 //! `--unsafe-test-no-hold-while-named` (webhook/src/cli.rs): a source replica no longer holds
 //! the target while its spec.conversion names it (nor extends its drain by the reviews it
-//! answers), and the tests must then fail: e2e_moves in the move whose operator is killed,
-//! e2e_faults in the SIGSTOP fault, both moves that wait longer than the drain period.
+//! answers), and the tests must then fail: handover_moves in the move whose operator is killed,
+//! handover_faults in the SIGSTOP fault, both moves that wait longer than the drain period.
 
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -410,7 +410,7 @@ impl World {
             .await?;
         }
 
-        // The target, served by strategy None until its config wires it (e2e_adopt.rs proves
+        // The target, served by strategy None until its config wires it (tests/tests/handover_adopt.rs proves
         // that adoption under load); its objects are written once dco serves it.
         let [v1, v2, v3] = schemas();
         let versions: Vec<Value> = VERSIONS

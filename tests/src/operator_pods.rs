@@ -1,5 +1,5 @@
-//! The sharded operator-as-Pods scenario (docs/sharding.md), shared by tests/tests/operator_pods.rs (the
-//! testenv with ShardedListAndWatch on) and tests/tests/operator_pods_fallback.rs (a second
+//! The sharded operator-as-Pods scenario (docs/sharding.md), shared by tests/tests/sharding_operator_pods.rs (the
+//! testenv with ShardedListAndWatch on) and tests/tests/sharding_operator_pods_fallback.rs (a second
 //! testenv with it off): the same ownership and the same results either way.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,7 +37,7 @@ const WAIT: Duration = Duration::from_secs(120);
 /// `dco-operator:dev` image (the testenv maps it to target/debug/dco-operator), a
 /// ServiceAccount `dco-operator` bound to cluster-admin by a ClusterRoleBinding
 /// `<ns>-dco-operator` ([`remove_operator_binding`] deletes it; the chart's least-privilege
-/// RBAC is tests/tests/chart.rs's), `--namespace`, `--selector`, `--metrics-listen
+/// RBAC is tests/tests/chart_install.rs's), `--namespace`, `--selector`, `--metrics-listen
 /// $(POD_IP):8080` (readiness `/readyz` there) and `--webhook-listen $$(POD_IP):9443` (`$$`
 /// escapes the kubelet's expansion: the webhook Pods expand it), then `extra_args`.
 pub struct OperatorDeployment<'a> {

@@ -1,4 +1,4 @@
-//! The pinned move of `tests/tests/operator_handover.rs` and `tests/tests/tracing_collector.rs`:
+//! The pinned move of `tests/tests/handover_pinned_move.rs` and `tests/tests/observability_tracing.rs`:
 //! two ConversionWebhookServers `<ns>-a` and `<ns>-b` (2 replicas each), a CRD with a spoke
 //! `v1` and a hub `v2`, and a CRDConversionConfig pinned to `a`, then re-pinned to `b`. Two
 //! dco-operator replicas (local processes) make the move, scoped by `--selector` to the

@@ -634,7 +634,7 @@ async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
     eprintln!("target {target} wired to {workload} and converting; no RBAC refusal in the operator logs");
 
     // A server in a namespace the chart gave the operator no rights in: refused in its status
-    // before any write there (tests/tests/rbac.rs has the Event too). Then it deletes cleanly.
+    // before any write there (tests/tests/chart_rbac.rs has the Event too). Then it deletes cleanly.
     let elsewhere = format!("{ns}-elsewhere");
     dco_tests::apply_as(
         &servers,

@@ -8,7 +8,7 @@
 //! CRD's spec.conversion (the safe-revert finalizer). With `--otlp-endpoint` pointing at a
 //! collector on loopback (an in-test OTLP/HTTP receiver, `dco_tests::otlp_collector`), the move
 //! arrives there as one trace: its root span under the persisted traceparent's ids and one child
-//! span per transition (`dco_tests::pinned_move::move_trace`; tests/tests/tracing_collector.rs
+//! span per transition (`dco_tests::pinned_move::move_trace`; tests/tests/observability_tracing.rs
 //! proves the same through a real OpenTelemetry Collector).
 //!
 //! Needs `target/debug/dco-operator` and `target/debug/dco-webhook` (built by

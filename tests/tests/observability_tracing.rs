@@ -2,7 +2,7 @@
 //! `hack/testenv-go/tools/otelcol` (OTLP receiver, batch processor, file exporter; built by
 //! `hack/testenv tool otelcol`) runs on loopback, the operator exports to it with
 //! `--otlp-endpoint`, and a pinned move (tests/src/pinned_move.rs, the move of
-//! tests/tests/operator_handover.rs) is read back from the file the collector writes: one
+//! tests/tests/handover_pinned_move.rs) is read back from the file the collector writes: one
 //! trace, its root span `handover` under the persisted traceparent's ids, and one child span
 //! per transition of the state machine, in order, each naming the config, the target, the
 //! source, the destination and the attempt (`dco_tests::pinned_move::move_trace`).

@@ -71,7 +71,7 @@ pub struct Entry {
 /// clones an entry to change it; the request path only stamps it), so the sync pass sees the
 /// reviews of the entry it drains. A review proves an apiserver still routes the target here:
 /// the drain runs `--drain-period` from the last one (`hold::decide`), not only from the
-/// switch, so an apiserver slow to pick up a re-wiring (e2e_rebalance: one still called the
+/// switch, so an apiserver slow to pick up a re-wiring (sharding_rebalance: one still called the
 /// source 11 s after the write, with 63 CRDs re-wired at once) is still answered.
 #[derive(Clone, Debug, Default)]
 pub struct LastReview(Arc<Mutex<Option<Instant>>>);

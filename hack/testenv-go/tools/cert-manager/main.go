@@ -1,4 +1,4 @@
-// cert-manager's controller for the local cluster (docs/testenv.md, tests/tests/cert_manager.rs).
+// cert-manager's controller for the local cluster (docs/testenv.md, tests/tests/certs_cert_manager.rs).
 //
 // The release's own main package (cmd/controller) is a separate Go module that is not
 // published with version tags, so it cannot be required from the module proxy; the

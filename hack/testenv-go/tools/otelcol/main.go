@@ -1,4 +1,4 @@
-// otelcol: the OpenTelemetry Collector distribution of dco's tests (tests/tests/tracing_collector.rs):
+// otelcol: the OpenTelemetry Collector distribution of dco's tests (tests/tests/observability_tracing.rs):
 // the OTLP receiver, the batch processor and the file exporter, nothing else. It is what the
 // collector's builder (ocb) would generate from a manifest listing those three, written out so
 // `hack/testenv tool otelcol` can build it with plain `go build` (hack/testenv, build_tool).
