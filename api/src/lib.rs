@@ -3,6 +3,7 @@
 
 pub mod assign;
 pub mod config;
+pub mod conflict;
 pub mod hash;
 pub mod listen;
 pub mod metrics;
