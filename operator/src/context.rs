@@ -10,16 +10,13 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::membership::Gate;
+use crate::sharding::gate::Gate;
 use kube::{Client, Resource};
 
-use crate::metrics::Metrics;
+use crate::names::{FIELD_MANAGER, ServerNames};
 use crate::namespaces::{NamespacedStore, ServerNamespaces};
-use crate::server::certs::{self, Lifetimes};
-use crate::server::names::ServerNames;
-
-/// SSA field manager of everything the operator writes.
-pub const FIELD_MANAGER: &str = "dco-operator";
+use crate::observability::metrics::Metrics;
+use crate::pki::{self, Lifetimes};
 
 /// Operator-wide settings from the command line.
 #[derive(Clone, Debug)]
@@ -144,7 +141,7 @@ impl Context {
         let names = self.names(server);
         let pem_of = |name: &str| {
             let secret = self.stores.secrets.get(&ObjectRef::new(name).within(&names.namespace))?;
-            let pem = secret.data.as_ref()?.get(certs::CA_CRT)?;
+            let pem = secret.data.as_ref()?.get(pki::CA_CRT)?;
             String::from_utf8(pem.0.clone()).ok().filter(|s| s.contains("BEGIN CERTIFICATE"))
         };
         let mut bundle = pem_of(&names.tls_secret)?;

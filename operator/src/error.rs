@@ -1,7 +1,7 @@
 //! The operator's errors: each names the object and what to do, and carries a short label
 //! for the failure metric.
 
-use crate::server::certs::CertError;
+use crate::pki::CertError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

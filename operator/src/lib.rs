@@ -1,28 +1,29 @@
 //! dco-operator in two wings: `config` drives the handover state machine of `dco-state` for
 //! each XRDConversionConfig and CRDConversionConfig, `server` runs each
 //! ConversionWebhookServer's workload and status. `runtime` wires the caches and controllers.
+//!
+//! Layers, each using only those below it: `names`, `kinds`, `pki` (shared by both wings and
+//! importing nothing else of the crate but `error`) → `observability`, `sharding`, `context`
+//! → the wings `config`, `server`, `admission` → `rebalance`, `status_metrics` → `runtime`.
 
-pub mod admission;
-pub mod assigned;
+pub(crate) mod admission;
 pub mod cli;
-pub mod config;
-pub mod context;
-pub mod coordinator;
+pub(crate) mod config;
+pub(crate) mod context;
 pub mod crds;
-pub mod error;
-pub mod leases;
-pub mod membership;
-pub mod memory;
-pub mod metrics;
-pub mod namespaces;
-pub mod rebalance;
+pub(crate) mod error;
+pub(crate) mod kinds;
+pub(crate) mod names;
+pub(crate) mod namespaces;
+pub mod observability;
+pub(crate) mod pki;
+pub(crate) mod rebalance;
 pub mod runtime;
-pub mod server;
-pub mod shard;
-pub mod sharded_watch;
-pub mod shutdown;
-pub mod status_metrics;
-pub mod telemetry;
+pub(crate) mod served;
+pub(crate) mod server;
+pub(crate) mod sharding;
+pub(crate) mod shutdown;
+pub(crate) mod status_metrics;
 
 #[cfg(test)]
-mod test_apiserver;
+mod testing;

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use dco_operator::cli::Args;
-use dco_operator::telemetry;
+use dco_operator::observability::telemetry;
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();

@@ -25,10 +25,10 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
-use crate::assigned::{self, ConfigRef};
-use crate::config::ConfigKind;
 use crate::context::Context;
-use crate::server::certs;
+use crate::kinds::ConfigKind;
+use crate::kinds::{self, ConfigRef};
+use crate::pki;
 
 /// One object's relevant fields going from `before` to `after` (`None`: absent, or not ours).
 #[derive(Clone, Debug, PartialEq)]
@@ -153,7 +153,7 @@ pub struct CaView {
 impl CaView {
     pub fn of(s: &Secret) -> Option<Self> {
         let server = owner_of(s).map(|r| r.name).or_else(|| s.labels().get(LABEL_INSTANCE).cloned())?;
-        let ca = s.data.as_ref().and_then(|d| d.get(certs::CA_CRT)).map(|b| b.0.clone());
+        let ca = s.data.as_ref().and_then(|d| d.get(pki::CA_CRT)).map(|b| b.0.clone());
         Some(CaView { server, ca })
     }
 }
@@ -236,7 +236,7 @@ impl Fanout {
         match w {
             Wake::Rebalance(server) => {
                 let pool = self.ctx.servers();
-                self.configs(|configs| assigned::affected_by(configs, &pool, &server)).await
+                self.configs(|configs| kinds::affected_by(configs, &pool, &server)).await
             }
             Wake::Progress(server) => {
                 let pool = self.ctx.servers();
@@ -438,7 +438,7 @@ mod tests {
         members.store(2, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(pacer.rate(), 25, "a member joins: the share halves at once");
     }
-    use crate::assigned::tests::cfg;
+    use crate::kinds::tests::cfg;
     use dco_api::ServerStatus;
     use dco_api::assign::ServerInfo;
     use k8s_openapi::ByteString;
@@ -473,7 +473,7 @@ mod tests {
             }
             let pool = Servers::new(cache.values().map(ServerInfo::from));
             for name in servers_of(&changes.observe(ev, ServerView::of), |v| &v.name) {
-                out.extend(assigned::affected_by(configs, &pool, &name));
+                out.extend(kinds::affected_by(configs, &pool, &name));
             }
         }
         out
@@ -554,7 +554,7 @@ mod tests {
                 }]),
                 ..Default::default()
             },
-            data: Some([(certs::CA_CRT.to_string(), ByteString(ca.as_bytes().to_vec()))].into()),
+            data: Some([(pki::CA_CRT.to_string(), ByteString(ca.as_bytes().to_vec()))].into()),
             ..Secret::default()
         };
         let mut changes = Changes::default();

@@ -19,19 +19,21 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use crate::assigned::ConfigRef;
 use crate::cli::Args;
-use crate::config::{self, ConfigKind, target};
+use crate::config::{self, target};
 use crate::context::{Context, Settings, Stores};
-use crate::coordinator;
-use crate::leases::lease_triggers;
-use crate::membership::{self, Gate};
-use crate::metrics::Metrics;
+use crate::kinds::ConfigKind;
+use crate::kinds::ConfigRef;
 use crate::namespaces;
+use crate::observability::metrics::Metrics;
 use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
+use crate::served::lease_triggers;
 use crate::server;
-use crate::shard::Shards;
-use crate::sharded_watch::{self, SelectorLayer};
+use crate::sharding::coordinator;
+use crate::sharding::gate::Gate;
+use crate::sharding::shard::Shards;
+use crate::sharding::sharded_watch::{self, SelectorLayer};
+use crate::sharding::{leases, run};
 use crate::shutdown::{Readiness, Shutdown};
 use dco_api::target::{TARGET_PAGE, XRD_CRD_NAME, slim};
 use k8s_openapi::jiff::SignedDuration;
@@ -123,7 +125,7 @@ async fn drive<K>(
     while let Some(ev) = events.next().await {
         match ev {
             Ok(ev) => {
-                crate::memory::touched();
+                crate::observability::memory::touched();
                 if let Some((tx, gate)) = &triggers {
                     let sent = match &ev {
                         watcher::Event::Init => {
@@ -199,7 +201,7 @@ where
 /// What `/debug/shards` shows: the Coordinator's last view and this replica's selector.
 #[derive(Clone)]
 struct DebugShards {
-    snapshot: tokio::sync::watch::Receiver<membership::Snapshot>,
+    snapshot: tokio::sync::watch::Receiver<leases::Snapshot>,
     selector: SelectorLayer,
 }
 
@@ -264,7 +266,7 @@ fn log_results<T: std::fmt::Debug, E: std::fmt::Display>(
     what: &'static str,
 ) -> impl FnMut(Result<T, E>) -> future::Ready<()> {
     move |r| {
-        crate::memory::touched();
+        crate::observability::memory::touched();
         match r {
             Ok(o) => tracing::debug!(controller = what, object = ?o, "reconciled"),
             Err(e) => tracing::debug!(controller = what, error = %e, "reconcile error"),
@@ -276,7 +278,7 @@ fn log_results<T: std::fmt::Debug, E: std::fmt::Display>(
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // Bound before anything else, so a replica that cannot serve them never turns Ready.
     let bound = crate::shutdown::bind(&args).await?;
-    crate::memory::spawn_trimmer(std::time::Duration::from_secs(5));
+    crate::observability::memory::spawn_trimmer(std::time::Duration::from_secs(5));
     let kube_config = kube::Config::infer()
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
@@ -308,14 +310,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .check()
         .map_err(|e| anyhow::anyhow!("{e}; fix --lease-duration or --lease-renew-interval"))?;
     let lease_ns = args.lease_namespace.clone().unwrap_or_else(|| args.namespace.clone());
-    let lease_names = membership::LeaseNames::for_selector(args.selector.as_deref());
-    let coordinator = membership::Thread::start(
+    let lease_names = leases::LeaseNames::for_selector(args.selector.as_deref());
+    let coordinator = run::Thread::start(
         kube_config.clone(),
         lease_ns.clone(),
         lease_names.clone(),
         coordination,
         args.replica_id(),
-        membership::PodRef::from_env(&lease_ns),
+        leases::PodRef::from_env(&lease_ns),
         metrics.clone(),
     )
     .await?;
@@ -450,10 +452,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tokio::spawn(drive("Secret", events, None, secret_changes(), fanout.clone()));
     }
     // Another replica's free of a shard Lease, a new member or a member Lease gone asks this
-    // Coordinator for a tick now rather than at its next interval (membership::run).
+    // Coordinator for a tick now rather than at its next interval (sharding/run.rs).
     let coordinator_nudges = {
         let nudge = coordinator.nudge.clone();
-        let mut nudges = membership::Nudges::new(lease_ns, &lease_names, &args.replica_id());
+        let mut nudges = run::Nudges::new(lease_ns, &lease_names, &args.replica_id());
         move |ev: &watcher::Result<watcher::Event<Lease>>| {
             let now = match ev {
                 Ok(watcher::Event::Apply(l)) => nudges.observe(l),
@@ -568,7 +570,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
             watcher::Config::default().page_size(TARGET_PAGE),
             move |crd| {
-                crate::memory::touched();
+                crate::observability::memory::touched();
                 configs_of_target(&ccc_store, &crd.name_any())
             },
         )
@@ -592,7 +594,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ar,
             watcher::Config::default().page_size(TARGET_PAGE),
             move |xrd| {
-                crate::memory::touched();
+                crate::observability::memory::touched();
                 configs_of_target(&xcc_store, &xrd.name_any())
             },
         );
@@ -636,8 +638,8 @@ mod tests {
     /// The enqueue filter: only objects of owned shards reach the controller's queue.
     #[tokio::test]
     async fn only_owned_objects_are_enqueued() {
-        use crate::coordinator::Owned;
-        use crate::shard::Shards;
+        use crate::sharding::coordinator::Owned;
+        use crate::sharding::shard::Shards;
         let shards = Shards::new(2).unwrap();
         let uids = [
             "0e8f2c1a-5b7d-4c3e-9a1f-7d6b5c4a3e21",
@@ -668,7 +670,7 @@ mod tests {
             Ok(watcher::Event::InitDone),
         ]);
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let (ctx, _api, _w) = crate::test_apiserver::test_context();
+        let (ctx, _api, _w) = crate::testing::test_context();
         let (ccc, _) = mpsc::channel(1);
         let (xcc, _) = mpsc::channel(1);
         let (cws, _) = mpsc::channel(1);

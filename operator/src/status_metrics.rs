@@ -24,8 +24,8 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use crate::admission::serve::CertResolver;
 use crate::context::Stores;
-use crate::membership::Gate;
-use crate::server::names::ServerNames;
+use crate::names::ServerNames;
+use crate::sharding::gate::Gate;
 
 /// What the collector reads, once runtime.rs has made it.
 pub struct Source {
@@ -34,7 +34,7 @@ pub struct Source {
     /// `--namespace`: where a server without `spec.namespace` runs (ServerNames).
     pub namespace: String,
     /// The Coordinator's view after its last tick (membership.rs).
-    pub membership: tokio::sync::watch::Receiver<crate::membership::Snapshot>,
+    pub membership: tokio::sync::watch::Receiver<crate::sharding::leases::Snapshot>,
 }
 
 /// The admission certificate this replica serves, and the Secret it comes from.
@@ -165,7 +165,7 @@ pub struct Rows {
 
 /// Shards whose Lease is free or held by a replica that is not a live member (its member
 /// Lease expired): nobody reconciles their objects until a live replica takes them.
-pub fn unowned(snap: &crate::membership::Snapshot) -> usize {
+pub fn unowned(snap: &crate::sharding::leases::Snapshot) -> usize {
     (0..snap.shards)
         .filter(|i| match snap.owners.get(i) {
             Some(Some(holder)) => !snap.live.contains(holder),
@@ -255,7 +255,7 @@ where
             Some(srv) => {
                 let names = ServerNames::of(&srv, &s.namespace);
                 let ready = srv.status.as_ref().map_or(0, |st| st.ready_replicas);
-                crate::leases::reporting(
+                crate::served::reporting(
                     leases.iter().map(AsRef::as_ref),
                     server,
                     &names.namespace,
@@ -289,7 +289,7 @@ fn server_certificates(s: &Source, rows: &mut Rows) {
         let names = ServerNames::of(&srv, &s.namespace);
         let secret: Option<Arc<Secret>> =
             s.stores.secrets.get(&ObjectRef::new(&names.tls_secret).within(&names.namespace));
-        let pem = secret.as_ref().and_then(|s| s.data.as_ref()?.get(crate::server::certs::TLS_CRT).cloned());
+        let pem = secret.as_ref().and_then(|s| s.data.as_ref()?.get(crate::pki::TLS_CRT).cloned());
         if let Some(not_after) = pem.and_then(|p| leaf_not_after(&p.0)) {
             rows.certificates.push(CertRow {
                 labels: CertLabels {
@@ -496,12 +496,12 @@ pub(crate) mod tests {
             "gizmos.example.org",
             json!({"handover": {"state": "SourceDropped", "destination": "a", "since": ts(-60).to_string()}}),
         );
-        let tls = crate::server::certs::ensure(
+        let tls = crate::pki::ensure(
             "a",
             "dco-webhook-a.dco-system.svc",
-            crate::server::certs::Current::default(),
+            crate::pki::Current::default(),
             NOW,
-            &crate::server::certs::Lifetimes::default(),
+            &crate::pki::Lifetimes::default(),
         )
         .unwrap()
         .write_tls
@@ -511,7 +511,7 @@ pub(crate) mod tests {
             "data": tls.iter().map(|(k, v)| (k.clone(), base64::Engine::encode(&base64::engine::general_purpose::STANDARD, v))).collect::<BTreeMap<_, _>>(),
         }))
         .unwrap();
-        let not_after = leaf_not_after(&tls[crate::server::certs::TLS_CRT]).unwrap();
+        let not_after = leaf_not_after(&tls[crate::pki::TLS_CRT]).unwrap();
         let stores = Stores {
             servers: store(vec![server("a", 2)]),
             leases: store(vec![
@@ -523,7 +523,7 @@ pub(crate) mod tests {
             xccs: store(vec![]),
             cccs: store(vec![settled, moving, dropped]),
         };
-        let snapshot = crate::membership::Snapshot {
+        let snapshot = crate::sharding::leases::Snapshot {
             me: "r1".into(),
             at: Some(ts(0)),
             shards: 4,
@@ -609,9 +609,9 @@ pub(crate) mod tests {
     fn a_replica_exports_only_the_configs_and_servers_of_shards_it_holds() {
         let (m, _) = fixture();
         let source = m.source.get().unwrap();
-        let nothing = crate::coordinator::Owned::default();
+        let nothing = crate::sharding::coordinator::Owned::default();
         let (_keep, owned) = tokio::sync::watch::channel(nothing);
-        let gate = Gate::new(crate::shard::Shards::new(4).unwrap(), owned);
+        let gate = Gate::new(crate::sharding::shard::Shards::new(4).unwrap(), owned);
         let other = StatusMetrics::default();
         other.set_source(Source {
             stores: source.stores.clone(),

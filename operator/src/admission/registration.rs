@@ -34,9 +34,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::serve::{CertResolver, certified_key};
-use crate::context::FIELD_MANAGER;
-use crate::metrics::RegistrationLabels;
-use crate::server::certs::{self, Current, Lifetimes};
+use crate::names::FIELD_MANAGER;
+use crate::observability::metrics::RegistrationLabels;
+use crate::pki::{self, Current, Lifetimes};
 
 /// How often each replica re-checks the registration (and a rotation becomes due).
 pub const INTERVAL: Duration = Duration::from_secs(60);
@@ -81,7 +81,7 @@ pub struct Registration {
 pub fn default_webhook_name(selector: Option<&str>) -> String {
     match selector.filter(|s| !s.is_empty()) {
         None => "dco-operator-admission".to_string(),
-        Some(s) => format!("dco-operator-admission-{}", crate::membership::selector_hash(s)),
+        Some(s) => format!("dco-operator-admission-{}", crate::names::selector_hash(s)),
     }
 }
 
@@ -375,7 +375,7 @@ pub async fn reconcile(
     let (ca, tls) = (secrets.get_opt(&ca_name).await?, secrets.get_opt(&tls_name).await?);
     let (ca_data, tls_data) = (data(&ca), data(&tls));
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let out = certs::ensure(
+    let out = pki::ensure(
         "dco-operator-admission",
         &reg.host(),
         Current { ca: ca_data.as_ref(), tls: tls_data.as_ref() },
@@ -398,7 +398,7 @@ pub async fn reconcile(
         None => tls_data.unwrap_or_default(),
     };
     let text = |k: &str| tls_now.get(k).and_then(|v| String::from_utf8(v.clone()).ok()).unwrap_or_default();
-    let key = certified_key(&text(certs::TLS_CRT), &text(certs::TLS_KEY)).map_err(anyhow::Error::msg)?;
+    let key = certified_key(&text(pki::TLS_CRT), &text(pki::TLS_KEY)).map_err(anyhow::Error::msg)?;
     certs_now.set(Arc::new(key));
 
     let pp = PatchParams::apply(FIELD_MANAGER).force();

@@ -36,7 +36,7 @@ use tower::ServiceExt;
 use super::config::{ConfigFacts, OtherConfig, TargetLookup};
 use super::server::{ConfigPin, ServerFacts};
 use super::{Operation, Validate, Verdict};
-use crate::metrics::Metrics;
+use crate::observability::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// An AdmissionReview holds the object and the old one; the apiserver limits each to 3 MiB.
@@ -537,7 +537,7 @@ mod tests {
 
     #[tokio::test]
     async fn reviews_of_other_kinds_and_garbage_are_bounded_and_answered() {
-        let (ctx, _api, _w) = crate::test_apiserver::test_context();
+        let (ctx, _api, _w) = crate::testing::test_context();
         let adm = Admission {
             client: ctx.client.clone(),
             servers: ctx.stores.servers.clone(),

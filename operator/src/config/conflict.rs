@@ -5,9 +5,9 @@
 //! kinds, the first by (kind, name) is chosen. The chosen one proceeds; the others never write
 //! the target, and both sides say so in a `Conflict` condition. Pure, over the configs naming
 //! the target, read from the apiserver by their selectable target field
-//! (`server::configs_naming`; this replica's caches hold only its shards).
+//! (`kinds::configs_naming`; this replica's caches hold only its shards).
 
-use crate::assigned::ConfigRef;
+use crate::kinds::ConfigRef;
 
 /// Where one config stands among the configs naming its target.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,12 +16,14 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::facts::{self, Observed};
-use super::{ConfigKind, status, target};
-use crate::assigned::ConfigRef;
-use crate::context::{Context, FIELD_MANAGER};
+use super::{status, target};
+use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::metrics::TransitionLabels;
-use crate::telemetry;
+use crate::kinds::ConfigKind;
+use crate::kinds::ConfigRef;
+use crate::names::FIELD_MANAGER;
+use crate::observability::metrics::TransitionLabels;
+use crate::observability::telemetry;
 
 pub struct ConfigDriver<'a, K> {
     ctx: &'a Context,
@@ -105,7 +107,14 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
         // replica owns. Once per reconcile; the rounds after an action reuse it.
         let configs = match self.configs.take() {
             Some(c) => c,
-            None => crate::server::configs_naming(self.ctx, cfg.target_name()).await?,
+            None => {
+                crate::kinds::configs_naming(
+                    &self.ctx.client,
+                    self.ctx.settings.selector.as_deref(),
+                    cfg.target_name(),
+                )
+                .await?
+            }
         };
         let observed = facts::observe(self.ctx, cfg, live, state, &self.traceparent, &configs);
         self.configs = Some(configs);

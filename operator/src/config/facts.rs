@@ -15,10 +15,10 @@ use serde_json::Value;
 
 use super::conflict::{self, Verdict};
 use super::target::{self, Wiring};
-use crate::assigned::ConfigRef;
 use crate::context::Context;
-use crate::leases;
-use crate::server::{desired, names};
+use crate::kinds::ConfigRef;
+use crate::names;
+use crate::served;
 
 /// How many diagnostics a condition message lists before "and N more".
 const MAX_LISTED: usize = 10;
@@ -132,7 +132,7 @@ pub fn wiring_for(
         namespace: names.namespace.clone(),
         service: names.service().to_string(),
         path: webhook_path(target),
-        port: desired::service_spec(server).port,
+        port: names::service_spec(server).port,
         ca_bundle,
         review_versions: if review_versions.is_empty() {
             vec!["v1".to_string()]
@@ -237,7 +237,7 @@ pub fn observe<K: ConversionConfig + Resource<DynamicType = ()>>(
             let server = ctx.server(name)?;
             let names = ctx.names(&server);
             let ready = server.status.as_ref().map_or(0, |s| s.ready_replicas);
-            let mut r = leases::replicas(
+            let mut r = served::replicas(
                 leases.iter().map(|l| l.as_ref()),
                 name,
                 &names.namespace,

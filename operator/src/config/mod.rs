@@ -6,23 +6,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dco_api::config::{ConversionConfig, Phase};
+use dco_api::config::Phase;
 use dco_api::{ANNOTATION_ALLOW_UNSAFE_DELETE, ConfigStatus, FINALIZER_SAFE_REVERT};
 use dco_state::conditions;
-use k8s_openapi::ClusterResourceScope;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tracing::instrument;
 
 use self::facts::wired_server;
-use crate::assigned::HasConfigStatus;
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::kinds::ConfigKind;
+use crate::names::FIELD_MANAGER;
 
 pub mod conflict;
 pub mod driver;
@@ -39,35 +37,6 @@ pub mod condition {
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
     /// Another config names the same target (`conflict.rs`); True on both while it lasts.
     pub const CONFLICT: &str = "Conflict";
-}
-
-/// Everything a config kind must be for the generic reconciler.
-pub trait ConfigKind:
-    ConversionConfig
-    + HasConfigStatus
-    + Resource<DynamicType = (), Scope = ClusterResourceScope>
-    + Clone
-    + Serialize
-    + DeserializeOwned
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<T> ConfigKind for T where
-    T: ConversionConfig
-        + HasConfigStatus
-        + Resource<DynamicType = (), Scope = ClusterResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static
-{
 }
 
 fn controller_name<K: ConfigKind>() -> String {
@@ -143,7 +112,7 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
     // Another config names the target (conflict.rs): the wiring is, or becomes, that one's.
     // Reverting it would leave the other config's target unconverted ("delete one of them"
     // must be safe whichever one goes).
-    let configs = crate::server::configs_naming(ctx, &tname).await?;
+    let configs = crate::kinds::configs_naming(&ctx.client, ctx.settings.selector.as_deref(), &tname).await?;
     let others = match conflict::judge(K::KIND, &cfg.name_any(), &tname, &configs) {
         conflict::Verdict::Alone => None,
         conflict::Verdict::Chosen { ignored } => Some(ignored.join(", ")),

@@ -13,8 +13,8 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 
-use crate::context::FIELD_MANAGER;
 use crate::error::{Error, Result};
+use crate::names::FIELD_MANAGER;
 
 /// Read the target from the apiserver (authoritative: the wiring the handover reads must not
 /// lag behind the operator's own last patch). `None` when it does not exist — including XRDs

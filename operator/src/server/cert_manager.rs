@@ -21,11 +21,12 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::server::certs::{CA_CRT, TLS_CRT, TLS_KEY};
+use crate::names::FIELD_MANAGER;
+use crate::names::ServerNames;
+use crate::pki::{CA_CRT, TLS_CRT, TLS_KEY};
 use crate::server::condition;
-use crate::server::names::ServerNames;
 
 pub const GROUP: &str = "cert-manager.io";
 pub const API_VERSION: &str = "cert-manager.io/v1";

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use dco_api::ConversionWebhookServer;
-use dco_api::server::{ServiceSpec, ServiceType};
+use dco_api::server::ServiceType;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::autoscaling::v2::{
     CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, MetricSpec,
@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
 use crate::context::Settings;
-use crate::server::names::ServerNames;
+use crate::names::{ServerNames, service_spec};
 
 pub const CONTAINER: &str = "webhook";
 pub const PORT_NAME: &str = "https";
@@ -334,10 +334,6 @@ pub fn deployment(
         },
         status: None,
     }
-}
-
-pub fn service_spec(cws: &ConversionWebhookServer) -> ServiceSpec {
-    cws.spec.service.clone().unwrap_or_default()
 }
 
 pub fn service(cws: &ConversionWebhookServer, names: &ServerNames, owner: &OwnerReference) -> Service {

@@ -3,17 +3,14 @@
 //! Leases into status, and holds its deletion while configs still need it.
 //!
 //! An apply reads as: the desired objects (`desired`, pure) → apply-and-prune of what the
-//! server owns (`owned`) with the certificate step (`certs`) among the applies → the Lease
+//! server owns (`owned`) with the certificate step (`crate::pki`) among the applies → the Lease
 //! aggregate and assignments from the caches (and, while replicas are missing, one page of
 //! the server's Pods) → the status (`status::render`, pure) → one status write.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dco_api::{
-    ANNOTATION_ALLOW_FORCE_DELETE, CRDConversionConfig, ConversionWebhookServer, FINALIZER_IN_USE,
-    ServerStatus, XRDConversionConfig,
-};
+use dco_api::{ANNOTATION_ALLOW_FORCE_DELETE, ConversionWebhookServer, FINALIZER_IN_USE, ServerStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
@@ -24,21 +21,18 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 use tracing::instrument;
 
-use self::certs::Current;
-use self::names::ServerNames;
 use self::owned::Owned;
-use crate::assigned::{self, ConfigRef};
-use crate::config::ConfigKind;
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::leases;
+use crate::kinds::{self, ConfigRef};
+use crate::names::{FIELD_MANAGER, ServerNames};
+use crate::pki::{self, Current};
+use crate::served;
 
 pub const CONTROLLER: &str = "conversionwebhookserver";
 
 pub mod cert_manager;
-pub mod certs;
 pub mod desired;
-pub mod names;
 pub mod owned;
 pub mod status;
 
@@ -49,53 +43,6 @@ pub mod condition {
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
     pub const DEFAULT_CONFLICT: &str = "DefaultConflict";
 }
-
-/// Every config of both kinds, as the assignment rules see them, read from the apiserver:
-/// this replica's config caches hold only the shards it owns (sharded_watch.rs), while a
-/// server's assignments and its deletion depend on every config.
-pub async fn config_refs(ctx: &Context) -> Result<Vec<ConfigRef>> {
-    let mut out = list_refs::<CRDConversionConfig>(ctx).await?;
-    out.extend(list_refs::<XRDConversionConfig>(ctx).await?);
-    Ok(out)
-}
-
-/// The configs of both kinds that name `target` (normally one: `config/conflict.rs`), by the
-/// configs' selectable target field, so a config's reconcile reads what concerns it and not
-/// every config in the cluster.
-pub async fn configs_naming(ctx: &Context, target: &str) -> Result<Vec<ConfigRef>> {
-    let mut out = list_refs_where::<CRDConversionConfig>(ctx, Some(target)).await?;
-    out.extend(list_refs_where::<XRDConversionConfig>(ctx, Some(target)).await?);
-    Ok(out)
-}
-
-/// Every config of kind `K` under `--selector`, in pages.
-async fn list_refs<K: ConfigKind>(ctx: &Context) -> Result<Vec<ConfigRef>> {
-    list_refs_where::<K>(ctx, None).await
-}
-
-/// The configs of kind `K` under `--selector` (naming `target`, if given), in pages.
-async fn list_refs_where<K: ConfigKind>(ctx: &Context, target: Option<&str>) -> Result<Vec<ConfigRef>> {
-    let api: Api<K> = Api::all(ctx.client.clone());
-    let mut lp = ListParams::default().limit(CONFIG_PAGE);
-    if let Some(s) = &ctx.settings.selector {
-        lp = lp.labels(s);
-    }
-    if let Some(t) = target {
-        lp = lp.fields(&format!("{}={t}", K::TARGET_FIELD));
-    }
-    let mut out = Vec::new();
-    loop {
-        let page = api.list(&lp).await.map_err(Error::kube("list", K::KIND, "(every config)"))?;
-        out.extend(page.items.iter().map(ConfigRef::of));
-        match page.metadata.continue_ {
-            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
-            _ => return Ok(out),
-        }
-    }
-}
-
-/// Page size of those lists: a config is a few KB, so a page stays well under a few MB.
-const CONFIG_PAGE: u32 = 500;
 
 /// How long a server's `assignedConfigs` may lag a config change made on another replica
 /// (that replica's change cannot wake this one's queue): the server's reconcile recurs at
@@ -151,6 +98,11 @@ fn secret_data(s: &Option<Secret>) -> Option<std::collections::BTreeMap<String, 
     s.as_ref()
         .and_then(|s| s.data.as_ref())
         .map(|d| d.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
+}
+
+/// Every config of both kinds under `--selector` (`kinds::config_refs`).
+async fn config_refs(ctx: &Context) -> Result<Vec<ConfigRef>> {
+    kinds::config_refs(&ctx.client, ctx.settings.selector.as_deref()).await
 }
 
 async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
@@ -352,7 +304,7 @@ async fn certificate(
     // the operator's old CA (`cert_manager::release`).
     let ca = if cert_manager::release(ctx, cws, names, owner, tls.as_ref()).await? { None } else { ca };
     let (ca_data, tls_data) = (secret_data(&ca), secret_data(&tls));
-    let outcome = certs::ensure(
+    let outcome = pki::ensure(
         &server,
         &names.service_host(),
         Current { ca: ca_data.as_ref(), tls: tls_data.as_ref() },
@@ -403,8 +355,8 @@ fn facts<'a>(
         now,
         applied,
         deletion_blocked,
-        leases: leases::aggregate(leases.iter().map(|l| l.as_ref()), &server, &names.namespace, now),
-        assigned: assigned::assigned_to(configs, &ctx.servers(), &server),
+        leases: served::aggregate(leases.iter().map(|l| l.as_ref()), &server, &names.namespace, now),
+        assigned: kinds::assigned_to(configs, &ctx.servers(), &server),
         default: cws.spec.default,
         other_defaults,
         pod_failures: Vec::new(),
@@ -425,7 +377,7 @@ async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action>
     let forced = cws.annotations().get(ANNOTATION_ALLOW_FORCE_DELETE).is_some_and(|v| v == "true");
     // Read now, not from a cache: a config that appeared since would lose its server.
     let configs = config_refs(ctx).await?;
-    let blockers = assigned::deletion_blockers(&configs, &ctx.servers(), &server);
+    let blockers = kinds::deletion_blockers(&configs, &ctx.servers(), &server);
     if blockers.is_empty() || forced {
         if forced && !blockers.is_empty() {
             ctx.event(

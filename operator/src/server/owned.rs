@@ -22,9 +22,9 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::context::FIELD_MANAGER;
 use crate::error::{Error, Result};
-use crate::server::names::ServerNames;
+use crate::names::FIELD_MANAGER;
+use crate::names::ServerNames;
 
 /// A kind the server owns objects of: its API in the server's namespace (or the cluster's),
 /// and its kind for keys and errors.

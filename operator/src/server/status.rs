@@ -12,10 +12,10 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::leases::Aggregate;
+use crate::names::ServerNames;
+use crate::served::Aggregate;
 use crate::server::cert_manager::Standing;
 use crate::server::condition;
-use crate::server::names::ServerNames;
 use dco_state::conditions;
 
 /// The Deployment as the apply returned it.

@@ -4,7 +4,7 @@
 //! `dco-operator-shard-<i>` with resourceVersion-guarded updates (a conflict is the other
 //! replica winning; the next tick decides again), deleting long-gone members — then publishes
 //! the shards this replica owns from what its writes returned. `runtime.rs` starts it on a
-//! thread of its own ([`Thread`]) and hands its snapshot to the reconcile gates ([`Gate`]) and
+//! thread of its own (`run.rs`) and hands its snapshot to the reconcile gates (`gate.rs`) and
 //! the sharded watches.
 
 use std::collections::BTreeMap;
@@ -15,15 +15,16 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tokio::sync::watch;
 
-use crate::coordinator::{self, Action, MemberLease, Owned, Settings, ShardLease, View};
-use crate::shard::Shards;
+use super::coordinator::{self, Action, MemberLease, Owned, Settings, ShardLease, View};
+use super::gate::Gate;
+use crate::names::selector_hash;
 
 /// Labels every coordinator Lease carries: the component and its role.
 pub const LABEL_COMPONENT: &str = "sharding.dco.rs/component";
 pub const LABEL_ROLE: &str = "sharding.dco.rs/role";
 pub const COMPONENT: &str = "dco-operator";
-const ROLE_MEMBER: &str = "member";
-const ROLE_SHARD: &str = "shard";
+pub(super) const ROLE_MEMBER: &str = "member";
+pub(super) const ROLE_SHARD: &str = "shard";
 
 /// The names of one operator's coordinator Leases. Operators that share a lease namespace
 /// with different `--selector`s manage different objects, so they must not divide one set of
@@ -61,56 +62,12 @@ impl LeaseNames {
         format!("{}-shard-{index}", self.group)
     }
 
-    fn member_id<'a>(&self, name: &'a str) -> Option<&'a str> {
+    pub(super) fn member_id<'a>(&self, name: &'a str) -> Option<&'a str> {
         name.strip_prefix(self.group.as_str())?.strip_prefix("-member-")
     }
 
-    fn shard_index(&self, name: &str) -> Option<u32> {
+    pub(super) fn shard_index(&self, name: &str) -> Option<u32> {
         name.strip_prefix(self.group.as_str())?.strip_prefix("-shard-")?.parse().ok()
-    }
-}
-
-/// Eight hex digits of the SHA-256 of a `--selector`: what tells apart the cluster-wide names
-/// of operators that share a cluster (these Leases, the admission configuration).
-pub fn selector_hash(selector: &str) -> String {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(selector.as_bytes()).iter().take(4).map(|b| format!("{b:02x}")).collect()
-}
-
-/// The shard gates over this replica's owned set. [`Gate::owns`] is the reconcile gate, read
-/// at the start of every reconcile (the correctness check); [`Gate::holds`] is what the
-/// enqueue filter and the shard-scoped watches keep, so a lapse (renewals late past the
-/// renew deadline) delays reconciles but loses no event.
-#[derive(Clone)]
-pub struct Gate {
-    shards: Shards,
-    owned: watch::Receiver<Owned>,
-    /// When a reconcile the gate stopped for a lapse is tried again: a renew interval, by
-    /// which the next tick has either renewed the shard or given it up.
-    pub lapse_retry: std::time::Duration,
-}
-
-impl Gate {
-    pub fn new(shards: Shards, owned: watch::Receiver<Owned>) -> Self {
-        Gate { shards, owned, lapse_retry: std::time::Duration::from_secs(1) }
-    }
-
-    /// Owns every shard for ever: for the reconcilers' unit tests.
-    #[cfg(test)]
-    pub fn everything() -> Self {
-        let shards = Shards::new(1).unwrap_or_else(|| unreachable!("1 is a valid shard count"));
-        let (_, owned) = watch::channel(Owned::all(shards, Timestamp::MAX));
-        Gate::new(shards, owned)
-    }
-
-    /// Whether the object of `uid` is ours to reconcile now (no uid: not yet created, never).
-    pub fn owns(&self, uid: Option<&str>) -> bool {
-        uid.is_some_and(|u| self.owned.borrow().owns(self.shards.of_uid(u), Timestamp::now()))
-    }
-
-    /// Whether this replica holds the Lease of the object's shard, renewed in time or not.
-    pub fn holds(&self, uid: Option<&str>) -> bool {
-        uid.is_some_and(|u| self.owned.borrow().held().contains(&self.shards.of_uid(u)))
     }
 }
 
@@ -151,7 +108,7 @@ impl PodRef {
         )
     }
 
-    fn owner_reference(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    pub(super) fn owner_reference(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
             api_version: "v1".into(),
             kind: "Pod".into(),
@@ -198,20 +155,20 @@ pub struct Snapshot {
 
 /// One replica's Coordinator: its Leases in `api` (the lease namespace).
 pub struct Membership {
-    api: Api<Lease>,
-    names: LeaseNames,
-    settings: Settings,
-    me: String,
-    last_renewal: Option<Timestamp>,
-    owned: watch::Sender<Owned>,
-    snapshot: watch::Sender<Snapshot>,
+    pub(super) api: Api<Lease>,
+    pub(super) names: LeaseNames,
+    pub(super) settings: Settings,
+    pub(super) me: String,
+    pub(super) last_renewal: Option<Timestamp>,
+    pub(super) owned: watch::Sender<Owned>,
+    pub(super) snapshot: watch::Sender<Snapshot>,
     /// This replica's member Lease as last written: what its ownership Events are about.
-    member: Option<Lease>,
+    pub(super) member: Option<Lease>,
     /// Records an Event on the member Lease per change of the owned shards (`kubectl describe
     /// lease dco-operator-member-<id>`); none in unit tests.
-    recorder: Option<kube::runtime::events::Recorder>,
+    pub(super) recorder: Option<kube::runtime::events::Recorder>,
     /// The Pod that owns this replica's member Lease, if it runs in one ([`PodRef`]).
-    pod: Option<PodRef>,
+    pub(super) pod: Option<PodRef>,
 }
 
 impl Membership {
@@ -445,7 +402,7 @@ impl Membership {
     /// another replica got there first (409: a changed resourceVersion, or it exists).
     async fn write(&self, name: &str, lease: Lease) -> Result<Option<Lease>, kube::Error> {
         let pp = PostParams {
-            field_manager: Some(crate::context::FIELD_MANAGER.to_string()),
+            field_manager: Some(crate::names::FIELD_MANAGER.to_string()),
             ..PostParams::default()
         };
         let result = if lease.metadata.resource_version.is_some() {
@@ -461,284 +418,8 @@ impl Membership {
     }
 }
 
-/// Which Lease events ask this replica's Coordinator for a tick now (`run`'s nudge): another
-/// replica freed a shard Lease, or a member joined. Not our own renewals, which would loop.
-pub struct Nudges {
-    namespace: String,
-    group: String,
-    me: String,
-    members: std::collections::BTreeSet<String>,
-}
-
-impl Nudges {
-    pub fn new(namespace: String, names: &LeaseNames, replica_id: &str) -> Self {
-        let group = names.group().to_string();
-        Nudges { namespace, group, me: names.member(replica_id), members: Default::default() }
-    }
-
-    /// Whether this applied Lease calls for a tick now.
-    pub fn observe(&mut self, l: &Lease) -> bool {
-        let labels = l.metadata.labels.as_ref();
-        if l.metadata.namespace.as_deref() != Some(self.namespace.as_str())
-            || labels.and_then(|m| m.get(LABEL_COMPONENT)) != Some(&self.group)
-        {
-            return false;
-        }
-        let role = l.metadata.labels.as_ref().and_then(|m| m.get(LABEL_ROLE)).map(String::as_str);
-        let name = l.metadata.name.clone().unwrap_or_default();
-        match role {
-            Some(ROLE_SHARD) => {
-                l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default().is_empty()
-            }
-            Some(ROLE_MEMBER) => name != self.me && self.members.insert(name),
-            _ => false,
-        }
-    }
-
-    /// Whether this deleted Lease calls for a tick now: another member's Lease is gone (it
-    /// left, or the garbage collector removed it with its Pod), so the shard Leases it still
-    /// holds may be taken at once (coordinator.rs `holder_left`).
-    pub fn observe_deleted(&mut self, l: &Lease) -> bool {
-        let labels = l.metadata.labels.as_ref();
-        if l.metadata.namespace.as_deref() != Some(self.namespace.as_str())
-            || labels.and_then(|m| m.get(LABEL_COMPONENT)) != Some(&self.group)
-            || labels.and_then(|m| m.get(LABEL_ROLE)).map(String::as_str) != Some(ROLE_MEMBER)
-        {
-            return false;
-        }
-        let name = l.metadata.name.clone().unwrap_or_default();
-        self.members.remove(&name);
-        name != self.me
-    }
-}
-
-/// The OnChange callback, handed to the Coordinator's thread once the watches exist.
-pub type OnChange = Box<dyn FnMut() + Send>;
-
-/// A Coordinator running on a thread of its own, with a current-thread runtime and a client
-/// of its own: CPU-heavy reconciles on the main runtime's workers cannot delay its renewals
-/// past the renew deadline (which would stop this replica's reconciles for a while, see
-/// docs/sharding.md "Never two owners").
-pub struct Thread {
-    pub gate: Gate,
-    /// Ask for a tick now (a shard Lease was freed, a member joined): see [`run`].
-    pub nudge: std::sync::Arc<tokio::sync::Notify>,
-    pub owned: watch::Receiver<Owned>,
-    pub snapshot: watch::Receiver<Snapshot>,
-    on_change: Option<tokio::sync::oneshot::Sender<OnChange>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    done: tokio::sync::oneshot::Receiver<()>,
-}
-
-impl Thread {
-    /// Starts the thread and returns once Prime (the first tick) has run there, so the gate
-    /// knows the owned shards before any watch opens.
-    pub async fn start(
-        config: kube::Config,
-        namespace: String,
-        names: LeaseNames,
-        settings: Settings,
-        me: String,
-        pod: Option<PodRef>,
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
-    ) -> anyhow::Result<Self> {
-        use tokio::sync::oneshot;
-        let (primed_tx, primed_rx) = oneshot::channel();
-        let (on_change_tx, on_change_rx) = oneshot::channel::<OnChange>();
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let (done_tx, done_rx) = oneshot::channel::<()>();
-        let nudge = std::sync::Arc::new(tokio::sync::Notify::new());
-        let nudged = nudge.clone();
-        std::thread::Builder::new().name("dco-coordinator".into()).spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = primed_tx.send(Err(format!("cannot start the coordinator's runtime: {e}")));
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                let client = match kube::Client::try_from(config) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = primed_tx.send(Err(format!("cannot build the coordinator's client: {e}")));
-                        return;
-                    }
-                };
-                let reporter = kube::runtime::events::Reporter {
-                    controller: crate::context::FIELD_MANAGER.to_string(),
-                    instance: Some(me.clone()),
-                };
-                let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
-                let mut m = Membership::new(Api::namespaced(client, &namespace), settings, me)
-                    .with_names(names)
-                    .with_pod(pod);
-                m.recorder = Some(recorder);
-                m.tick_and_report(&metrics, &mut || {}).await;
-                if primed_tx.send(Ok((m.gate(), m.owned(), m.snapshot()))).is_err() {
-                    return;
-                }
-                let Ok(on_change) = on_change_rx.await else { return };
-                run(m, metrics, on_change, nudged, async {
-                    let _ = stop_rx.await;
-                })
-                .await;
-            });
-            let _ = done_tx.send(());
-        })?;
-        let (gate, owned, snapshot) = primed_rx
-            .await
-            .map_err(|_| anyhow::anyhow!("the coordinator's thread ended before its first tick"))?
-            .map_err(|e| anyhow::anyhow!(e))?;
-        Ok(Thread {
-            gate,
-            nudge,
-            owned,
-            snapshot,
-            on_change: Some(on_change_tx),
-            stop: Some(stop_tx),
-            done: done_rx,
-        })
-    }
-
-    /// Starts the ticks after Prime, with the OnChange callback.
-    pub fn run(&mut self, on_change: impl FnMut() + Send + 'static) {
-        if let Some(tx) = self.on_change.take() {
-            let _ = tx.send(Box::new(on_change));
-        }
-    }
-
-    /// Stops the ticks and waits for this replica's shard Leases to be freed (within 5 s).
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        drop(self.on_change.take());
-        let _ = (&mut self.done).await;
-    }
-}
-
-/// Runs a tick every renew interval until `stop` resolves, then frees this replica's shard
-/// Leases (within 5 s) so the others take them at once. `on_change` runs after every tick
-/// that changed the owned set (the OnChange callback: re-enqueue every owned object). A
-/// `nudge` asks for a tick now — another replica freed a shard Lease, or a member joined —
-/// so a shard in transit waits for no interval (at most one nudged tick per `NUDGE_GAP`).
-pub async fn run(
-    mut m: Membership,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
-    mut on_change: impl FnMut(),
-    nudge: std::sync::Arc<tokio::sync::Notify>,
-    stop: impl std::future::Future<Output = ()>,
-) {
-    // At a fixed rate, not an interval after each tick ends: a tick's own time (slow
-    // writes) must not stretch the gap between renewals, nor the time until another
-    // replica's expired shards are taken (≤ lease duration + renew interval).
-    let every = m.settings.renew_interval.unsigned_abs();
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut stop = std::pin::pin!(stop);
-    let mut wake: Option<tokio::time::Instant> = None;
-    let mut last = tokio::time::Instant::now();
-    loop {
-        // Early, at a Lease's expiry (a little after it: the Lease must read expired then).
-        let early = async {
-            match wake {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => futures::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = &mut stop => break,
-            _ = ticks.tick() => {}
-            () = early => {}
-            () = nudge.notified() => tokio::time::sleep_until(last + NUDGE_GAP).await,
-        }
-        last = tokio::time::Instant::now();
-        wake = m.tick_and_report(&metrics, &mut on_change).await.map(|at| {
-            let until = at.duration_since(Timestamp::now());
-            let wait = if until.is_negative() { std::time::Duration::ZERO } else { until.unsigned_abs() };
-            let wait = wait.min(every) + WAKE_MARGIN;
-            tokio::time::Instant::now() + wait
-        });
-    }
-    match tokio::time::timeout(std::time::Duration::from_secs(5), m.free_all()).await {
-        Ok(Ok(n)) => tracing::info!(freed = n, "shutting down: freed this replica's shard Leases"),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "shutting down: cannot free the shard Leases; others take them once this member Lease is gone (with the Pod, as its owner) or they expire")
-        }
-        Err(_) => tracing::warn!(
-            "shutting down: freeing the shard Leases took over 5 s; others take them once they expire"
-        ),
-    }
-}
-
-impl Membership {
-    /// One tick now, logged and counted; a failed tick keeps the owned set as it was (it
-    /// lapses by itself at the renew deadline, `Owned::owns`). Returns when the next tick is
-    /// due early, if it is.
-    pub async fn tick_and_report(
-        &mut self,
-        metrics: &crate::metrics::Metrics,
-        on_change: &mut impl FnMut(),
-    ) -> Option<Timestamp> {
-        let now = Timestamp::now();
-        match self.tick(now).await {
-            Ok(r) => {
-                metrics.coordinator_ticks.get_or_create(&crate::metrics::ResultLabel { result: "ok" }).inc();
-                metrics.shard_takes.inc_by(r.taken.len() as u64);
-                metrics.shard_frees.inc_by(r.freed.len() as u64);
-                let owned = self.owned.borrow().at(now);
-                metrics.owned_shards.set(i64::try_from(owned.len()).unwrap_or(i64::MAX));
-                if r.lapsed > 0 {
-                    tracing::warn!(replica = %self.me, lapsed = r.lapsed,
-                        "shards lapsed before this tick renewed them (renewals later than the renew deadline: a slow apiserver, a starved or paused process); their reconciles waited");
-                }
-                if r.changed {
-                    tracing::info!(replica = %self.me, owned = ?owned, taken = ?r.taken, freed = ?r.freed,
-                        "the shards this replica owns changed; re-enqueueing their objects");
-                    on_change();
-                    if let (Some(recorder), Some(member)) = (&self.recorder, &self.member) {
-                        let note = format!(
-                            "owns {} of {} shards {owned:?}; took {:?}, freed {:?}",
-                            owned.len(),
-                            self.settings.shards.count(),
-                            r.taken,
-                            r.freed
-                        );
-                        dco_state::drive::publish(
-                            recorder,
-                            member,
-                            false,
-                            "ShardsChanged",
-                            "Coordinate",
-                            note,
-                        )
-                        .await;
-                    }
-                }
-                r.wake_at
-            }
-            Err(e) => {
-                metrics
-                    .coordinator_ticks
-                    .get_or_create(&crate::metrics::ResultLabel { result: "error" })
-                    .inc();
-                tracing::warn!(error = %e, replica = %self.me,
-                    "coordinator tick failed (needs get, list, create, update and delete on leases in the lease namespace); retrying next interval");
-                None
-            }
-        }
-    }
-}
-
-/// The least time between a tick and a nudged one: frees and joins come in bursts.
-const NUDGE_GAP: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// How long after a Lease's expiry the early tick runs, so that the Lease reads expired.
-const WAKE_MARGIN: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// The member and shard Leases among `leases`, by role label and name.
-fn read(names: &LeaseNames, leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLease>) {
+pub(super) fn read(names: &LeaseNames, leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLease>) {
     let mut members = Vec::new();
     let mut shards = Vec::new();
     for l in leases {
@@ -758,7 +439,7 @@ fn read(names: &LeaseNames, leases: &[Lease]) -> (Vec<MemberLease>, Vec<ShardLea
     (members, shards)
 }
 
-fn shard_lease(names: &LeaseNames, l: &Lease) -> Option<ShardLease> {
+pub(super) fn shard_lease(names: &LeaseNames, l: &Lease) -> Option<ShardLease> {
     let index = names.shard_index(l.metadata.name.as_deref()?)?;
     let spec = l.spec.clone().unwrap_or_default();
     Some(ShardLease {
@@ -773,7 +454,8 @@ fn shard_lease(names: &LeaseNames, l: &Lease) -> Option<ShardLease> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_apiserver::mock_client;
+    use crate::sharding::shard::Shards;
+    use crate::testing::mock_client;
     use http::{Method, StatusCode};
     use serde_json::json;
 
@@ -939,11 +621,6 @@ mod tests {
         assert_eq!(report.unwrap().taken, vec![0]);
         assert_eq!(b.owned().borrow().at(now), [0, 1].into());
     }
-}
-
-#[cfg(test)]
-mod gate_tests {
-    use super::*;
 
     #[test]
     fn each_selector_has_lease_names_of_its_own() {
@@ -969,59 +646,6 @@ mod gate_tests {
     }
 
     #[test]
-    fn a_freed_shard_and_a_new_member_nudge_our_own_renewals_do_not() {
-        let in_group = |group: &str, ns: &str, name: &str, role: &str, holder: Option<&str>| Lease {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(ns.into()),
-                labels: Some(BTreeMap::from([
-                    (LABEL_ROLE.to_string(), role.to_string()),
-                    (LABEL_COMPONENT.to_string(), group.to_string()),
-                ])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec { holder_identity: holder.map(str::to_string), ..LeaseSpec::default() }),
-        };
-        let lease = |ns: &str, name: &str, role: &str, holder: Option<&str>| {
-            in_group(COMPONENT, ns, name, role, holder)
-        };
-        let mut n = Nudges::new("dco-system".into(), &LeaseNames::default(), "op-a");
-        // Another operator's group (its own --selector) is none of this one's business.
-        let other = LeaseNames::for_selector(Some("team=b"));
-        assert!(!n.observe(&in_group(other.group(), "dco-system", &other.shard(3), ROLE_SHARD, None)));
-        assert!(!n.observe(&in_group(other.group(), "dco-system", &other.member("x"), ROLE_MEMBER, None)));
-        assert!(n.observe(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, None)));
-        assert!(n.observe(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, Some(""))));
-        assert!(!n.observe(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, Some("op-b"))));
-        assert!(!n.observe(&lease("elsewhere", "dco-operator-shard-3", ROLE_SHARD, None)));
-        assert!(!n.observe(&lease("dco-system", "dco-operator-member-op-a", ROLE_MEMBER, Some("op-a"))));
-        assert!(n.observe(&lease("dco-system", "dco-operator-member-op-b", ROLE_MEMBER, Some("op-b"))));
-        assert!(
-            !n.observe(&lease("dco-system", "dco-operator-member-op-b", ROLE_MEMBER, Some("op-b"))),
-            "renewals of a known member"
-        );
-        // A member Lease gone (left, or collected with its Pod): its shards may go at once.
-        assert!(n.observe_deleted(&lease("dco-system", "dco-operator-member-op-b", ROLE_MEMBER, None)));
-        assert!(
-            n.observe(&lease("dco-system", "dco-operator-member-op-b", ROLE_MEMBER, Some("op-b"))),
-            "rejoined"
-        );
-        assert!(
-            !n.observe_deleted(&lease("dco-system", "dco-operator-member-op-a", ROLE_MEMBER, None)),
-            "ours"
-        );
-        assert!(!n.observe_deleted(&lease("dco-system", "dco-operator-shard-3", ROLE_SHARD, None)));
-        assert!(!n.observe_deleted(&lease("elsewhere", "dco-operator-member-op-b", ROLE_MEMBER, None)));
-        assert!(!n.observe_deleted(&in_group(
-            other.group(),
-            "dco-system",
-            &other.member("x"),
-            ROLE_MEMBER,
-            None
-        )));
-    }
-
-    #[test]
     fn only_a_pod_in_the_lease_namespace_owns_the_member_lease() {
         let uid = "0b5e6c1e-3f0a-4d7e-9a53-5c2a1f0d9e11";
         assert_eq!(
@@ -1034,40 +658,5 @@ mod gate_tests {
         assert_eq!(PodRef::of(Some("op-a"), Some("dco-system"), None, "dco-system"), None);
         assert_eq!(PodRef::of(Some(" "), Some("dco-system"), Some(uid), "dco-system"), None);
         assert_eq!(PodRef::of(None, None, None, "dco-system"), None, "not in a Pod: local processes");
-    }
-
-    #[test]
-    fn the_gate_lets_through_only_owned_shards_and_only_until_their_deadline() {
-        let shards = Shards::new(2).unwrap();
-        // uids as the apiserver makes them (random UUIDs): FNV-1a's top bits barely move
-        // with the last bytes of near-identical strings.
-        let uids: Vec<String> = (0..40u64)
-            .map(|i| {
-                let (a, b) = (dco_api::hash::mix64(i + 1), dco_api::hash::mix64(i + 1000));
-                format!(
-                    "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-                    a >> 32,
-                    a & 0xffff,
-                    b & 0xfff,
-                    (b >> 12) & 0xfff,
-                    b >> 16
-                )
-            })
-            .collect();
-        let in_0: Vec<&String> = uids.iter().filter(|u| shards.of_uid(u) == 0).collect();
-        let in_1: Vec<&String> = uids.iter().filter(|u| shards.of_uid(u) == 1).collect();
-        assert!(!in_0.is_empty() && !in_1.is_empty());
-        let until = Timestamp::now() + SignedDuration::from_secs(60);
-        let owned = Owned::all(Shards::new(1).unwrap(), until); // shard 0 of 2 only
-        let (tx, rx) = watch::channel(owned);
-        let gate = Gate::new(shards, rx);
-        assert!(in_0.iter().all(|u| gate.owns(Some(u))));
-        assert!(in_1.iter().all(|u| !gate.owns(Some(u))));
-        assert!(!gate.owns(None), "an object without a uid is nobody's");
-        // Past its deadline nothing is owned, though no tick ran since.
-        tx.send_replace(Owned::all(shards, Timestamp::now() - SignedDuration::from_secs(1)));
-        assert!(uids.iter().all(|u| !gate.owns(Some(u))));
-        assert!(uids.iter().all(|u| gate.holds(Some(u))), "lapsed, still held: the watches keep them");
-        assert!(Gate::everything().owns(Some("any")));
     }
 }

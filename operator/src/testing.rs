@@ -20,8 +20,8 @@ use kube::{Client, Resource};
 use serde_json::{Value, json};
 
 use crate::context::{Context, Settings, Stores};
-use crate::membership::Gate;
-use crate::metrics::Metrics;
+use crate::observability::metrics::Metrics;
+use crate::sharding::gate::Gate;
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
@@ -194,7 +194,7 @@ pub fn server(name: &str, default: bool, ready: i32, served: &[&str]) -> Convers
 pub const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nTUlJQ0ZBS0U=\n-----END CERTIFICATE-----\n";
 
 pub fn tls_secret(server: &str) -> Secret {
-    let names = crate::server::names::ServerNames::new(server, "dco-system");
+    let names = crate::names::ServerNames::new(server, "dco-system");
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": names.tls_secret, "namespace": "dco-system",
@@ -382,7 +382,7 @@ mod tests {
     /// trace id, one span per Event, each leaving the state the last one entered.
     #[tokio::test]
     async fn each_transition_is_a_span_of_the_persisted_trace() {
-        use crate::telemetry::testing::{capture, spans, text};
+        use crate::observability::telemetry::testing::{capture, spans, text};
         // This thread's subscriber: the test runtime has one thread, which polls the reconcile.
         let (_guard, exporter) = capture();
         let (reasons, st) = first_wiring().await;
@@ -728,10 +728,10 @@ mod tests {
         d["status"] = json!({"replicas": 2, "readyReplicas": 2});
         deploy.ok(&d);
         // The prune lists every owned kind by the server's labels; nothing else is there.
-        for path in crate::test_apiserver::server_tests::owned_lists("dco-system") {
+        for path in crate::testing::server_tests::owned_lists("dco-system") {
             let list = api.expect(Method::GET, &path).await;
             assert!(list.query.contains("labelSelector="), "{path}?{}", list.query);
-            list.ok(&crate::test_apiserver::server_tests::metadata_list(Vec::new()));
+            list.ok(&crate::testing::server_tests::metadata_list(Vec::new()));
         }
         // The assignments come from a list of every config, not from this replica's config
         // cache, which holds only its own shards (the store here is empty).
@@ -1094,7 +1094,7 @@ pub(crate) mod server_tests {
         let mut cws = server("a", true, 2, &[]);
         cws.spec.certificate = serde_json::from_value(json!({"issuerRef": {"name": "ca"}})).ok();
         let mut issued = tls_secret("a");
-        issued.metadata.labels = Some(crate::server::names::ServerNames::new("a", "dco-system").labels());
+        issued.metadata.labels = Some(crate::names::ServerNames::new("a", "dco-system").labels());
         issued.metadata.annotations =
             Some(BTreeMap::from([("cert-manager.io/certificate-name".into(), "dco-webhook-a".into())]));
         issued.metadata.owner_references = Some(vec![crate::server::cert_manager::secret_owner(

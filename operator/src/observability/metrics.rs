@@ -281,7 +281,7 @@ mod tests {
     /// their types and labels.
     #[test]
     fn the_operations_doc_lists_every_family() {
-        let docs = documented(include_str!("../../docs/operations.md"), "dco_operator");
+        let docs = documented(include_str!("../../../docs/operations.md"), "dco_operator");
         let problems = compare_with_docs(&parse_exposition(&exercised()), &docs, "dco_operator");
         assert!(problems.is_empty(), "docs/operations.md is out of date:\n{}", problems.join("\n"));
     }

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use dco_api::hash::{fnv1a64, mix64};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::shard::Shards;
+use crate::sharding::shard::Shards;
 
 /// Member Leases unrenewed for this many lease durations are deleted (a replica that will
 /// not come back, e.g. a Pod of an old ReplicaSet), so the Lease namespace does not grow.

@@ -1,3 +1,7 @@
+//! The two config kinds as both wings see them: [`ConfigKind`], what a config kind must be
+//! for the generic reconciler and the collectors; [`ConfigRef`], what the assignment rules
+//! need of one config; the listings of configs by their selectable target field.
+//!
 //! Which configs belong to which server: the assignments a server's status lists, what holds
 //! a server's deletion, and which configs a server change must re-reconcile (rebalancing;
 //! which changes count is rebalance.rs).
@@ -7,7 +11,41 @@ use dco_api::assign::Servers;
 use dco_api::config::{ConfigStatus, ConversionConfig};
 use dco_api::server::AssignedConfig;
 use dco_api::{CRDConversionConfig, HandoverState, XRDConversionConfig};
-use kube::{Resource, ResourceExt};
+use k8s_openapi::ClusterResourceScope;
+use kube::api::{Api, ListParams};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+
+/// Everything a config kind must be for the generic reconciler, with the status access both
+/// kinds share.
+pub(crate) trait ConfigKind:
+    ConversionConfig
+    + Resource<DynamicType = (), Scope = ClusterResourceScope>
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    fn config_status(&self) -> Option<&ConfigStatus>;
+}
+
+impl ConfigKind for XRDConversionConfig {
+    fn config_status(&self) -> Option<&ConfigStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl ConfigKind for CRDConversionConfig {
+    fn config_status(&self) -> Option<&ConfigStatus> {
+        self.status.as_ref()
+    }
+}
 
 /// What these rules need of one config, of either kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,7 +66,7 @@ pub struct ConfigRef {
 impl ConfigRef {
     pub fn of<K>(c: &K) -> Self
     where
-        K: ConversionConfig + Resource<DynamicType = ()> + HasConfigStatus,
+        K: ConfigKind,
     {
         let status = c.config_status();
         let handover = status.and_then(|s| s.handover.as_ref());
@@ -53,22 +91,56 @@ impl ConfigRef {
     }
 }
 
-/// Status access shared by both config kinds.
-pub trait HasConfigStatus {
-    fn config_status(&self) -> Option<&ConfigStatus>;
+/// Every config of both kinds under `selector` (`--selector`), as the assignment rules see
+/// them, read from the apiserver: a replica's config caches hold only the shards it owns
+/// (sharding/sharded_watch.rs), while a server's assignments and its deletion depend on every
+/// config.
+pub(crate) async fn config_refs(client: &Client, selector: Option<&str>) -> Result<Vec<ConfigRef>> {
+    let mut out = list_refs_where::<CRDConversionConfig>(client, selector, None).await?;
+    out.extend(list_refs_where::<XRDConversionConfig>(client, selector, None).await?);
+    Ok(out)
 }
 
-impl HasConfigStatus for XRDConversionConfig {
-    fn config_status(&self) -> Option<&ConfigStatus> {
-        self.status.as_ref()
+/// The configs of both kinds under `selector` that name `target` (normally one:
+/// `config/conflict.rs`), by the configs' selectable target field, so a config's reconcile
+/// reads what concerns it and not every config in the cluster.
+pub(crate) async fn configs_naming(
+    client: &Client,
+    selector: Option<&str>,
+    target: &str,
+) -> Result<Vec<ConfigRef>> {
+    let mut out = list_refs_where::<CRDConversionConfig>(client, selector, Some(target)).await?;
+    out.extend(list_refs_where::<XRDConversionConfig>(client, selector, Some(target)).await?);
+    Ok(out)
+}
+
+/// The configs of kind `K` under `selector` (naming `target`, if given), in pages.
+async fn list_refs_where<K: ConfigKind>(
+    client: &Client,
+    selector: Option<&str>,
+    target: Option<&str>,
+) -> Result<Vec<ConfigRef>> {
+    let api: Api<K> = Api::all(client.clone());
+    let mut lp = ListParams::default().limit(CONFIG_PAGE);
+    if let Some(s) = selector {
+        lp = lp.labels(s);
+    }
+    if let Some(t) = target {
+        lp = lp.fields(&format!("{}={t}", K::TARGET_FIELD));
+    }
+    let mut out = Vec::new();
+    loop {
+        let page = api.list(&lp).await.map_err(Error::kube("list", K::KIND, "(every config)"))?;
+        out.extend(page.items.iter().map(ConfigRef::of));
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => return Ok(out),
+        }
     }
 }
 
-impl HasConfigStatus for CRDConversionConfig {
-    fn config_status(&self) -> Option<&ConfigStatus> {
-        self.status.as_ref()
-    }
-}
+/// Page size of those lists: a config is a few KB, so a page stays well under a few MB.
+const CONFIG_PAGE: u32 = 500;
 
 /// The configs the resolver assigns to `server` now, sorted by kind and name.
 pub fn assigned_to(configs: &[ConfigRef], servers: &Servers, server: &str) -> Vec<AssignedConfig> {

@@ -1,13 +1,25 @@
-//! The names and labels of everything the operator creates for a ConversionWebhookServer.
+//! The names both wings and the shard coordinator agree on: the field manager, the names and
+//! labels of everything the operator creates for a ConversionWebhookServer, and the hash that
+//! tells apart the cluster-wide names of operators with different `--selector`s.
 //!
 //! One function per object so the controller that writes them and the config controller that
 //! reads them (the Service a target is wired to, the Secret holding the CA) cannot disagree.
 
 use std::collections::BTreeMap;
 
+use dco_api::server::ServiceSpec;
 use dco_api::{ConversionWebhookServer, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY};
 use kube::ResourceExt;
 use sha2::{Digest, Sha256};
+
+/// SSA field manager of everything the operator writes.
+pub const FIELD_MANAGER: &str = "dco-operator";
+
+/// Eight hex digits of the SHA-256 of a `--selector`: what tells apart the cluster-wide names
+/// of operators that share a cluster (these Leases, the admission configuration).
+pub fn selector_hash(selector: &str) -> String {
+    Sha256::digest(selector.as_bytes()).iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
 
 /// DNS-1035 labels (Service names) are at most 63 characters.
 const MAX_LABEL: usize = 63;
@@ -43,6 +55,11 @@ pub fn server_of_service(service: &str) -> Option<Option<String>> {
             .rsplit_once('-')
             .is_some_and(|(_, h)| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit()));
     Some(Some(rest.to_string()).filter(|server| !hashed && base(server) == service))
+}
+
+/// The spec of a server's Service: the port a target is wired to is its `port`.
+pub fn service_spec(cws: &ConversionWebhookServer) -> ServiceSpec {
+    cws.spec.service.clone().unwrap_or_default()
 }
 
 /// The names of one server's objects.

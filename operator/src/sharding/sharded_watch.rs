@@ -36,10 +36,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch as channel;
 use tower::{Layer, Service};
 
-use crate::coordinator::Owned;
-use crate::membership::Gate;
-use crate::metrics::{KindLabel, Metrics};
-use crate::shard::{OwnedShards, Shards};
+use crate::observability::metrics::{KindLabel, Metrics};
+use crate::sharding::coordinator::Owned;
+use crate::sharding::gate::Gate;
+use crate::sharding::shard::{OwnedShards, Shards};
 
 /// The query parameter of KEP-5866.
 const PARAM: &str = "shardSelector";

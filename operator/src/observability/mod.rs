@@ -1,0 +1,6 @@
+//! What the operator tells about itself: logs and handover traces (`telemetry`), the
+//! `/metrics` registry (`metrics`) and the allocator's trimming (`memory`).
+
+pub(crate) mod memory;
+pub(crate) mod metrics;
+pub mod telemetry;
