@@ -20,7 +20,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 
-use crate::{TestEnv, apply_as, repo_root, testenv_tool, wait_crd_established};
+use crate::{Manager, TestEnv, repo_root, testenv_tool, wait_crd_established};
 
 /// cert-manager's module, as the tool's go.mod requires it.
 const MODULE: &str = "github.com/cert-manager/cert-manager";
@@ -31,7 +31,7 @@ const CRDS: [&str; 4] = [
     "cert-manager.io_clusterissuers.yaml",
     "cert-manager.io_issuers.yaml",
 ];
-const MANAGER: &str = "dco-tests-cert-manager";
+const MANAGER: Manager = Manager("dco-tests-cert-manager");
 
 /// `cert-manager.io/v1` `kind` (`plural`), for dynamic objects.
 pub fn resource(kind: &str, plural: &str) -> ApiResource {
@@ -90,7 +90,7 @@ pub async fn install_crds(client: &Client) -> Result<()> {
         let crd: serde_json::Value =
             serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        apply_as(&crds, MANAGER, &name, crd).await?;
+        MANAGER.apply(&crds, &name, crd).await?;
         wait_crd_established(&crds, &name, Duration::from_secs(120)).await?;
     }
     Ok(())

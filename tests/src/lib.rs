@@ -56,6 +56,93 @@ where
         .with_context(|| format!("applying {name}"))
 }
 
+/// A test's server-side-apply field manager, named after the test: an object's managedFields
+/// say which test wrote it. `const MANAGER: Manager = Manager("dco-e2e-adopt");` then
+/// `MANAGER.apply(&api, name, json)`; where a `&str` is wanted, `&MANAGER` is one.
+#[derive(Clone, Copy, Debug)]
+pub struct Manager(pub &'static str);
+
+impl Manager {
+    /// [`apply_as`] this manager: forced, the error names the object.
+    pub async fn apply<K>(self, api: &Api<K>, name: &str, obj: serde_json::Value) -> Result<K>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    {
+        apply_as(api, self.0, name, obj).await
+    }
+}
+
+impl std::ops::Deref for Manager {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0
+    }
+}
+
+/// Sends a signal to a local process (`KILL`, `STOP`, `CONT`, `TERM`): the Pods of the local
+/// cluster are processes of this machine (docs/testenv.md).
+pub fn signal(pid: u32, sig: &str) -> Result<()> {
+    let out = Command::new("kill").args([format!("-{sig}"), pid.to_string()]).output()?;
+    anyhow::ensure!(out.status.success(), "kill -{sig} {pid}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(())
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The bytes of one key of a Secret's `data`.
+pub fn secret_bytes(s: &k8s_openapi::api::core::v1::Secret, key: &str) -> Option<Vec<u8>> {
+    s.data.as_ref()?.get(key).map(|b| b.0.clone())
+}
+
+/// The value of one series of the Prometheus text at `addr`'s `/metrics`, named as exposed
+/// (`name` or `name{label="value",...}`, labels in the exposed order); `None` when absent.
+pub async fn metric(addr: &str, series: &str) -> Result<Option<f64>> {
+    let (code, body) = http_get(addr, "/metrics").await?;
+    anyhow::ensure!(code == 200, "GET {addr}/metrics: {code}");
+    Ok(metric_value(&body, series))
+}
+
+/// [`metric`] of a scrape already read.
+pub fn metric_value(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// One shard Lease of dco-operator (docs/sharding.md, "Shards").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardHolder {
+    /// `holderIdentity`: the replica's Pod name or `--replica-id`; empty once freed.
+    pub holder: String,
+    /// Renewed within its `leaseDurationSeconds`.
+    pub live: bool,
+}
+
+/// The shard Leases in `leases`' namespace (label `sharding.dco.rs/role=shard`), by shard.
+pub async fn shard_holders(
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+) -> Result<std::collections::BTreeMap<u32, ShardHolder>> {
+    let lp = ListParams::default().labels("sharding.dco.rs/role=shard");
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut out = std::collections::BTreeMap::new();
+    for l in leases.list(&lp).await?.items {
+        // `dco-operator[-<hash of --selector>]-shard-<i>` (the operator's Lease names)
+        let Some(i) = l.metadata.name.as_deref().and_then(|n| n.rsplit_once("-shard-")?.1.parse().ok())
+        else {
+            continue;
+        };
+        let spec = l.spec.unwrap_or_default();
+        let live = spec.renew_time.is_some_and(|r| {
+            r.0 + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
+                spec.lease_duration_seconds.unwrap_or(0),
+            )) > now
+        });
+        out.insert(i, ShardHolder { holder: spec.holder_identity.unwrap_or_default(), live });
+    }
+    Ok(out)
+}
+
 /// `(time, object)` of every reconcile of `controller` that dco-operator's shard gate let
 /// through, from the operator's log at `RUST_LOG=dco_operator::context=debug` (its
 /// `Context::not_ours` logs one line each: the evidence of who reconciled what).

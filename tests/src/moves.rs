@@ -41,9 +41,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use crate::apiservers::RebuildProbe;
-use crate::{TestEnv, container_pid, fnv1a64, pod_ready, wait_for};
+use crate::{Manager, TestEnv, container_pid, fnv1a64, pod_ready, wait_for};
 
-pub const MANAGER: &str = "dco-e2e-moves";
+pub const MANAGER: Manager = Manager("dco-e2e-moves");
 pub const WAIT: Duration = Duration::from_secs(150);
 /// The webhook replicas' drain period: `start_operators` passes `--drain-period=5s`.
 pub const DRAIN: Duration = Duration::from_secs(5);
@@ -59,13 +59,6 @@ const TIERS: [(&str, &str, &str); 3] =
 /// Whether this run switches the hold-while-named rule off (see the module docs).
 pub fn hold_while_named_off() -> bool {
     std::env::var("DCO_E2E_NO_HOLD_WHILE_NAMED").is_ok_and(|v| v == "1" || v == "true")
-}
-
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    crate::apply_as(api, MANAGER, name, obj).await
 }
 
 /// What the load client counted.
@@ -354,7 +347,7 @@ impl World {
         // spec.conversion on its own schedule and the drain period must cover the slower.
         let load_clients = vec![client.clone(), crate::apiservers::client2().await?];
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        crate::install_dco_crds(&client, MANAGER).await?;
+        crate::install_dco_crds(&client, &MANAGER).await?;
         let label = (format!("dco-{prefix}"), t.ns.clone());
         let selector = format!("{}={}", label.0, label.1);
         let servers = [format!("{}-a", t.ns), format!("{}-b", t.ns)];
@@ -393,14 +386,15 @@ impl World {
             eprintln!("DCO_E2E_NO_HOLD_WHILE_NAMED: the webhook replicas run {extra:?}");
         }
         for (i, s) in w.servers.iter().enumerate() {
-            apply(
-                &w.srvs,
-                s,
-                json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+            MANAGER
+                .apply(
+                    &w.srvs,
+                    s,
+                    json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
                 "metadata": {"name": s, "labels": {&w.label.0: &w.label.1}},
                 "spec": {"namespace": w.t.ns, "replicas": 2, "default": i == 0, "extraArgs": extra}}),
-            )
-            .await?;
+                )
+                .await?;
         }
         for s in &w.servers {
             wait_for(&format!("server {s} to have 2 ready replicas"), WAIT, || async {
@@ -418,7 +412,7 @@ impl World {
             .zip([v1, v2, v3])
             .map(|(v, schema)| json!({"name": v, "served": true, "storage": *v == "v2", "schema": schema}))
             .collect();
-        apply(&w.crds, &w.target, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        MANAGER.apply(&w.crds, &w.target, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": w.target, "labels": {&w.label.0: &w.label.1}},
             "spec": {"group": w.group, "scope": "Namespaced",
                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
@@ -426,14 +420,15 @@ impl World {
         .await?;
         crate::wait_crd_established(&w.crds, &w.target, WAIT).await?;
         w.tasks.push(watch_config(w.cfgs.clone(), w.cfg.clone(), w.history.clone()));
-        apply(
-            &w.cfgs,
-            &w.cfg,
-            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+        MANAGER
+            .apply(
+                &w.cfgs,
+                &w.cfg,
+                json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
             "metadata": {"name": w.cfg, "labels": {&w.label.0: &w.label.1}},
             "spec": {"targetCRD": {"name": w.target}, "hubVersion": "v2", "spokes": spokes()}}),
-        )
-        .await?;
+            )
+            .await?;
         let a = w.servers[0].clone();
         w.wait_settled(0, &a).await.context("the first wiring")?;
 
@@ -444,7 +439,7 @@ impl World {
                 let obj = json!({"apiVersion": format!("{}/v2", w.group), "kind": "Gadget",
                     "metadata": {"name": name}, "spec": spec_at("v2", c, 0)});
                 wait_for(&format!("storing {name}"), WAIT, || async {
-                    let p = PatchParams::apply(MANAGER).force();
+                    let p = PatchParams::apply(&MANAGER).force();
                     Ok(hub.patch(&name, &p, &Patch::Apply(&obj)).await.ok())
                 })
                 .await?;
@@ -828,13 +823,6 @@ pub fn ready_reason(cfg: &CRDConversionConfig) -> String {
         .unwrap_or_default()
 }
 
-/// Sends a signal to a local process (`KILL`, `STOP`, `CONT`).
-pub fn signal(pid: u32, sig: &str) -> Result<()> {
-    let out = Command::new("kill").args([format!("-{sig}"), pid.to_string()]).output()?;
-    ensure!(out.status.success(), "kill -{sig} {pid}: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(())
-}
-
 fn watch_config(
     cfgs: Api<CRDConversionConfig>,
     name: String,
@@ -875,7 +863,7 @@ fn load(
             let (wv, other) = if k.is_multiple_of(2) { (0, 2) } else { (2, 0) };
             let obj = json!({"apiVersion": format!("{group}/{}", VERSIONS[wv]), "kind": "Gadget",
                 "metadata": {"name": name}, "spec": spec_at(VERSIONS[wv], c, k)});
-            let p = PatchParams::apply(MANAGER).force();
+            let p = PatchParams::apply(&MANAGER).force();
             if let Err(e) = next()[wv].patch(&name, &p, &Patch::Apply(&obj)).await {
                 counts.fail(false, format!("write {name} at {}: {e}", VERSIONS[wv]));
                 continue;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -21,7 +21,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 
-use crate::{TestEnv, container_pid, fnv1a64, pod_ready, query_escape, wait_for};
+use crate::{Manager, TestEnv, container_pid, fnv1a64, pod_ready, query_escape, signal, wait_for};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer};
 
 const SHARDS: u32 = 32;
@@ -30,7 +30,7 @@ const LEASE_DURATION_S: u64 = 9;
 const RENEW_S: u64 = 2;
 const CONFIGS: usize = 300;
 const REAL: usize = 20;
-const MANAGER: &str = "dco-pods-test";
+const MANAGER: Manager = Manager("dco-pods-test");
 const WAIT: Duration = Duration::from_secs(120);
 
 /// dco-operator as a Deployment `<app>` of the test's namespace, labelled `app=<app>`: the
@@ -183,13 +183,6 @@ fn shard_of(uid: &str) -> u32 {
     (fnv1a64(uid.as_bytes()) >> 59) as u32
 }
 
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    crate::apply_as(api, MANAGER, name, obj).await
-}
-
 /// One operator replica as the test sees it.
 #[derive(Clone, Debug)]
 struct Replica {
@@ -221,34 +214,19 @@ async fn debug_shards(r: &Replica) -> Result<Value> {
     Ok(serde_json::from_str(&body)?)
 }
 
-async fn metric(r: &Replica, name: &str) -> Result<f64> {
-    let (_, body) = crate::http_get(&format!("{}:8080", r.ip), "/metrics").await?;
-    Ok(body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0))
+/// A series of a replica's `/metrics`; 0 when not exposed yet.
+async fn metric(r: &Replica, series: &str) -> Result<f64> {
+    Ok(crate::metric(&format!("{}:8080", r.ip), series).await?.unwrap_or(0.0))
 }
 
 /// Shard → holder, from the shard Leases (only those held, renewed within the duration).
 async fn holders(leases: &Api<Lease>) -> Result<BTreeMap<u32, String>> {
-    let lp = ListParams::default().labels("sharding.dco.rs/role=shard");
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let mut out = BTreeMap::new();
-    for l in leases.list(&lp).await?.items {
-        let Some(i) =
-            // `dco-operator[-<hash of --selector>]-shard-<i>` (operator/src/membership.rs `LeaseNames`)
-            l.metadata.name.as_deref().and_then(|n| n.rsplit_once("-shard-")?.1.parse().ok())
-        else {
-            continue;
-        };
-        let spec = l.spec.unwrap_or_default();
-        let (Some(h), Some(r)) = (spec.holder_identity, spec.renew_time) else { continue };
-        let live = r.0
-            + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
-                spec.lease_duration_seconds.unwrap_or(0),
-            ));
-        if !h.is_empty() && live > now {
-            out.insert(i, h);
-        }
-    }
-    Ok(out)
+    Ok(crate::shard_holders(leases)
+        .await?
+        .into_iter()
+        .filter(|(_, h)| h.live && !h.holder.is_empty())
+        .map(|(i, h)| (i, h.holder))
+        .collect())
 }
 
 /// Sum of the shard Leases' `leaseTransitions`: one per take.
@@ -398,7 +376,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in dco_api::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd)).await?;
+        crds.patch(&name, &PatchParams::apply(&MANAGER).force(), &Patch::Apply(&crd)).await?;
     }
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
     wait_for("the dco CRDs to be served", Duration::from_secs(30), || async {
@@ -428,7 +406,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
         rust_log: "info,dco_operator::context=debug",
         termination_grace_s: 10,
     };
-    deployment(REPLICAS).apply(&t, MANAGER).await?;
+    deployment(REPLICAS).apply(&t, &MANAGER).await?;
     let pods: Api<Pod> = t.api();
     let leases: Api<Lease> = t.api();
 
@@ -489,19 +467,20 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     // A default server for the real targets, 20 targets of two versions, and 300 configs.
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
     let server = format!("{ns}-s");
-    apply(
-        &servers,
-        &server,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+    MANAGER
+        .apply(
+            &servers,
+            &server,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
         "metadata": {"name": server, "labels": {label_k: label_v}},
         "spec": {"namespace": ns, "replicas": 1, "default": true}}),
-    )
-    .await?;
+        )
+        .await?;
     let schema = |spec: Value| json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": spec}}}});
     let group = |i: usize| format!("g{i}.{ns}.pods.dco.rs");
     let target = |i: usize| format!("widgets.{}", group(i));
     for i in 0..REAL {
-        apply(&crds, &target(i), json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        MANAGER.apply(&crds, &target(i), json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": target(i)},
             "spec": {"group": group(i), "scope": "Namespaced",
                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
@@ -524,7 +503,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
         .map(|i| {
             let cfgs = cfgs.clone();
             let obj = config(i, "1");
-            async move { apply(&cfgs, &cfg_name(i), obj).await.map(|_| ()) }
+            async move { MANAGER.apply(&cfgs, &cfg_name(i), obj).await.map(|_| ()) }
         })
         .buffer_unordered(16)
         .try_collect::<Vec<()>>()
@@ -561,7 +540,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
         let obj = json!({"apiVersion": format!("{}/v1", group(i)), "kind": "Widget", "metadata": {"name": "w"},
             "spec": {"storageSize": i}});
         wait_for(&format!("a v1 write of target {i} converted"), WAIT, || async {
-            Ok(v1.patch("w", &PatchParams::apply(MANAGER), &Patch::Apply(&obj)).await.ok().map(|_| ()))
+            Ok(v1.patch("w", &PatchParams::apply(&MANAGER), &Patch::Apply(&obj)).await.ok().map(|_| ()))
         })
         .await?;
         let got = v2.get("w").await?;
@@ -672,7 +651,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     signal(victim.pid, "STOP")?;
     let stopped = Instant::now();
     let stopped_at = Timestamp::now();
-    apply(&cfgs, moved_name, config(moved_i, "2")).await?;
+    MANAGER.apply(&cfgs, moved_name, config(moved_i, "2")).await?;
     let others: Vec<Replica> = rs.iter().filter(|r| r.pod != victim.pod).cloned().collect();
     let taker =
         wait_for("another replica to reconcile the change in a stopped replica's shard", WAIT, || async {
@@ -737,7 +716,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     );
 
     // Scale to 1: the survivor owns every shard (the others free theirs on SIGTERM).
-    deployment(1).apply(&t, MANAGER).await?;
+    deployment(1).apply(&t, &MANAGER).await?;
     let at = Instant::now();
     let (rs1, _) = settle(1).await?;
     eprintln!("scaled to 1: {} owned all {SHARDS} shards {:?} after the scale", rs1[0].pod, at.elapsed());
@@ -745,7 +724,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     ensure!(d["selector"].is_null(), "owning everything asks for no selector: {d}");
     // And back to 3: exactly the shards that must move do, each once.
     let takes_before = transitions(&leases).await?;
-    deployment(REPLICAS).apply(&t, MANAGER).await?;
+    deployment(REPLICAS).apply(&t, &MANAGER).await?;
     let at = Instant::now();
     let (_, h3) = settle(REPLICAS).await?;
     tokio::time::sleep(Duration::from_secs(RENEW_S * 2)).await;
@@ -762,7 +741,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     );
 
     // Cleanup: the operator goes first, then the finalizers it would have handled.
-    deployment(0).apply(&t, MANAGER).await?;
+    deployment(0).apply(&t, &MANAGER).await?;
     wait_for("the operator Pods to go", WAIT, || async {
         Ok(pods.list(&ListParams::default().labels("app=dco-operator")).await?.items.is_empty().then_some(()))
     })
@@ -779,14 +758,6 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     }
     remove_operator_binding(&t).await;
     t.cleanup().await;
-    Ok(())
-}
-
-fn signal(pid: u32, sig: &str) -> Result<()> {
-    let status = std::process::Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status()?;
-    if !status.success() {
-        bail!("kill -{sig} {pid} failed");
-    }
     Ok(())
 }
 

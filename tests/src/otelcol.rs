@@ -14,7 +14,6 @@
 //!
 //! The process is killed when the [`Collector`] is dropped (also when a test panics).
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -63,10 +62,6 @@ fn config(port: u16, output: &Path) -> serde_json::Value {
     })
 }
 
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 impl Collector {
     /// Builds the collector if needed (a cold build takes minutes: docs/testenv.md), writes
     /// its config, output and log under `dir`, starts it and waits until its receiver
@@ -86,7 +81,7 @@ impl Collector {
 
     /// `Ok(Err(why))`: the collector exited because its port was taken meanwhile (try again).
     async fn start_once(bin: &Path, dir: &Path) -> Result<std::result::Result<Collector, String>> {
-        let port = free_port()?;
+        let port = crate::free_port()?;
         let output = dir.join("traces.otlp");
         let log = dir.join("otelcol.log");
         let config_file = dir.join("config.yaml");

@@ -18,9 +18,9 @@ use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, status};
 use serde_json::{Value, json};
 
-use crate::{Operators, TestEnv, hex, wait_for};
+use crate::{Manager, Operators, TestEnv, hex, wait_for};
 
-pub const MANAGER: &str = "dco-operator-e2e";
+pub const MANAGER: Manager = Manager("dco-operator-e2e");
 pub const WAIT: Duration = Duration::from_secs(120);
 
 /// Two replicas, which divide the configs and servers by shard Leases in the test's namespace
@@ -53,13 +53,6 @@ pub struct PinnedMove {
     pub crds: Api<CustomResourceDefinition>,
 }
 
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    crate::apply_as(api, MANAGER, name, obj).await
-}
-
 fn schema(spec: Value) -> Value {
     json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": spec}}}})
 }
@@ -86,7 +79,7 @@ impl PinnedMove {
     /// `dco-webhook`; nothing of the move exists yet.
     pub async fn prepare(env: &TestEnv) -> Result<Self> {
         crate::map_image("dco-webhook", crate::workspace_binary("dco-webhook")?)?;
-        crate::install_dco_crds(&env.client, MANAGER).await?;
+        crate::install_dco_crds(&env.client, &MANAGER).await?;
         let ns = env.ns.clone();
         let group = format!("{ns}.e2e.dco.rs");
         Ok(PinnedMove {
@@ -118,7 +111,7 @@ impl PinnedMove {
             "metadata": {"name": name, "labels": self.labels()},
             "spec": {"namespace": self.ns, "replicas": 2},
         });
-        apply(&self.servers, name, obj).await.map(drop)
+        MANAGER.apply(&self.servers, name, obj).await.map(drop)
     }
 
     /// The config, pinned to `server` by `webhookServerRef`.
@@ -130,7 +123,7 @@ impl PinnedMove {
                 "spokes": [{"version": "v1", "rules": [
                     {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]},
         });
-        apply(&self.cfgs, &self.config, obj).await.map(drop)
+        MANAGER.apply(&self.cfgs, &self.config, obj).await.map(drop)
     }
 
     /// Server `a`, the target (v1 served, the spoke; v2 served and stored, the hub) and the
@@ -147,7 +140,7 @@ impl PinnedMove {
                     {"name": "v2", "served": true, "storage": true, "schema": schema(json!({"storageGB": {"type": "integer"}, "owner": {"type": "string"}}))},
                 ]},
         });
-        apply(&self.crds, &self.target, crd).await?;
+        MANAGER.apply(&self.crds, &self.target, crd).await?;
         self.pin(&self.a).await?;
         self.wait_settled(&self.a).await
     }

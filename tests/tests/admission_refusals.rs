@@ -22,9 +22,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use dco_tests::operator_pods::{OperatorDeployment, SecondDefaultLoad, admission_args, remove_operators};
-use dco_tests::{TestEnv, container_pid, pod_ready, wait_for};
+use dco_tests::{Manager, TestEnv, container_pid, pod_ready, wait_for};
 
-const MANAGER: &str = "dco-admission-test";
+const MANAGER: Manager = Manager("dco-admission-test");
 const WAIT: Duration = Duration::from_secs(120);
 
 struct Kubectl {
@@ -105,8 +105,8 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let ns = t.ns.clone();
     let label = ("dco-adm-test", ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
-    let pp = PatchParams::apply(MANAGER).force();
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    let pp = PatchParams::apply(&MANAGER).force();
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let operators = OperatorDeployment {
         app: "dco-adm",
@@ -120,7 +120,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         rust_log: "info,dco_operator::admission=debug",
         termination_grace_s: 5,
     };
-    operators.apply(t, MANAGER).await?;
+    operators.apply(t, &MANAGER).await?;
     let pods: Api<Pod> = t.api();
     let ready = |n: usize| operators.ready(t, n, WAIT);
     let started = Instant::now();
@@ -353,8 +353,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         let victim = &rs[round % 2];
         let name = victim.metadata.name.clone().unwrap_or_default();
         let pid = container_pid(victim, "operator").context("the operator's pid")?;
-        let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status()?;
-        ensure!(status.success(), "kill {pid}");
+        dco_tests::signal(pid, "KILL")?;
         let killed = Instant::now();
         eprintln!("SIGKILLed {name} (pid {pid})");
         let not_ready = wait_for(&format!("{name} not Ready"), WAIT, || async {

@@ -30,9 +30,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use dco_tests::operator_pods::{OperatorDeployment, SecondDefaultLoad, admission_args, remove_operators};
-use dco_tests::{TestEnv, pod_ready, strip_ansi, wait_for};
+use dco_tests::{Manager, TestEnv, pod_ready, strip_ansi, wait_for};
 
-const MANAGER: &str = "dco-admission-shutdown-test";
+const MANAGER: Manager = Manager("dco-admission-shutdown-test");
 const SERVICE: &str = "dco-admission";
 const APP: &str = "dco-admstop";
 const RESTARTS: usize = 5;
@@ -125,7 +125,7 @@ fn config_load(
             Err(e) => return (0, vec![e.to_string()]),
         };
         let cfgs: Api<CRDConversionConfig> = Api::all(client);
-        let pp = PatchParams::apply(MANAGER).dry_run();
+        let pp = PatchParams::apply(&MANAGER).dry_run();
         let obj = dco_tests::chart::widget_config(&name, &target, &label);
         let (mut ok, mut failed) = (0u64, Vec::new());
         while !stop.load(Ordering::SeqCst) {
@@ -220,9 +220,9 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let ns = t.ns.clone();
     let label = ("dco-admstop-test", ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
-    dco_tests::install_dco_crds(&t.client, MANAGER).await?;
+    dco_tests::install_dco_crds(&t.client, &MANAGER).await?;
     let operators = deployment(&ns, &selector, None);
-    operators.apply(t, MANAGER).await?;
+    operators.apply(t, &MANAGER).await?;
     operators.ready(t, 2, WAIT).await?;
 
     let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
@@ -263,7 +263,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
 
     // The same without a drain: the flag change is a rollout of its own; then the restarts.
     let no_drain = deployment(&ns, &selector, Some("0s"));
-    no_drain.apply(t, MANAGER).await?;
+    no_drain.apply(t, &MANAGER).await?;
     let pods: Api<Pod> = t.api();
     wait_for("the --shutdown-drain=0s Pods", WAIT, || async {
         let l = pods.list(&ListParams::default().labels(&format!("app={APP}"))).await?.items;

@@ -20,9 +20,9 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 use dco_tests::operator_pods::{OperatorDeployment, admission_args, remove_operators};
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{Manager, TestEnv, wait_for};
 
-const MANAGER: &str = "dco-two-operators-test";
+const MANAGER: Manager = Manager("dco-two-operators-test");
 const WAIT: Duration = Duration::from_secs(120);
 const SHARDS: usize = 32;
 
@@ -67,7 +67,7 @@ impl Team {
 
 async fn scenario(t: &TestEnv) -> Result<()> {
     let ns = t.ns.clone();
-    dco_tests::install_dco_crds(&t.client, MANAGER).await?;
+    dco_tests::install_dco_crds(&t.client, &MANAGER).await?;
     let teams = [Team::new(&ns, "a"), Team::new(&ns, "b")];
     let mut deployments = Vec::new();
     for team in &teams {
@@ -84,7 +84,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
             rust_log: "info",
             termination_grace_s: 5,
         };
-        d.apply(t, MANAGER).await?;
+        d.apply(t, &MANAGER).await?;
         deployments.push(d.ready(t, 1, WAIT).await?);
     }
     let pod_of = |i: usize| deployments[i][0].name_any();

@@ -24,18 +24,14 @@ use serde_json::json;
 
 use dco_tests::cert_manager::{ders, served_leaf};
 use dco_tests::operator_pods::{OperatorDeployment, SecondDefaultLoad, admission_args, remove_operators};
-use dco_tests::{TestEnv, container_pid, pod_ready, wait_for};
+use dco_tests::{Manager, TestEnv, container_pid, pod_ready, secret_bytes, wait_for};
 
-const MANAGER: &str = "dco-admission-rotation-test";
+const MANAGER: Manager = Manager("dco-admission-rotation-test");
 const SERVICE: &str = "dco-admission";
 const PORT: u16 = 9443;
 /// Two registration passes (60 s each) and slack.
 const ROTATION: Duration = Duration::from_secs(150);
 const WAIT: Duration = Duration::from_secs(120);
-
-fn secret_bytes(s: &Secret, key: &str) -> Option<Vec<u8>> {
-    s.data.as_ref()?.get(key).map(|b| b.0.clone())
-}
 
 #[tokio::test]
 async fn admission_certificate_rotates_without_a_restart_or_a_failed_review() -> Result<()> {
@@ -52,7 +48,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let ns = t.ns.clone();
     let label = ("dco-admrot-test", ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let operators = OperatorDeployment {
         app: "dco-admrot",
         replicas: 2,
@@ -61,7 +57,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         rust_log: "info",
         termination_grace_s: 5,
     };
-    operators.apply(t, MANAGER).await?;
+    operators.apply(t, &MANAGER).await?;
     let pods: Api<Pod> = t.api();
     let before_pods = operators.ready(t, 2, WAIT).await?;
 

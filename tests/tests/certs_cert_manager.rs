@@ -23,29 +23,18 @@ use anyhow::{Context, Result, ensure};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, LABEL_INSTANCE};
 use dco_tests::cert_manager::{self, CertManager, ders, serial, served_leaf};
 use dco_tests::moves::{Counts, Tally};
-use dco_tests::{TestEnv, apply_as, container_pid, pod_ready, wait_for};
+use dco_tests::{Manager, TestEnv, container_pid, pod_ready, secret_bytes, wait_for};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-const MANAGER: &str = "dco-cert-manager-test";
+const MANAGER: Manager = Manager("dco-cert-manager-test");
 const WAIT: Duration = Duration::from_secs(150);
 /// `start_operators` runs the webhook containers with `--listen $(POD_IP):9443`.
 const PORT: u16 = 9443;
 /// The objects the load client reads and writes.
 const OBJECTS: usize = 5;
-
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    apply_as(api, MANAGER, name, obj).await
-}
-
-fn secret_bytes(s: &Secret, key: &str) -> Option<Vec<u8>> {
-    s.data.as_ref()?.get(key).map(|b| b.0.clone())
-}
 
 /// The first certificate of the Secret's `tls.crt`.
 fn leaf_of(s: &Secret) -> Result<Vec<u8>> {
@@ -85,7 +74,7 @@ fn load(
                 let size = (k as i64) * 10;
                 let obj = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
                     "metadata": {"name": name}, "spec": {"storageSize": size, "owner": "load"}});
-                match v1.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await {
+                match v1.patch(&name, &PatchParams::apply(&MANAGER).force(), &Patch::Apply(&obj)).await {
                     Ok(_) => {
                         written.insert(name.clone(), size);
                         counts.ok.fetch_add(1, Ordering::SeqCst);
@@ -161,7 +150,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let ns = t.ns.clone();
     let label = ("dco-cert-manager-test", ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     cert_manager::install_crds(&client).await?;
 
     // SelfSigned → a CA Certificate (its Secret in the cluster resource namespace) → a CA
@@ -172,30 +161,33 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let certificates = cert_manager::api(&client, &ns, "Certificate", "certificates");
     let (selfsigned, ca_issuer, root) =
         (format!("{ns}-selfsigned"), format!("{ns}-ca"), format!("{ns}-root"));
-    apply(
-        &cluster_issuers,
-        &selfsigned,
-        json!({"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
+    MANAGER
+        .apply(
+            &cluster_issuers,
+            &selfsigned,
+            json!({"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
         "metadata": {"name": selfsigned}, "spec": {"selfSigned": {}}}),
-    )
-    .await?;
-    apply(
-        &certificates,
-        &root,
-        json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+        )
+        .await?;
+    MANAGER
+        .apply(
+            &certificates,
+            &root,
+            json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
         "metadata": {"name": root},
         "spec": {"isCA": true, "commonName": format!("dco-tests root {ns}"), "secretName": root,
             "privateKey": {"algorithm": "ECDSA", "size": 256},
             "issuerRef": {"name": selfsigned, "kind": "ClusterIssuer", "group": "cert-manager.io"}}}),
-    )
-    .await?;
-    apply(
-        &cluster_issuers,
-        &ca_issuer,
-        json!({"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
+        )
+        .await?;
+    MANAGER
+        .apply(
+            &cluster_issuers,
+            &ca_issuer,
+            json!({"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
         "metadata": {"name": ca_issuer}, "spec": {"ca": {"secretName": root}}}),
-    )
-    .await?;
+        )
+        .await?;
     let secrets: Api<Secret> = t.api();
     let pods: Api<Pod> = t.api();
 
@@ -212,7 +204,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
             "metadata": {"name": server, "labels": {label.0: label.1}}, "spec": spec})
     };
-    apply(&servers, &server, server_obj(Some(&ca_issuer))).await?;
+    MANAGER.apply(&servers, &server, server_obj(Some(&ca_issuer))).await?;
     let cert_ready = |reason: &'static str| {
         let servers = servers.clone();
         let server = server.clone();
@@ -313,7 +305,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let target = format!("widgets.{group}");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let schema = |props: Value| json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": props}}}});
-    apply(&crds, &target, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    MANAGER.apply(&crds, &target, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": target, "labels": {label.0: label.1}},
         "spec": {"group": group, "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
@@ -325,7 +317,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
     let cfg = format!("{ns}-widgets");
-    apply(&cfgs, &cfg, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+    MANAGER.apply(&cfgs, &cfg, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
         "metadata": {"name": cfg, "labels": {label.0: label.1}},
         "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "webhookServerRef": {"name": server},
             "spokes": [{"version": "v1", "rules": [
@@ -357,7 +349,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         let name = format!("w{i}");
         let obj = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": name},
             "spec": {"storageSize": i, "owner": "load"}});
-        v1.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj))
+        v1.patch(&name, &PatchParams::apply(&MANAGER).force(), &Patch::Apply(&obj))
             .await
             .context("writing at v1")?;
     }
@@ -419,7 +411,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     // operator's new CA, so nothing has to change at once.
     let off = counts.tally();
     let switched = Instant::now();
-    apply(&servers, &server, server_obj(None)).await?;
+    MANAGER.apply(&servers, &server, server_obj(None)).await?;
     cert_ready("SelfManaged").await?;
     wait_for("the Certificate to be deleted", WAIT, || async {
         Ok(certificates.get_opt(&workload).await?.is_none().then_some(()))
@@ -451,7 +443,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     // annotations); the operator's CA stays trusted meanwhile.
     let on = counts.tally();
     let switched = Instant::now();
-    apply(&servers, &server, server_obj(Some(&ca_issuer))).await?;
+    MANAGER.apply(&servers, &server, server_obj(Some(&ca_issuer))).await?;
     let reissued = wait_for("cert-manager to reissue into the Secret", WAIT, || async {
         let s = secrets.get(&tls_secret).await?;
         let issued = s.metadata.annotations.as_ref().and_then(|a| a.get("cert-manager.io/certificate-name"))

@@ -34,9 +34,9 @@ use dco_tests::chart::{
     restore_crd, widget_crd,
 };
 use dco_tests::rbac::{Check, audit, expand};
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{Manager, TestEnv, wait_for};
 
-const MANAGER: &str = "dco-e2e-chart";
+const MANAGER: Manager = Manager("dco-e2e-chart");
 const WAIT: Duration = Duration::from_secs(180);
 /// The render test's release (a dry run only): its cluster-scoped names differ from the
 /// install test's, which runs at the same time.
@@ -108,7 +108,7 @@ fn dry_run_apply(env: &TestEnv, docs: &[Value]) -> Result<String> {
             "--server-side",
             "--force-conflicts",
             "--field-manager",
-            MANAGER,
+            &MANAGER,
             "-f",
             "-",
         ])
@@ -330,7 +330,7 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
     for c in dco_api::crds() {
         if crds.get_opt(c.metadata.name.as_deref().unwrap_or_default()).await?.is_none() {
-            dco_tests::install_dco_crds(&t.client, MANAGER).await?;
+            dco_tests::install_dco_crds(&t.client, &MANAGER).await?;
             break;
         }
     }
@@ -473,7 +473,7 @@ async fn lifecycle(helm: Helm, prefix: &str) -> Result<()> {
     // dco's CRD back as crdgen has it, however the run ended: the upgrade changed it in a
     // cluster other tests share (and helm 4 would not install over it).
     let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
-    restore_crd(&crds, CWS_CRD, MANAGER).await?;
+    restore_crd(&crds, CWS_CRD, &MANAGER).await?;
     result?;
     t.cleanup().await;
     Ok(())
@@ -597,14 +597,14 @@ async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
     eprintln!("admission: {refused}");
 
     // A target wired through the default server, under the chart's RBAC.
-    dco_tests::apply_as(&crds, MANAGER, &target, widget_crd(&group, &label)).await?;
+    MANAGER.apply(&crds, &target, widget_crd(&group, &label)).await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
     let hub = widgets(&client, &group, "v2", &ns);
     let w1 = json!({"apiVersion": format!("{group}/v2"), "kind": "Widget", "metadata": {"name": "w1"},
         "spec": {"size": {"gb": 7}}});
-    dco_tests::apply_as(&hub, MANAGER, "w1", w1).await?;
+    MANAGER.apply(&hub, "w1", w1).await?;
     let cfg = format!("{ns}-widgets");
-    dco_tests::apply_as(&configs, MANAGER, &cfg, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+    MANAGER.apply(&configs, &cfg, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
         "metadata": {"name": cfg, "labels": {&label.0: &label.1}},
         "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "spokes": [{"version": "v1", "rules": [
             {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.size.gb", "spokePath": "spec.sizeGB"}}]}]}}))
@@ -636,15 +636,15 @@ async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
     // A server in a namespace the chart gave the operator no rights in: refused in its status
     // before any write there (tests/tests/chart_rbac.rs has the Event too). Then it deletes cleanly.
     let elsewhere = format!("{ns}-elsewhere");
-    dco_tests::apply_as(
-        &servers,
-        MANAGER,
-        &elsewhere,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1",
+    MANAGER
+        .apply(
+            &servers,
+            &elsewhere,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1",
         "kind": "ConversionWebhookServer", "metadata": {"name": elsewhere, "labels": {&label.0: &label.1}},
         "spec": {"namespace": "default", "replicas": 1}}),
-    )
-    .await?;
+        )
+        .await?;
     let message = wait_for("the server in namespace default to be refused", WAIT, || async {
         let s = servers.get(&elsewhere).await?;
         Ok(s.status.iter().flat_map(|st| st.conditions.iter()).find_map(|c| {
@@ -1057,7 +1057,7 @@ async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
     let v2 = widgets(&client, &group, "v2", &ns);
     v2.patch(
         "w1",
-        &PatchParams::apply(MANAGER).force(),
+        &PatchParams::apply(&MANAGER).force(),
         &Patch::Apply(json!({"apiVersion": format!("{group}/v2"),
         "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": {"gb": 9}}})),
     )
@@ -1088,7 +1088,7 @@ async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
         );
         let line = err.lines().find(|l| l.contains("conflict")).unwrap_or_default().trim().to_string();
         eprintln!("{helm:?} helm install of the original chart over the upgrade's CRD: {line}");
-        restore_crd(&crds, cws_crd, MANAGER).await?;
+        restore_crd(&crds, cws_crd, &MANAGER).await?;
     }
     // helm install with the same release name adopts the kept server and takes over.
     let started = Instant::now();

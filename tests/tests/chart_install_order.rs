@@ -27,10 +27,10 @@ use serde_json::{Value, json};
 
 use dco_api::ConversionWebhookServer;
 use dco_tests::chart::{Helm, chart_dir, documents, helm_install_dco_with, release_label, values_files};
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{Manager, TestEnv, wait_for};
 
 const WAIT: Duration = Duration::from_secs(180);
-const MANAGER: &str = "dco-e2e-install-order";
+const MANAGER: Manager = Manager("dco-e2e-install-order");
 
 #[derive(Clone, Copy, Debug)]
 enum Order {
@@ -116,7 +116,7 @@ fn apply_for_adoption(t: &TestEnv, release: &str, docs: &[Value]) -> Result<()> 
     let out = std::process::Command::new(t.cluster.kubectl())
         .arg("--kubeconfig")
         .arg(&t.cluster.kubeconfig)
-        .args(["apply", "--server-side", "--field-manager", MANAGER, "-f"])
+        .args(["apply", "--server-side", "--field-manager", &MANAGER, "-f"])
         .arg(&file)
         .output()?;
     ensure!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
@@ -126,17 +126,11 @@ fn apply_for_adoption(t: &TestEnv, release: &str, docs: &[Value]) -> Result<()> 
 /// `dco_operator_admission_registration_passes_total{outcome}` summed over `pods`' metrics
 /// endpoints (the chart's `operator.metricsPort`, on the Pod's address with `bindPodIP`).
 async fn registration_passes(pods: &[Pod], outcome: &str) -> Result<u64> {
-    let series = format!("dco_operator_admission_registration_passes_total{{outcome=\"{outcome}\"}} ");
+    let series = format!("dco_operator_admission_registration_passes_total{{outcome=\"{outcome}\"}}");
     let mut total = 0;
     for p in pods {
         let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).context("an operator Pod without an IP")?;
-        let (code, body) = dco_tests::http_get(&format!("{ip}:8080"), "/metrics").await?;
-        ensure!(code == 200, "GET {ip}:8080/metrics: {code}");
-        total += body
-            .lines()
-            .filter_map(|l| l.strip_prefix(series.as_str()))
-            .filter_map(|v| v.trim().parse::<u64>().ok())
-            .sum::<u64>();
+        total += dco_tests::metric(&format!("{ip}:8080"), &series).await?.unwrap_or(0.0) as u64;
     }
     Ok(total)
 }
@@ -149,7 +143,7 @@ async fn install(helm: Helm, order: Order) -> Result<()> {
     })
     .await?;
     let client = t.client.clone();
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let label = release_label(&t);
     // Cluster-scoped names of this run's own (ClusterRoles, the server, the configuration).
     let release = format!("dco-{}", t.ns.rsplit('-').next().unwrap_or("run"));

@@ -22,9 +22,9 @@ use serde_json::json;
 use dco_api::ConversionWebhookServer;
 use dco_tests::chart::{helm, helm_install_dco, release_label};
 use dco_tests::rbac::{Check, audit, expand};
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{Manager, TestEnv, wait_for};
 
-const MANAGER: &str = "dco-e2e-rbac";
+const MANAGER: Manager = Manager("dco-e2e-rbac");
 const WAIT: Duration = Duration::from_secs(180);
 
 /// The `Available` condition of `server`: (status, reason, message).
@@ -124,15 +124,15 @@ async fn secrets_only_in_server_namespaces() -> Result<()> {
         p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()).map(|c| c.restart_count).sum()
     };
     let restarts_before: i32 = operators.iter().map(restarts).sum();
-    dco_tests::apply_as(
-        &servers,
-        MANAGER,
-        &outside,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+    MANAGER
+        .apply(
+            &servers,
+            &outside,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
             "metadata": {"name": outside, "labels": {&label.0: &label.1}},
             "spec": {"namespace": outside_ns, "replicas": 1}}),
-    )
-    .await?;
+        )
+        .await?;
     let applied = Instant::now();
     let (_, reason, message) =
         wait_for("the server outside the granted namespaces to be refused", WAIT, || async {

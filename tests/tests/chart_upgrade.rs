@@ -27,7 +27,7 @@ use dco_tests::chart::{
     widget_config, widget_crd, widget_spec,
 };
 use dco_tests::load::{Load, Target};
-use dco_tests::{TestEnv, apply_as, container_pid, map_image, pod_ready, wait_for, workspace_binary};
+use dco_tests::{Manager, TestEnv, container_pid, map_image, pod_ready, wait_for, workspace_binary};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -35,7 +35,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-const MANAGER: &str = "dco-e2e-chart-upgrade";
+const MANAGER: Manager = Manager("dco-e2e-chart-upgrade");
 const WAIT: Duration = Duration::from_secs(180);
 /// The chart's tags are v<appVersion> (charts/dco/Chart.yaml); the upgrade's is another.
 const NEW_TAG: &str = "v0.2.0-upgrade";
@@ -164,10 +164,10 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     eprintln!("installed: default server Available after {:?}", started.elapsed());
 
     // The target, wired to the default server.
-    apply_as(&crds, MANAGER, &target, widget_crd(&group, &label)).await?;
+    MANAGER.apply(&crds, &target, widget_crd(&group, &label)).await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
     let cfg = format!("{ns}-widgets");
-    apply_as(&configs, MANAGER, &cfg, widget_config(&cfg, &target, &label)).await?;
+    MANAGER.apply(&configs, &cfg, widget_config(&cfg, &target, &label)).await?;
     wait_for("the config to settle on the default server", WAIT, || async {
         let st = configs.get(&cfg).await?.status.unwrap_or_default();
         let settled = st
@@ -201,7 +201,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
             spoke: "v1".into(),
             hub: "v2".into(),
             spec: widget_spec,
-            manager: MANAGER,
+            manager: &MANAGER,
         },
         5,
         Duration::from_millis(20),
@@ -401,7 +401,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
             .push((name.clone(), crds.get(name).await?.metadata.generation.unwrap_or(0) - before));
     }
     // dco's CRDs are the cluster's: put them back before judging.
-    restore_crd(&crds, changed_crd, MANAGER).await?;
+    restore_crd(&crds, changed_crd, &MANAGER).await?;
     result?;
     let crd_load = load.tally() - mark;
     let errors = load.errors();

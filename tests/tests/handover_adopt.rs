@@ -25,20 +25,13 @@ use serde_json::{Value, json};
 
 use dco_api::{CRDConversionConfig, ConversionWebhookServer};
 use dco_tests::moves::Counts;
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{Manager, TestEnv, wait_for};
 
-const MANAGER: &str = "dco-e2e-adopt";
+const MANAGER: Manager = Manager("dco-e2e-adopt");
 const WAIT: Duration = Duration::from_secs(120);
 const OBJECTS: usize = 12;
 /// Load clients running at once, each on its own objects (so each checks its own writes).
 const CLIENTS: usize = 3;
-
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    dco_tests::apply_as(api, MANAGER, name, obj).await
-}
 
 /// How a Widget reads at each version: `(spoke field, hub field)`.
 struct Fields {
@@ -67,7 +60,7 @@ fn load(
             let value = format!("v{k}");
             let obj = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": name},
                 "spec": {f.spoke: value}});
-            match v1.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await {
+            match v1.patch(&name, &PatchParams::apply(&MANAGER).force(), &Patch::Apply(&obj)).await {
                 Ok(_) => counts.ok.fetch_add(1, Ordering::SeqCst),
                 Err(e) => {
                     counts.fail(false, format!("write {name} at v1: {e}"));
@@ -146,10 +139,11 @@ async fn adopt(
         "spec": {"type": "object", "properties": {field: {"type": "string"}}}}}})
     };
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    apply(
-        &crds,
-        &target,
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    MANAGER
+        .apply(
+            &crds,
+            &target,
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": target, "labels": {label.0: label.1}},
         "spec": {"group": group, "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
@@ -157,8 +151,8 @@ async fn adopt(
                 {"name": "v1", "served": true, "storage": false, "schema": schema(f.spoke)},
                 {"name": "v2", "served": true, "storage": true, "schema": schema(f.hub)}],
             "conversion": conversion}}),
-    )
-    .await?;
+        )
+        .await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
     let ar =
         |v: &str| ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, v, "Widget"), "widgets");
@@ -170,7 +164,7 @@ async fn adopt(
             "spec": {f.hub: "stored"}});
         wait_for(&format!("storing w{i}"), WAIT, || async {
             Ok(v2
-                .patch(&format!("w{i}"), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj))
+                .patch(&format!("w{i}"), &PatchParams::apply(&MANAGER).force(), &Patch::Apply(&obj))
                 .await
                 .ok())
         })
@@ -188,7 +182,7 @@ async fn adopt(
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
     let cfg = format!("{}-{name}", t.ns);
     let started = Instant::now();
-    apply(&cfgs, &cfg, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+    MANAGER.apply(&cfgs, &cfg, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
         "metadata": {"name": cfg, "labels": {label.0: label.1}},
         "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "spokes": [{"version": "v1", "rules": rules}]}}))
     .await?;
@@ -246,7 +240,7 @@ async fn adopting_a_live_target_from_none_and_from_a_foreign_webhook_fails_no_re
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("adopt").await?;
     let client = t.client.clone();
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let label = ("dco-e2e-adopt", t.ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
     let _operators =
@@ -254,14 +248,15 @@ async fn adopting_a_live_target_from_none_and_from_a_foreign_webhook_fails_no_re
 
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
     let server = format!("{}-s", t.ns);
-    apply(
-        &servers,
-        &server,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+    MANAGER
+        .apply(
+            &servers,
+            &server,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
         "metadata": {"name": server, "labels": {label.0: label.1}},
         "spec": {"namespace": t.ns, "replicas": 2, "default": true}}),
-    )
-    .await?;
+        )
+        .await?;
     wait_for("the server to be Available with 2 ready replicas", WAIT, || async {
         let s = servers.get(&server).await?;
         Ok(s.status.is_some_and(|st| st.ready_replicas == 2).then_some(()))
@@ -272,14 +267,15 @@ async fn adopting_a_live_target_from_none_and_from_a_foreign_webhook_fails_no_re
     // Another operator's default server, outside this operator's --selector: neither this
     // operator nor its servers' replicas may count it (two defaults would resolve nothing).
     let decoy = format!("{}-other-scope", t.ns);
-    apply(
-        &servers,
-        &decoy,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+    MANAGER
+        .apply(
+            &servers,
+            &decoy,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
         "metadata": {"name": decoy, "labels": {"dco-e2e-adopt": "someone-else"}},
         "spec": {"namespace": t.ns, "default": true}}),
-    )
-    .await?;
+        )
+        .await?;
 
     // From strategy None: both versions carry the same field, so None and dco agree.
     static SAME: Fields = Fields { spoke: "owner", hub: "owner" };

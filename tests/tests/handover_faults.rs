@@ -19,7 +19,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use dco_tests::moves::{World, signal};
+use dco_tests::moves::World;
+use dco_tests::signal;
 use dco_tests::wait_for;
 
 #[tokio::test]

@@ -83,7 +83,7 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
         let name = format!("w{i}");
         let obj = json!({"apiVersion": format!("{}/v1", mv.group), "kind": "Widget", "metadata": {"name": name},
             "spec": {"storageSize": i, "owner": "e2e"}});
-        v1.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(&obj)).await.context("writing at v1")?;
+        v1.patch(&name, &PatchParams::apply(&MANAGER), &Patch::Apply(&obj)).await.context("writing at v1")?;
     }
     let w3 = v2.get("w3").await.context("reading w3 at v2")?;
     ensure!(w3.data["spec"]["storageGB"] == json!(3), "w3 at v2: {}", w3.data);

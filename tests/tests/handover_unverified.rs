@@ -74,8 +74,8 @@ async fn forbid_lease_writes(env: &TestEnv, servers: &[&str]) -> Result<ClusterS
     ]);
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.client.clone());
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(env.client.clone());
-    dco_tests::apply_as(&policies, MANAGER, &name, policy).await?;
-    dco_tests::apply_as(&bindings, MANAGER, &name, binding).await?;
+    MANAGER.apply(&policies, &name, policy).await?;
+    MANAGER.apply(&bindings, &name, binding).await?;
     Ok(guard)
 }
 
@@ -99,7 +99,7 @@ async fn write_leases(
                 "annotations": annotations},
             "spec": {"holderIdentity": pod, "leaseDurationSeconds": 3600, "renewTime": renew},
         });
-        leases.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&lease)).await?;
+        leases.patch(&name, &PatchParams::apply(&MANAGER).force(), &Patch::Apply(&lease)).await?;
         names.push(name);
     }
     Ok(names)
@@ -141,7 +141,7 @@ async fn moves_onto_servers_whose_leases_say_nothing_or_cannot_be_read() -> Resu
         let name = format!("w{i}");
         let obj = json!({"apiVersion": format!("{}/v1", mv.group), "kind": "Widget", "metadata": {"name": name},
             "spec": {"storageSize": i, "owner": "unv"}});
-        v1.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(&obj)).await.context("writing at v1")?;
+        v1.patch(&name, &PatchParams::apply(&MANAGER), &Patch::Apply(&obj)).await.context("writing at v1")?;
     }
     conversions_work(&v1).await?;
 

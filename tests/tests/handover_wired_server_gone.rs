@@ -56,7 +56,7 @@ async fn a_force_deleted_wired_server_is_reported_and_the_config_recovers() -> R
         let name = format!("w{i}");
         let obj = json!({"apiVersion": format!("{}/v1", mv.group), "kind": "Widget", "metadata": {"name": name},
             "spec": {"storageSize": i, "owner": "wsg"}});
-        v1.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(&obj)).await.context("writing at v1")?;
+        v1.patch(&name, &PatchParams::apply(&MANAGER), &Patch::Apply(&obj)).await.context("writing at v1")?;
     }
     conversions_work(&v1).await?;
 

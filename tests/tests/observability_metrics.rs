@@ -30,9 +30,9 @@ use serde_json::{Value, json};
 
 use dco_tests::chart::{chart_dir, helm};
 use dco_tests::operator_pods::{OperatorDeployment, admission_args, remove_operators};
-use dco_tests::{Cluster, TestEnv, apply_as, repo_root, unique_name, wait_for};
+use dco_tests::{Cluster, Manager, TestEnv, repo_root, unique_name, wait_for};
 
-const MANAGER: &str = "dco-monitoring-test";
+const MANAGER: Manager = Manager("dco-monitoring-test");
 const WAIT: Duration = Duration::from_secs(120);
 const DAY: f64 = 86_400.0;
 
@@ -503,7 +503,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let ns = t.ns.clone();
     let label = ("dco-mon-test", ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let operators = OperatorDeployment {
         app: "dco-mon",
         replicas: 2,
@@ -516,7 +516,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         rust_log: "info",
         termination_grace_s: 5,
     };
-    operators.apply(t, MANAGER).await?;
+    operators.apply(t, &MANAGER).await?;
     operators.ready(t, 2, WAIT).await?;
 
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
@@ -528,16 +528,16 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     // The admission webhook answers once the first replica has registered it.
     wait_for("the default server to be admitted", WAIT, || async {
         let s = server(&a, json!({"default": true, "replicas": 2, "namespace": ns}));
-        Ok(apply_as(&servers, MANAGER, &a, s).await.ok())
+        Ok(MANAGER.apply(&servers, &a, s).await.ok())
     })
     .await?;
     // A server that can never take a target: no replica.
-    apply_as(&servers, MANAGER, &p, server(&p, json!({"replicas": 0, "namespace": ns}))).await?;
+    MANAGER.apply(&servers, &p, server(&p, json!({"replicas": 0, "namespace": ns}))).await?;
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let group = format!("{ns}.mon.dco.rs");
     let target = format!("widgets.{group}");
-    apply_as(&crds, MANAGER, &target, crd(&group, "size")).await?;
+    MANAGER.apply(&crds, &target, crd(&group, "size")).await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
     let cfg = format!("{ns}-widgets");
@@ -551,7 +551,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
             "metadata": {"name": cfg, "labels": {label.0: label.1}}, "spec": spec})
     };
-    apply_as(&cfgs, MANAGER, &cfg, config(None)).await?;
+    MANAGER.apply(&cfgs, &cfg, config(None)).await?;
     let settled = wait_for(&format!("{cfg} to be Applied on {a}"), WAIT, || async {
         let c = cfgs.get(&cfg).await?;
         let st = c.status.clone().unwrap_or_default();
@@ -574,7 +574,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let spoke: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar("v1"));
     let obj = json!({"apiVersion": format!("{group}/v2"), "kind": "Widget",
         "metadata": {"name": "w"}, "spec": {"size": "L"}});
-    hub.patch("w", &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await?;
+    hub.patch("w", &PatchParams::apply(&MANAGER).force(), &Patch::Apply(&obj)).await?;
     let read = spoke.get("w").await?;
     ensure!(read.data["spec"]["sz"] == "L", "read at v1: {:?}", read.data);
 
@@ -697,7 +697,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     // A pin to a server that cannot take the target: no move starts, HandoverReady goes
     // False, and the series the stuck alert reads appears with the pin's server.
     let pinned_at = Timestamp::now();
-    apply_as(&cfgs, MANAGER, &cfg, config(Some(&p))).await?;
+    MANAGER.apply(&cfgs, &cfg, config(Some(&p))).await?;
     let blocked = wait_for("the pin to show as a handover not ready", WAIT, || async {
         let s = scrape_pods(&pods, op_pods, 8080, 2).await?;
         let hit = s.iter().find_map(|s| {
@@ -713,7 +713,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         "not ready since {} (pinned at {pinned_at})",
         blocked.1
     );
-    apply_as(&cfgs, MANAGER, &cfg, config(None)).await?;
+    MANAGER.apply(&cfgs, &cfg, config(None)).await?;
     wait_for("the unpinned config to be ready again", WAIT, || async {
         let s = scrape_pods(&pods, op_pods, 8080, 2).await?;
         let gone = s
@@ -728,7 +728,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
 
     // The target's schema drifts under the config: v2 loses spec.size, the rename no longer
     // compiles; both binaries count it, and the last good plan keeps serving.
-    apply_as(&crds, MANAGER, &target, crd(&group, "capacity")).await?;
+    MANAGER.apply(&crds, &target, crd(&group, "capacity")).await?;
     wait_for("the compile failure on both sides", WAIT, || async {
         let o = scrape_pods(&pods, op_pods, 8080, 2).await?;
         let w = scrape_pods(&pods, &wh_pods, 8080, 2).await?;
@@ -748,8 +748,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
 
     // The server scaled to nothing: nothing serves the target it is wired to.
     let scaled = std::time::Instant::now();
-    apply_as(&servers, MANAGER, &a, server(&a, json!({"default": true, "replicas": 0, "namespace": ns})))
-        .await?;
+    MANAGER.apply(&servers, &a, server(&a, json!({"default": true, "replicas": 0, "namespace": ns}))).await?;
     wait_for("the target to show as not served", WAIT, || async {
         let o = scrape_pods(&pods, op_pods, 8080, 2).await?;
         let zero = o.iter().any(|s| {

@@ -12,20 +12,13 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use dco_api::{CRDConversionConfig, ConversionWebhookServer};
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{Manager, TestEnv, wait_for};
 
-const MANAGER: &str = "dco-e2e-conflict";
+const MANAGER: Manager = Manager("dco-e2e-conflict");
 const WAIT: Duration = Duration::from_secs(120);
-
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    dco_tests::apply_as(api, MANAGER, name, obj).await
-}
 
 /// `(status, reason, message)` of condition `type_`, if present.
 fn condition(c: &CRDConversionConfig, type_: &str) -> Option<(String, String, String)> {
@@ -47,7 +40,7 @@ async fn two_configs_for_one_target_one_is_served_the_other_says_conflict() -> R
     let t = TestEnv::new("conflict").await?;
     let client = t.client.clone();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let label = ("dco-e2e-conflict", t.ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
     // A short resync: a config is told of the other one at its next reconcile.
@@ -55,32 +48,34 @@ async fn two_configs_for_one_target_one_is_served_the_other_says_conflict() -> R
 
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
     let server = format!("{}-s", t.ns);
-    apply(
-        &servers,
-        &server,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+    MANAGER
+        .apply(
+            &servers,
+            &server,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
         "metadata": {"name": server, "labels": {label.0: label.1}},
         "spec": {"namespace": t.ns, "replicas": 1, "default": true}}),
-    )
-    .await?;
+        )
+        .await?;
     let service = format!("dco-webhook-{server}");
 
     let group = format!("{}.conflict.dco.rs", t.ns);
     let target = format!("widgets.{group}");
     let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
         "spec": {"type": "object", "properties": {"size": {"type": "string"}}}}}});
-    apply(
-        &crds,
-        &target,
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    MANAGER
+        .apply(
+            &crds,
+            &target,
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": target},
         "spec": {"group": group, "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
             "versions": [
                 {"name": "v1", "served": true, "storage": false, "schema": schema},
                 {"name": "v2", "served": true, "storage": true, "schema": schema}]}}),
-    )
-    .await?;
+        )
+        .await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
 
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
@@ -90,7 +85,7 @@ async fn two_configs_for_one_target_one_is_served_the_other_says_conflict() -> R
         "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "spokes": [{"version": "v1", "rules": []}]}})
     };
     let (a, b) = (format!("{}-a", t.ns), format!("{}-b", t.ns));
-    apply(&cfgs, &b, config(&b)).await?;
+    MANAGER.apply(&cfgs, &b, config(&b)).await?;
     wait_for(&format!("{b} to wire {target}"), WAIT, || async {
         let c = cfgs.get(&b).await?;
         let crd = crds.get(&target).await?;
@@ -103,7 +98,7 @@ async fn two_configs_for_one_target_one_is_served_the_other_says_conflict() -> R
     let generation = crds.get(&target).await?.metadata.generation.unwrap_or_default();
 
     // The second config sorts first: it is the one served, and the first one created yields.
-    apply(&cfgs, &a, config(&a)).await?;
+    MANAGER.apply(&cfgs, &a, config(&a)).await?;
     let desc = format!("CustomResourceDefinition {target}");
     let ignored = format!(
         "CRDConversionConfig {a} also names {desc} and is the one served (the first by kind, then name, as every webhook replica chooses); this config is ignored and never writes the target: delete one of them"

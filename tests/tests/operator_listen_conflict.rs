@@ -21,9 +21,9 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use dco_tests::operator_pods::{apply_operator_account, remove_operators};
-use dco_tests::{TestEnv, pod_ready};
+use dco_tests::{Manager, TestEnv, pod_ready};
 
-const MANAGER: &str = "dco-listen-conflict-test";
+const MANAGER: Manager = Manager("dco-listen-conflict-test");
 const WAIT: Duration = Duration::from_secs(90);
 
 fn env() -> Value {
@@ -105,8 +105,8 @@ async fn a_replica_that_cannot_bind_a_listener_exits_and_is_never_ready() -> Res
 }
 
 async fn scenario(t: &TestEnv, selector: &str) -> Result<()> {
-    dco_tests::install_dco_crds(&t.client, MANAGER).await?;
-    apply_operator_account(t, MANAGER).await?;
+    dco_tests::install_dco_crds(&t.client, &MANAGER).await?;
+    apply_operator_account(t, &MANAGER).await?;
     // Held for the whole test: the port every replica below is pointed at.
     let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = taken.local_addr()?.to_string();

@@ -13,27 +13,20 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use dco_api::ConversionWebhookServer;
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{Manager, TestEnv, wait_for};
 
-const MANAGER: &str = "dco-e2e-pod-security";
+const MANAGER: Manager = Manager("dco-e2e-pod-security");
 const WAIT: Duration = Duration::from_secs(120);
-
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    dco_tests::apply_as(api, MANAGER, name, obj).await
-}
 
 #[tokio::test]
 async fn webhook_pods_are_admitted_in_a_restricted_namespace() -> Result<()> {
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("psa").await?;
     let client = t.client.clone();
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .patch(
@@ -73,14 +66,15 @@ async fn webhook_pods_are_admitted_in_a_restricted_namespace() -> Result<()> {
     let _operators = dco_tests::start_operators(&t, &selector, &["psa-1"], &["--resync", "60s"])?;
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
     let server = format!("{}-s", t.ns);
-    apply(
-        &servers,
-        &server,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+    MANAGER
+        .apply(
+            &servers,
+            &server,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
         "metadata": {"name": server, "labels": {label.0: label.1}},
         "spec": {"namespace": t.ns, "replicas": 2, "default": true}}),
-    )
-    .await?;
+        )
+        .await?;
     let workload = format!("dco-webhook-{server}");
     let waited = wait_for("the server to be Available with 2 ready replicas", WAIT, || async {
         let s = servers.get(&server).await?;

@@ -23,9 +23,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use dco_tests::{TestEnv, pod_ready, wait_for};
+use dco_tests::{Manager, TestEnv, pod_ready, wait_for};
 
-const MANAGER: &str = "dco-e2e-pods-failing";
+const MANAGER: Manager = Manager("dco-e2e-pods-failing");
 const WAIT: Duration = Duration::from_secs(120);
 const REPLICAS: usize = 2;
 
@@ -69,7 +69,7 @@ fn exited(p: &Pod) -> Option<(i32, i32)> {
 async fn a_server_whose_pods_cannot_bind_their_port_says_why_and_recovers() -> Result<()> {
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("podsfail").await?;
-    dco_tests::install_dco_crds(&t.client, MANAGER).await?;
+    dco_tests::install_dco_crds(&t.client, &MANAGER).await?;
     // Held until the test frees it: every Pod's `$(POD_IP):<port>` is inside it.
     let taken = TcpListener::bind("0.0.0.0:0")?;
     let port = taken.local_addr()?.port();
@@ -101,15 +101,15 @@ async fn scenario(
     port: u16,
     taken: TcpListener,
 ) -> Result<()> {
-    dco_tests::apply_as(
-        servers,
-        MANAGER,
-        server,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+    MANAGER
+        .apply(
+            servers,
+            server,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
             "metadata": {"name": server, "labels": {label.0: label.1}},
             "spec": {"namespace": t.ns, "replicas": REPLICAS}}),
-    )
-    .await?;
+        )
+        .await?;
     let pods: Api<Pod> = t.api();
     let by_server = ListParams::default().labels(&format!("conversion.dco.rs/instance={server}"));
     let started = Instant::now();

@@ -39,14 +39,10 @@ impl Drop for Replica {
     }
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 fn start(env: &TestEnv, selector: &str, id: &str) -> Result<Replica> {
     let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
     let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    let metrics = format!("127.0.0.1:{}", free_port()?);
+    let metrics = format!("127.0.0.1:{}", dco_tests::free_port()?);
     let child = Command::new(dco_tests::workspace_binary("dco-operator")?)
         .args(["--namespace", &env.ns, "--selector", selector, "--replica-id", id])
         .args(["--lease-duration", &format!("{LEASE_DURATION_S}s")])
@@ -75,18 +71,11 @@ fn log_len(r: &Replica) -> usize {
     std::fs::metadata(&r.log).map(|m| m.len() as usize).unwrap_or(0)
 }
 
-async fn metric(r: &Replica, name: &str) -> Result<Option<f64>> {
-    let (_, body) = dco_tests::http_get(&r.metrics, "/metrics").await?;
-    Ok(body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()))
-}
-
-/// Shard Lease holders: replica id → number of shards held.
+/// Shard Lease holders: replica id → number of shards held ("" for those freed).
 async fn holders(leases: &Api<Lease>) -> Result<std::collections::BTreeMap<String, usize>> {
-    let lp = ListParams::default().labels("sharding.dco.rs/role=shard");
     let mut out = std::collections::BTreeMap::new();
-    for l in leases.list(&lp).await?.items {
-        let h = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-        *out.entry(h).or_insert(0) += 1;
+    for h in dco_tests::shard_holders(leases).await?.into_values() {
+        *out.entry(h.holder).or_insert(0) += 1;
     }
     Ok(out)
 }
@@ -176,7 +165,8 @@ async fn two_replicas_divide_the_configs_and_the_survivor_takes_over() -> Result
     let _ = b.child.wait();
     let killed = std::time::Instant::now();
     wait_for("op-a to own every shard", Duration::from_secs(LEASE_DURATION_S + RENEW_S + 10), || async {
-        Ok((metric(&a, "dco_operator_owned_shards").await? == Some(SHARDS as f64)).then_some(()))
+        Ok((dco_tests::metric(&a.metrics, "dco_operator_owned_shards").await? == Some(SHARDS as f64))
+            .then_some(()))
     })
     .await?;
     // The bound the wait allows is generous (a loaded machine); the time itself is reported.
@@ -190,8 +180,7 @@ async fn two_replicas_divide_the_configs_and_the_survivor_takes_over() -> Result
 
     // SIGTERM: the replica frees its shard Leases on the way out.
     let pid = a.child.id();
-    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status()?;
-    assert!(status.success());
+    dco_tests::signal(pid, "TERM")?;
     wait_for("op-a to free its shard Leases on SIGTERM", Duration::from_secs(20), || async {
         let h = holders(&leases).await?;
         Ok((h.get("").copied() == Some(SHARDS)).then_some(()))

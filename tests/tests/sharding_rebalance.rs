@@ -43,9 +43,9 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 
-use dco_tests::{TestEnv, wait_for};
+use dco_tests::{Manager, TestEnv, wait_for};
 
-const MANAGER: &str = "dco-e2e-rebalance";
+const MANAGER: Manager = Manager("dco-e2e-rebalance");
 /// The label of everything cluster-scoped the test makes (value: the test's namespace): the
 /// operators' `--selector`, and what the cleanup deletes.
 const LABEL: &str = "dco-e2e-rebalance";
@@ -74,13 +74,6 @@ fn target(ns: &str, i: usize) -> String {
 
 fn config(ns: &str, i: usize) -> String {
     format!("{ns}-t{i:03}")
-}
-
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    dco_tests::apply_as(api, MANAGER, name, obj).await
 }
 
 /// One config as a poll saw it, with its target.
@@ -307,7 +300,7 @@ fn load(targets: Vec<Loaded>, stop: Arc<AtomicBool>, counts: Arc<Load>) -> tokio
             let t = &targets[k as usize % targets.len()];
             let value = format!("v{k}");
             let obj = json!({"apiVersion": format!("{}/v1", t.group), "kind": "Widget", "metadata": {"name": "w0"}, "spec": {"foo": value}});
-            match t.v1.patch("w0", &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await {
+            match t.v1.patch("w0", &PatchParams::apply(&MANAGER).force(), &Patch::Apply(&obj)).await {
                 Ok(o) if o.data["spec"]["foo"] == json!(value) => counts.ok(t.moving),
                 Ok(o) => {
                     counts.fail(
@@ -377,7 +370,7 @@ async fn create_targets(client: &Client, ns: &str, range: std::ops::Range<usize>
     stream::iter(range.clone())
         .map(|i| {
             let crds = crds.clone();
-            async move { apply(&crds, &target(ns, i), crd_json(ns, i)).await.map(|_| ()) }
+            async move { MANAGER.apply(&crds, &target(ns, i), crd_json(ns, i)).await.map(|_| ()) }
         })
         .buffer_unordered(8)
         .try_collect::<Vec<_>>()
@@ -388,7 +381,7 @@ async fn create_targets(client: &Client, ns: &str, range: std::ops::Range<usize>
     stream::iter(range)
         .map(|i| {
             let cfgs = cfgs.clone();
-            async move { apply(&cfgs, &config(ns, i), config_json(ns, i)).await.map(|_| ()) }
+            async move { MANAGER.apply(&cfgs, &config(ns, i), config_json(ns, i)).await.map(|_| ()) }
         })
         .buffer_unordered(8)
         .try_collect::<Vec<_>>()
@@ -414,8 +407,8 @@ async fn run(client: Client, ns: String) -> Result<()> {
     let names: Vec<String> = (0..TARGETS).map(|i| target(ns, i)).collect();
     let (a, b, c) = (format!("{ns}-a"), format!("{ns}-b"), format!("{ns}-c"));
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    apply(&servers, &a, server_json(ns, &a, true)).await?;
-    apply(&servers, &b, server_json(ns, &b, false)).await?;
+    MANAGER.apply(&servers, &a, server_json(ns, &a, true)).await?;
+    MANAGER.apply(&servers, &b, server_json(ns, &b, false)).await?;
     wait_server_up(&client, &a).await?;
     wait_server_up(&client, &b).await?;
     let mem0 = report_memory(&client, ns, &[&a, &b], "with 0 targets").await?;
@@ -467,7 +460,7 @@ async fn run(client: Client, ns: String) -> Result<()> {
         // At the storage version: no conversion, only the kind being served after its CRD's
         // last change.
         wait_for(&format!("storing w0 of {}", names[i]), WAIT, || async {
-            Ok(v2.patch("w0", &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await.ok())
+            Ok(v2.patch("w0", &PatchParams::apply(&MANAGER).force(), &Patch::Apply(&obj)).await.ok())
         })
         .await?;
         loaded.push(Loaded {
@@ -501,7 +494,7 @@ async fn run(client: Client, ns: String) -> Result<()> {
     // C joins.
     let c_applied = Timestamp::now();
     let t_join = Instant::now();
-    apply(&servers, &c, server_json(ns, &c, false)).await?;
+    MANAGER.apply(&servers, &c, server_json(ns, &c, false)).await?;
     eprintln!("C ({c}) applied at {c_applied}");
     let (pool3, after) = expected(&client, ns, &names).await?;
     ensure!(pool3.pool_members().count() == 3, "the pool is {:?}", pool3.pool_members().collect::<Vec<_>>());
@@ -693,7 +686,7 @@ async fn a_third_sharded_server_takes_only_what_it_wins_with_no_failed_request()
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("rebal").await?;
     let client = t.client.clone();
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let selector = format!("{LABEL}={}", t.ns);
     let operators = dco_tests::start_operators(
         &t,

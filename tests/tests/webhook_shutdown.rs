@@ -29,13 +29,13 @@ use dco_api::{CRDConversionConfig, ConversionWebhookServer, LABEL_INSTANCE};
 use dco_tests::chart::{helm, helm_install_dco, release_label, widget_config, widget_crd, widget_spec};
 use dco_tests::load::{Load, Target};
 use dco_tests::moves::Tally;
-use dco_tests::{TestEnv, apply_as, pod_ready, strip_ansi, wait_for};
+use dco_tests::{Manager, TestEnv, pod_ready, strip_ansi, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-const MANAGER: &str = "dco-e2e-webhook-shutdown";
+const MANAGER: Manager = Manager("dco-e2e-webhook-shutdown");
 const WAIT: Duration = Duration::from_secs(180);
 const RESTARTS: usize = 5;
 const REPLICAS: usize = 2;
@@ -147,10 +147,10 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     })
     .await?;
 
-    apply_as(&crds, MANAGER, &target, widget_crd(&group, &label)).await?;
+    MANAGER.apply(&crds, &target, widget_crd(&group, &label)).await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
     let cfg = format!("{ns}-widgets");
-    apply_as(&configs, MANAGER, &cfg, widget_config(&cfg, &target, &label)).await?;
+    MANAGER.apply(&configs, &cfg, widget_config(&cfg, &target, &label)).await?;
     wait_for("the config to settle on the default server", WAIT, || async {
         let st = configs.get(&cfg).await?.status.unwrap_or_default();
         let settled = st
@@ -171,7 +171,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
             spoke: "v1".into(),
             hub: "v2".into(),
             spec: widget_spec,
-            manager: MANAGER,
+            manager: &MANAGER,
         },
         5,
         Duration::from_millis(20),

@@ -12,11 +12,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use dco_tests::apiservers::{RebuildProbe, client2};
 use crate::CrdGuard;
-use dco_tests::{TestEnv, apply_as, b64, wait_for};
+use dco_tests::apiservers::{RebuildProbe, client2};
+use dco_tests::{Manager, TestEnv, b64, wait_for};
 
-const MANAGER: &str = "dco-two-apiservers-test";
+const MANAGER: Manager = Manager("dco-two-apiservers-test");
 const CHANGES: usize = 10;
 
 /// Creates `obj`, retrying while the apiserver behind `api` does not serve the kind yet
@@ -97,7 +97,7 @@ async fn two_apiservers_serve_one_cluster_and_switch_a_kind_after_each_crd_chang
     };
     let crds1: Api<CustomResourceDefinition> = Api::all(c1.clone());
     let crds2: Api<CustomResourceDefinition> = Api::all(c2.clone());
-    apply_as(&crds1, MANAGER, &crd_name, crd(false)).await?;
+    MANAGER.apply(&crds1, &crd_name, crd(false)).await?;
     let mut guard = CrdGuard { cluster: t.cluster.clone(), name: crd_name.clone(), armed: true };
     dco_tests::wait_crd_established(&crds1, &crd_name, Duration::from_secs(60)).await?;
 
@@ -138,7 +138,7 @@ async fn two_apiservers_serve_one_cluster_and_switch_a_kind_after_each_crd_chang
         // written through each apiserver in turn: the writer's informer has no head start
         let (crds, via) = if i % 2 == 0 { (&crds1, 1) } else { (&crds2, 2) };
         let changed = Instant::now();
-        apply_as(crds, MANAGER, &crd_name, crd(i % 2 == 0)).await.with_context(|| format!("change {i}"))?;
+        MANAGER.apply(crds, &crd_name, crd(i % 2 == 0)).await.with_context(|| format!("change {i}"))?;
         changes.push(changed);
         let s = probe
             .wait_switches_after(changed, Duration::from_secs(30))

@@ -13,20 +13,12 @@ use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Resource;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use dco_tests::{ClusterScoped, TestEnv, ar, b64, wait_deployment_available, wait_for};
+use dco_tests::{ClusterScoped, Manager, TestEnv, ar, b64, wait_deployment_available, wait_for};
 
-const MANAGER: &str = "dco-drift-e2e";
-
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    dco_tests::apply_as(api, MANAGER, name, obj).await
-}
+const MANAGER: Manager = Manager("dco-drift-e2e");
 
 #[tokio::test]
 async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_serving() -> Result<()> {
@@ -39,25 +31,26 @@ async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_servi
     let mut guard = ClusterScoped(Vec::new());
 
     // Each CRD applied and Established (serving one kind says nothing of the other's).
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let cws_ar = ar::<dco_api::ConversionWebhookServer>();
     let ccc_ar = ar::<dco_api::CRDConversionConfig>();
     let cws: Api<DynamicObject> = Api::all_with(client.clone(), &cws_ar);
     let cccs: Api<DynamicObject> = Api::all_with(client.clone(), &ccc_ar);
     guard.0.push((cws_ar.clone(), instance.clone()));
-    apply(
-        &cws,
-        &instance,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+    MANAGER
+        .apply(
+            &cws,
+            &instance,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
         "metadata": {"name": instance}, "spec": {"namespace": ns, "replicas": 1}}),
-    )
-    .await?;
+        )
+        .await?;
 
     // RBAC, the serving Secret and the Service, as the operator would make them.
     guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
     guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
-    let ca = dco_tests::hand_run_webhook_setup(&t, MANAGER, &instance, &cluster_role).await?;
+    let ca = dco_tests::hand_run_webhook_setup(&t, &MANAGER, &instance, &cluster_role).await?;
 
     // Two targets alike but for the policy: v2 stores spec.storageGB, v1 calls it
     // spec.storageSize.
@@ -87,9 +80,9 @@ async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_servi
     let policies = ["FailClosed", "KeepServingStale"];
     for policy in policies {
         guard.0.push((ar::<CustomResourceDefinition>(), target(policy)));
-        apply(&crds, &target(policy), crd(policy, false)).await?;
+        MANAGER.apply(&crds, &target(policy), crd(policy, false)).await?;
         guard.0.push((ccc_ar.clone(), config(policy)));
-        apply(&cccs, &config(policy), json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+        MANAGER.apply(&cccs, &config(policy), json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
             "metadata": {"name": config(policy)},
             "spec": {"targetCRD": {"name": target(policy)}, "hubVersion": "v2", "webhookServerRef": {"name": instance},
                 "driftPolicy": policy,
@@ -108,7 +101,7 @@ async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_servi
         "--shutdown-timeout=5s".to_string(),
     ];
     let deployments = t.api::<Deployment>();
-    apply(&deployments, &instance, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
+    MANAGER.apply(&deployments, &instance, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": instance}},
             "template": {"metadata": {"labels": {"app": instance}}, "spec": {
                 "serviceAccountName": "dco-webhook",
@@ -147,7 +140,7 @@ async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_servi
     // The drift: v1 gains spec.color, which the hub cannot hold; neither config compiles
     // any more (the field is unmapped).
     for policy in policies {
-        apply(&crds, &target(policy), crd(policy, true)).await?;
+        MANAGER.apply(&crds, &target(policy), crd(policy, true)).await?;
     }
     let fc = widgets("FailClosed", "v1");
     let refused = wait_for("FailClosed: a read at v1 to be refused", Duration::from_secs(60), || async {
@@ -201,7 +194,7 @@ async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_servi
     }
 
     // The schema back as it was: FailClosed serves again.
-    apply(&crds, &target("FailClosed"), crd("FailClosed", false)).await?;
+    MANAGER.apply(&crds, &target("FailClosed"), crd("FailClosed", false)).await?;
     let back = wait_for("FailClosed: reads at v1 to work again", Duration::from_secs(60), || async {
         Ok(fc.get("w").await.ok())
     })

@@ -24,27 +24,19 @@ use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Resource;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use serde_json::{Value, json};
 
-use dco_tests::{ClusterScoped, TestEnv, ar, b64, wait_deployment_available, wait_for};
+use dco_tests::{ClusterScoped, Manager, TestEnv, ar, b64, wait_deployment_available, wait_for};
 
-const MANAGER: &str = "dco-metaless-e2e";
+const MANAGER: Manager = Manager("dco-metaless-e2e");
 /// The server-side applier (Flux's kustomize-controller in the reports).
 const APPLIER: &str = "e2e-applier";
 /// An Update manager at the storage version: owns `status`, which the prune keeps.
 const CREATOR: &str = "e2e-creator";
 const LABEL: &str = "e2e.dco.rs/applied";
-
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    dco_tests::apply_as(api, MANAGER, name, obj).await
-}
 
 /// The managedFields entry of `manager`: (apiVersion, operation, fieldsV1).
 fn managed(obj: &DynamicObject, manager: &str) -> Option<(String, String, Value)> {
@@ -63,25 +55,26 @@ async fn server_side_apply_sends_a_fragment_without_metadata_and_it_converts() -
     let cluster_role = format!("dco-webhook-{ns}");
     let mut guard = ClusterScoped(Vec::new());
 
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let cws_ar = ar::<dco_api::ConversionWebhookServer>();
     let ccc_ar = ar::<dco_api::CRDConversionConfig>();
     let cws: Api<DynamicObject> = Api::all_with(client.clone(), &cws_ar);
     let cccs: Api<DynamicObject> = Api::all_with(client.clone(), &ccc_ar);
     guard.0.push((cws_ar.clone(), instance.clone()));
-    apply(
-        &cws,
-        &instance,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+    MANAGER
+        .apply(
+            &cws,
+            &instance,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
         "metadata": {"name": instance}, "spec": {"namespace": ns, "replicas": 1}}),
-    )
-    .await?;
+        )
+        .await?;
 
     // RBAC, the serving Secret and the Service, as the operator would make them.
     guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
     guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
-    let ca = dco_tests::hand_run_webhook_setup(&t, MANAGER, &instance, &cluster_role).await?;
+    let ca = dco_tests::hand_run_webhook_setup(&t, &MANAGER, &instance, &cluster_role).await?;
 
     // v2 (storage, hub) calls it spec.storageGB, v1 spec.storageSize; spec.color and status
     // (a plain field: no status subresource) are alike.
@@ -93,10 +86,11 @@ async fn server_side_apply_sends_a_fragment_without_metadata_and_it_converts() -
     let group = format!("{ns}.e2e.dco.rs");
     let target = format!("widgets.{group}");
     guard.0.push((ar::<CustomResourceDefinition>(), target.clone()));
-    apply(
-        &crds,
-        &target,
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    MANAGER
+        .apply(
+            &crds,
+            &target,
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": target},
         "spec": {"group": group, "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
@@ -106,19 +100,20 @@ async fn server_side_apply_sends_a_fragment_without_metadata_and_it_converts() -
             "conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
                 "clientConfig": {"caBundle": b64(&ca), "service": {"name": instance, "namespace": ns,
                     "path": format!("/convert/{target}"), "port": 443}}}}}}),
-    )
-    .await?;
+        )
+        .await?;
     guard.0.push((ccc_ar.clone(), instance.clone()));
-    apply(
-        &cccs,
-        &instance,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+    MANAGER
+        .apply(
+            &cccs,
+            &instance,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
         "metadata": {"name": instance},
         "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "webhookServerRef": {"name": instance},
             "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
                 "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}}),
-    )
-    .await?;
+        )
+        .await?;
 
     let args = vec![
         format!("--instance={instance}"),
@@ -131,7 +126,7 @@ async fn server_side_apply_sends_a_fragment_without_metadata_and_it_converts() -
         "--shutdown-timeout=5s".to_string(),
     ];
     let deployments = t.api::<Deployment>();
-    apply(&deployments, &instance, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
+    MANAGER.apply(&deployments, &instance, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": instance}},
             "template": {"metadata": {"labels": {"app": instance}}, "spec": {
                 "serviceAccountName": "dco-webhook",

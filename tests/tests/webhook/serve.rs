@@ -18,21 +18,13 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Resource;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use dco_tests::{ClusterScoped, TestEnv, ar, b64, wait_deployment_available, wait_for};
+use dco_tests::{ClusterScoped, Manager, TestEnv, ar, b64, wait_deployment_available, wait_for};
 
 const IMAGE: &str = "dco-webhook:e2e";
-const MANAGER: &str = "dco-webhook-e2e";
-
-async fn apply<K>(api: &Api<K>, name: &str, obj: Value) -> Result<K>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    dco_tests::apply_as(api, MANAGER, name, obj).await
-}
+const MANAGER: Manager = Manager("dco-webhook-e2e");
 
 /// The served-target reports of an instance's Leases, by Lease name.
 async fn reports(leases: &Api<Lease>, instance: &str) -> Result<BTreeMap<String, (Lease, Report)>> {
@@ -79,7 +71,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     let mut guard = ClusterScoped(Vec::new());
 
     // The dco CRDs (idempotent; other tests may have applied them), served before first use.
-    dco_tests::install_dco_crds(&client, MANAGER).await?;
+    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let cws_ar = ar::<dco_api::ConversionWebhookServer>();
     let ccc_ar = ar::<dco_api::CRDConversionConfig>();
@@ -93,22 +85,23 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     // Two servers: ours, and one the assignment can move to (it never runs).
     for name in [&instance, &elsewhere] {
         guard.0.push((cws_ar.clone(), name.clone()));
-        apply(
-            &cws,
-            name,
-            // The replicas see this test's configs only: other tests' leftovers in a shared
-            // cluster must not change what they hold.
-            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+        MANAGER
+            .apply(
+                &cws,
+                name,
+                // The replicas see this test's configs only: other tests' leftovers in a shared
+                // cluster must not change what they hold.
+                json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
             "metadata": {"name": name}, "spec": {"namespace": ns, "replicas": 2,
                 "cacheSelector": {"matchLabels": {"dco-e2e-webhook": ns}}}}),
-        )
-        .await?;
+            )
+            .await?;
     }
 
     // RBAC, the serving Secret and the Service, as the operator would make them.
     guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
     guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
-    let ca = dco_tests::hand_run_webhook_setup(&t, MANAGER, &instance, &cluster_role).await?;
+    let ca = dco_tests::hand_run_webhook_setup(&t, &MANAGER, &instance, &cluster_role).await?;
 
     // The target: v2 stores spec.storageGB, v1 calls it spec.storageSize.
     let schema = |size: &str| {
@@ -131,7 +124,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
             "conversion": conversion_to(svc)}})
     };
     guard.0.push((ar::<CustomResourceDefinition>(), target.clone()));
-    apply(&crds, &target, crd(Some(&instance))).await?;
+    MANAGER.apply(&crds, &target, crd(Some(&instance))).await?;
     let cfg = |server: &str| {
         json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
         "metadata": {"name": config, "labels": {"dco-e2e-webhook": ns}},
@@ -140,7 +133,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
                 "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}})
     };
     guard.0.push((ccc_ar.clone(), config.clone()));
-    apply(&cccs, &config, cfg(&instance)).await?;
+    MANAGER.apply(&cccs, &config, cfg(&instance)).await?;
 
     // The Deployment the operator would make.
     let deployment = |cap: Option<u32>| {
@@ -175,7 +168,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
                     "volumes": [{"name": "tls", "secret": {"secretName": "dco-webhook-tls"}}]}}}})
     };
     let deployments = t.api::<Deployment>();
-    apply(&deployments, &instance, deployment(None)).await?;
+    MANAGER.apply(&deployments, &instance, deployment(None)).await?;
     wait_deployment_available(&deployments, &instance, 2, Duration::from_secs(120)).await?;
 
     // Objects written and read at every version through the apiserver.
@@ -241,12 +234,10 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
         let mut counts = Vec::new();
         for pod in ready_pods(&pods, &instance).await? {
             let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).context("Pod without an IP")?;
-            let (_, body) = dco_tests::http_get(&format!("{ip}:8080"), "/metrics").await?;
-            let n = body
-                .lines()
-                .find_map(|l| l.strip_prefix("dco_webhook_targets_held "))
+            let n = dco_tests::metric(&format!("{ip}:8080"), "dco_webhook_targets_held")
+                .await?
                 .context("no dco_webhook_targets_held")?;
-            counts.push(n.trim().parse::<i64>()?);
+            counts.push(n as i64);
         }
         Ok::<_, anyhow::Error>(counts)
     };
@@ -256,21 +247,22 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     guard.0.push((ar::<CustomResourceDefinition>(), unrelated.clone()));
     guard.0.push((ar::<CustomResourceDefinition>(), later.clone()));
     guard.0.push((ccc_ar.clone(), later_config.clone()));
-    apply(&crds, &unrelated, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    MANAGER.apply(&crds, &unrelated, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": unrelated},
         "spec": {"group": group, "scope": "Namespaced",
             "names": {"plural": "unrelated", "singular": "unrelated", "kind": "Unrelated", "listKind": "UnrelatedList"},
             "versions": [{"name": "v1", "served": true, "storage": true, "schema": schema("size")}]}})).await?;
-    apply(
-        &cccs,
-        &later_config,
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+    MANAGER
+        .apply(
+            &cccs,
+            &later_config,
+            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
         "metadata": {"name": later_config, "labels": {"dco-e2e-webhook": ns}},
         "spec": {"targetCRD": {"name": later}, "hubVersion": "v2", "webhookServerRef": {"name": instance},
             "spokes": [{"version": "v1", "rules": [{"strategy": "FieldRename",
                 "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}}),
-    )
-    .await?;
+        )
+        .await?;
     dco_tests::wait_crd_established(&crds, &unrelated, Duration::from_secs(30)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(held().await?, vec![1, 1], "only the one named CRD that exists is held whole");
@@ -280,7 +272,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
         json!({"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"});
     gadget_crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"] =
         json!(format!("/convert/{later}"));
-    apply(&crds, &later, gadget_crd).await?;
+    MANAGER.apply(&crds, &later, gadget_crd).await?;
     wait_for(
         "both replicas' Leases to carry the CRD created after its config",
         Duration::from_secs(30),
@@ -311,14 +303,14 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     gadget_unwired["metadata"]["name"] = json!(later);
     gadget_unwired["spec"]["names"] =
         json!({"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"});
-    apply(&crds, &later, gadget_unwired).await?;
+    MANAGER.apply(&crds, &later, gadget_unwired).await?;
     wait_for("the replicas to release the copy of the unnamed target", Duration::from_secs(30), || async {
         Ok((held().await? == vec![1, 1]).then_some(()))
     })
     .await?;
 
     // Move the assignment away while spec.conversion still names our Service: the plan stays.
-    apply(&cccs, &config, cfg(&elsewhere)).await?;
+    MANAGER.apply(&cccs, &config, cfg(&elsewhere)).await?;
     tokio::time::sleep(Duration::from_secs(6)).await; // three drain periods
     let rs = reports(&leases, &instance).await?;
     assert!(
@@ -328,7 +320,7 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     let a = v1.get("from-v2").await.context("reading at v1 after the assignment moved")?;
     assert_eq!(a.data["spec"]["storageSize"], 20);
     // Control: once spec.conversion no longer names the Service, the replicas let go.
-    apply(&crds, &target, crd(None)).await?;
+    MANAGER.apply(&crds, &target, crd(None)).await?;
     wait_for("the replicas to release the target", Duration::from_secs(30), || async {
         let rs = reports(&leases, &instance).await?;
         Ok((rs.len() == 2 && rs.values().all(|(_, r)| r.targets().is_some_and(|s| !s.contains(&target))))
@@ -337,9 +329,9 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
     .await?;
 
     // Truncation: a cap smaller than any encoded set.
-    apply(&cccs, &config, cfg(&instance)).await?;
-    apply(&crds, &target, crd(Some(&instance))).await?;
-    apply(&deployments, &instance, deployment(Some(8))).await?;
+    MANAGER.apply(&cccs, &config, cfg(&instance)).await?;
+    MANAGER.apply(&crds, &target, crd(Some(&instance))).await?;
+    MANAGER.apply(&deployments, &instance, deployment(Some(8))).await?;
     wait_deployment_available(&deployments, &instance, 2, Duration::from_secs(120)).await?;
     wait_for("the new replicas' Leases to be marked truncated", Duration::from_secs(60), || async {
         let pods_now: Vec<String> =
