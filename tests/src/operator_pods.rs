@@ -1,6 +1,7 @@
-//! The sharded operator-as-Pods scenario (docs/sharding.md), shared by tests/tests/sharding_operator_pods.rs (the
-//! testenv with ShardedListAndWatch on) and tests/tests/sharding_operator_pods_fallback.rs (a second
-//! testenv with it off): the same ownership and the same results either way.
+//! The sharded operator-as-Pods scenario (docs/sharding.md), shared by
+//! tests/tests/sharding_operator_pods.rs (the testenv with ShardedListAndWatch on) and
+//! tests/tests/sharding_operator_pods_fallback.rs (a second testenv with it off): the same
+//! ownership and the same results either way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

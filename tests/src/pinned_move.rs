@@ -1,8 +1,9 @@
-//! The pinned move of `tests/tests/handover_pinned_move.rs` and `tests/tests/observability_tracing.rs`:
-//! two ConversionWebhookServers `<ns>-a` and `<ns>-b` (2 replicas each), a CRD with a spoke
-//! `v1` and a hub `v2`, and a CRDConversionConfig pinned to `a`, then re-pinned to `b`. Two
-//! dco-operator replicas (local processes) make the move, scoped by `--selector` to the
-//! test's objects and pinned, so other tests' servers on the same cluster cannot interfere.
+//! The pinned move of `tests/tests/handover_pinned_move.rs` and
+//! `tests/tests/observability_tracing.rs`: two ConversionWebhookServers `<ns>-a` and `<ns>-b` (2
+//! replicas each), a CRD with a spoke `v1` and a hub `v2`, and a CRDConversionConfig pinned to `a`,
+//! then re-pinned to `b`. Two dco-operator replicas (local processes) make the move, scoped by
+//! `--selector` to the test's objects and pinned, so other tests' servers on the same cluster
+//! cannot interfere.
 //!
 //! [`move_trace`] reads that move back from what an OTLP collector received: the trace the
 //! operator promises (operator/src/telemetry.rs, docs/operations.md "Traces").

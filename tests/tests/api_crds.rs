@@ -1,6 +1,6 @@
-//! dco's own CRDs on a real apiserver: the generated schemas are structural and accepted,
-//! the CEL rules compile within the cost budget, the examples are valid, and bad objects are
-//! refused with messages that name the fix.
+//! dco's own CRDs (docs/configuration.md) on a real apiserver: the generated schemas are structural
+//! and accepted, the CEL rules compile within the cost budget, the examples are valid, and bad
+//! objects are refused with messages that name the fix.
 
 use std::time::Duration;
 

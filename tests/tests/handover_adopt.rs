@@ -1,4 +1,5 @@
-//! A gated first wiring: adopting a live target is a move too. A multi-version
+//! Adopting a live target (docs/operations.md, "How a target is wired and moved";
+//! docs/migrating.md, "Moving a config over"): a gated first wiring is a move too. A multi-version
 //! target with stored objects is already served — by strategy `None`, or by another webhook
 //! (here the `echo-convert` fixture, standing in for the reference project's) — so dco wires
 //! it only once every live replica of its server reports the plan. Under a load client that

@@ -1,4 +1,5 @@
-//! Faults during and between moves, under load, on the world of
+//! Moves survive faults (docs/architecture.md, "Moving a target without a gap"; docs/operations.md,
+//! "How a target is wired and moved"): faults during and between moves, under load, on the world of
 //! `tests/src/moves.rs` (two servers of 2 replicas, 2 operator replicas, a three-version
 //! target, a load client writing and reading at every version for the whole test):
 //!

@@ -1,7 +1,9 @@
-//! Every kind of move under load, on the world of `tests/src/moves.rs`: two
-//! servers of 2 replicas, 2 operator replicas, a three-version target whose storage version is
-//! the middle one, and a load client writing at both spokes and reading at the other versions
-//! (alternating between the cluster's apiservers) for the whole test, checking every value.
+//! Moving a target without a failed request (docs/architecture.md, "Moving a target without a gap";
+//! docs/operations.md, "How a target is wired and moved"): every kind of move under load, on the
+//! world of `tests/src/moves.rs`: two servers of 2 replicas, 2 operator replicas, a three-version
+//! target whose storage version is the middle one, and a load client writing at both spokes and
+//! reading at the other versions (alternating between the cluster's apiservers) for the whole test,
+//! checking every value.
 //!
 //! The moves: an explicit `webhookServerRef` pin (a → b), an unpin (b → a), sharding (`a`
 //! joins the pool: no move; `b` joins and wins the target's rendezvous: a → b), and `b`

@@ -1,11 +1,12 @@
-//! dco-operator on the local cluster: it runs two ConversionWebhookServers (their Deployments,
-//! Services, RBAC and self-managed certificates), wires a CRD to the one its config names, and
-//! moves it to the other when the config is re-pinned. Proves: objects written at one version
-//! read back at the other; the target is re-wired only once every live replica of the
-//! destination reports it in its served-target Lease; the move passes through every handover
-//! state (one Event each) and settles; and not a single read at the spoke version fails
-//! while a loop keeps reading throughout the move. Deleting the config then reverts the
-//! CRD's spec.conversion (the safe-revert finalizer). With `--otlp-endpoint` pointing at a
+//! The pinned move, end to end (docs/operations.md, "What a ConversionWebhookServer becomes" and
+//! "How a target is wired and moved"): dco-operator on the local cluster runs two
+//! ConversionWebhookServers (their Deployments, Services, RBAC and self-managed certificates), and
+//! wires a CRD to the one its config names, and moves it to the other when the config is re-pinned.
+//! Proves: objects written at one version read back at the other; the target is re-wired only once
+//! every live replica of the destination reports it in its served-target Lease; the move passes
+//! through every handover state (one Event each) and settles; and not a single read at the spoke
+//! version fails while a loop keeps reading throughout the move. Deleting the config then reverts
+//! the CRD's spec.conversion (the safe-revert finalizer). With `--otlp-endpoint` pointing at a
 //! collector on loopback (an in-test OTLP/HTTP receiver, `dco_tests::otlp_collector`), the move
 //! arrives there as one trace: its root span under the persisted traceparent's ids and one child
 //! span per transition (`dco_tests::pinned_move::move_trace`; tests/tests/observability_tracing.rs

@@ -1,4 +1,5 @@
-//! dco-operator's handover traces at a real OpenTelemetry Collector: the collector of
+//! Handover traces (docs/operations.md, "How a target is wired and moved") at a real
+//! OpenTelemetry Collector: the collector of
 //! `hack/testenv-go/tools/otelcol` (OTLP receiver, batch processor, file exporter; built by
 //! `hack/testenv tool otelcol`) runs on loopback, the operator exports to it with
 //! `--otlp-endpoint`, and a pinned move (tests/src/pinned_move.rs, the move of

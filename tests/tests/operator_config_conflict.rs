@@ -1,4 +1,5 @@
-//! Two configs for one target that slip past admission (the operator here runs
+//! Two configs for one target (docs/configuration.md, "Status"; docs/admission.md refuses the
+//! second where admission runs) that slip past admission (the operator here runs
 //! without `--admission-service`, so nothing refuses the second). The operator chooses as
 //! every webhook replica does — the first by kind, then name (operator/src/config/conflict.rs,
 //! webhook/src/sync.rs) — so `<ns>-a`, created second, is chosen over `<ns>-b`: both get

@@ -1,6 +1,7 @@
-//! dco-operator as a Deployment of 3 replicas, Pods of the process-kubelet: they
-//! divide 32 shards, the apiserver sends each replica only its shards' configs (KEP-5866's
-//! `shardSelector`; ShardedListAndWatch is on in the testenv), 300 configs (20 with real
+//! Sharding the operator's work across Pods (docs/sharding.md, "Never two owners" and "The
+//! server-side sharded watch"): dco-operator as a Deployment of 3 replicas, Pods of the
+//! process-kubelet: they divide 32 shards, the apiserver sends each replica only its shards'
+//! configs (`shardSelector`; the feature gate ShardedListAndWatch is on in the testenv), 300 configs (20 with real
 //! targets that get wired and converted) are each reconciled by their shard's owner and by no
 //! other replica (the replicas' own logs), a stopped replica (SIGSTOP) stops reconciling before
 //! its shards are taken and does not reconcile them when it resumes, a replica killed with

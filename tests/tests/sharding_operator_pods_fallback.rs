@@ -1,4 +1,5 @@
-//! The scenario of tests/tests/sharding_operator_pods.rs on a second local cluster whose apiserver has
+//! The sharded watch's fallback (docs/sharding.md, "The server-side sharded watch"): the
+//! scenario of tests/tests/sharding_operator_pods.rs on a second local cluster whose apiserver has
 //! ShardedListAndWatch off: the replicas' probe finds no `shardSelector` support,
 //! they watch every config and drop what is not theirs, and the ownership and the results are
 //! the same. The second cluster has its own state directory (`target/testenv-fallback`) and its

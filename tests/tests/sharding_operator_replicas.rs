@@ -1,7 +1,7 @@
 //! Two dco-operator replicas on the local cluster divide their work by shard Leases
-//! (docs/sharding.md): each holds half of the shard Leases, every config is reconciled by exactly one of
-//! them, a replica killed with SIGKILL has its shards taken by the other (the wait allows the
-//! lease duration plus a renew interval plus 10 s; the time is printed), after which the
+//! (docs/sharding.md): each holds half of the shard Leases, every config is reconciled by exactly
+//! one of them, a replica killed with SIGKILL has its shards taken by the other (the wait allows
+//! the lease duration plus a renew interval plus 10 s; the time is printed), after which the
 //! survivor reconciles every config, and a replica stopped with SIGTERM frees its shard Leases.
 //!
 //! Needs `target/debug/dco-operator` (`cargo build -p dco-operator`). The replicas run as local

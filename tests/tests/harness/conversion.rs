@@ -1,4 +1,5 @@
-//! A CRD with v1 served and v2 stored, wired to a conversion webhook that runs
+//! The testenv calls conversion webhooks (docs/testenv.md, "The service resolver"): a CRD with
+//! v1 served and v2 stored, wired to a conversion webhook that runs
 //! as a Pod through the testenv process-kubelet and is reached through the
 //! testenv service resolver. An object written at v1 and read at v2 proves the
 //! apiserver called the webhook.

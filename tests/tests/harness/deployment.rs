@@ -1,4 +1,5 @@
-//! A Deployment of 2 replicas yields 2 Ready Pods that are real local
+//! Pods are local processes (docs/testenv.md, "Running your binaries as Pods"): a Deployment
+//! of 2 replicas yields 2 Ready Pods that are real local
 //! processes, each listening on its own loopback Pod IP; scaling to 1 stops
 //! one of them (process gone, address closed).
 

@@ -1,6 +1,6 @@
-//! Garbage collection: a Lease owned by a Pod (as the webhook's served-target
-//! Leases are) is deleted by kube-controller-manager's garbage collector after
-//! the Pod is deleted; the Pod's process is stopped. The Pod also checks that
+//! Garbage collection (docs/testenv.md, "Controllers"): a Lease owned by a Pod (as the webhook's
+//! served-target Leases are) is deleted by kube-controller-manager's garbage collector after the
+//! Pod is deleted; the Pod's process is stopped. The Pod also checks that
 //! `kube::Client::try_default()` works inside a testenv Pod.
 
 use std::time::Duration;

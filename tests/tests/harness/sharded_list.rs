@@ -1,8 +1,8 @@
-//! Server-side sharded list (KEP-5866, feature gate ShardedListAndWatch on in
-//! the testenv): a Lease list with a `shardSelector` echoes it in
+//! Server-side sharded list (docs/sharding.md, "Shards"; the feature gate ShardedListAndWatch
+//! is on in the testenv): a Lease list with a `shardSelector` echoes it in
 //! `metadata.shardInfo` and returns exactly the Leases whose FNV-1a hash of
 //! `metadata.uid` falls in the range — for 200 objects, two halves and the unions of shard
-//! ranges the operator asks for (docs/sharding.md, "Shards").
+//! ranges the operator asks for.
 
 use std::collections::BTreeSet;
 

@@ -1,4 +1,5 @@
-//! `driftPolicy` on the local cluster: one dco-webhook replica (a Deployment made by the test,
+//! `driftPolicy` (docs/configuration.md; docs/webhook.md, "What a replica does") on the local
+//! cluster: one dco-webhook replica (a Deployment made by the test,
 //! as the operator would) serves two CRDs, one config each, one `FailClosed` and one
 //! `KeepServingStale`. Both CRDs' v1 schema then drifts so the configs no longer compile: a
 //! read at v1 through the apiserver fails with a message naming the FailClosed config, and

@@ -1,6 +1,7 @@
-//! A ConversionReview whose object has no `metadata`, sent by the real kube-apiserver
-//! (kubernetes/kubernetes#117356): a server-side applier whose last apply was at v1 applies
-//! at v2 (its manifests moved to the new version). In structured-merge-diff's `Updater.prune`
+//! Converting a review without `metadata` (docs/engine.md, "Objects without `metadata`"): a
+//! ConversionReview whose object has no `metadata`, sent by the real kube-apiserver when a
+//! server-side applier whose last apply was at v1 applies at v2 (its manifests moved to the new
+//! version). In structured-merge-diff's `Updater.prune`
 //! (merge/update.go, v6.3.3) the merged object is converted to the last applied version (v1)
 //! and the last applied set is removed with `EnsureNamedFieldsAreMembers`: a set holding any
 //! `metadata` child (here a label) or `spec` child removes the whole `metadata` and `spec`,

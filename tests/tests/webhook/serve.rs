@@ -1,4 +1,5 @@
-//! dco-webhook on the local cluster: a Deployment of 2 replicas (made by the test, as the
+//! What a webhook replica does (docs/webhook.md, "What a replica does" and "The served-target
+//! Lease"): dco-webhook on the local cluster, a Deployment of 2 replicas (made by the test, as the
 //! operator would), a CRD whose spec.conversion names its Service. Proves: objects written
 //! and read at every version through the apiserver; both replicas' served-target Leases
 //! carry the target, are owned by their Pods and renew; moving the assignment away while
