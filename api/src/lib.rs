@@ -2,8 +2,12 @@
 //! shares, and the assignment resolver (pure, shared by the operator and the webhook).
 
 pub mod assign;
+#[cfg(feature = "client")]
+pub mod cluster;
 pub mod config;
 pub mod conflict;
+#[cfg(feature = "client")]
+pub mod crossplane;
 pub mod hash;
 pub mod listen;
 pub mod metrics;

@@ -1,7 +1,7 @@
 //! The replica's watches (kube-runtime reflectors): ConversionWebhookServers (all: the pool
 //! and the default decide assignment), both config kinds, narrowed by the instance's
-//! `cacheSelector`, and the targets' metadata (CRDs, and XRDs once Crossplane's
-//! CompositeResourceDefinition CRD exists), never narrowed: `cacheSelector` picks configs, as
+//! `cacheSelector`, and the targets' metadata (CRDs, and XRDs while Crossplane's
+//! CompositeResourceDefinition CRD exists, as `dco_api::crossplane` sees it), never narrowed: `cacheSelector` picks configs, as
 //! in the reference, and a target without the configs' labels must still be found and served.
 //! Targets are watched as metadata only; the ones a config names are read whole by
 //! `targets.rs`, after which the sync loop is woken and reads the stores.
@@ -26,9 +26,6 @@ use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::sync::{ConfigView, World};
 use crate::targets::{self, Held, Wanted};
-
-/// How often to look for Crossplane when it is not installed yet.
-const XRD_PROBE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// What narrows the config and target watches.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -283,6 +280,7 @@ impl Caches {
         notify: Arc<Notify>,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
+        crossplane: tokio::sync::watch::Receiver<Option<bool>>,
     ) -> Caches {
         let wake = Arc::new(Notify::new());
         let (xccs, t1) =
@@ -293,11 +291,15 @@ impl Caches {
         let t3 = tokio::spawn(drive(events, wake.clone(), "CustomResourceDefinitions"));
         let xrds: XrdSlot = Arc::new(Mutex::new(None));
         let (settled, xrds_settled) = tokio::sync::watch::channel(false);
-        let t4 = tokio::spawn(watch_xrds_when_installed(
-            client.clone(),
-            scope.clone(),
-            wake.clone(),
-            xrds.clone(),
+        let t4 = tokio::spawn(watch_xrds_while_installed(
+            XrdWatch {
+                client: client.clone(),
+                scope: scope.clone(),
+                notify: wake.clone(),
+                slot: xrds.clone(),
+                metrics: metrics.clone(),
+            },
+            crossplane,
             settled,
         ));
         let named = Named { xccs, cccs, crds, xrds, registry };
@@ -318,8 +320,8 @@ impl Caches {
     }
 
     /// Resolves once every started watch has listed once and the targets the configs name
-    /// were read. The XRD watch counts only when Crossplane was found; its first list
-    /// completes before it is published here.
+    /// were read. The XRD watch counts only when Crossplane was found at start; its first
+    /// list completes before it is published here.
     pub async fn wait_ready(&self) {
         let all = async {
             let _ = self.servers.wait_until_ready().await;
@@ -372,48 +374,91 @@ fn config_view<C: ConversionConfig + Resource>(kind: &str, c: &C) -> ConfigView 
     }
 }
 
-/// Start the XRD watch as soon as Crossplane's CRD exists; until then there are no XRDs to
-/// serve and nothing fails. `settled` turns true once the first probe found no Crossplane or
-/// the XRD watch listed once, so readiness waits for XRDs only where they exist.
-async fn watch_xrds_when_installed(
+/// What the XRD watch needs.
+struct XrdWatch {
     client: Client,
     scope: Scope,
+    /// Woken on every XRD event and when the watch starts or stops.
     notify: Arc<Notify>,
+    /// The XRD metadata store while the watch runs and has listed once.
     slot: XrdSlot,
-    settled: tokio::sync::watch::Sender<bool>,
-) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    loop {
-        match crds.get_opt(XRD_CRD_NAME).await {
-            Ok(Some(_)) => break,
-            Ok(None) => {
-                if !*settled.borrow() {
-                    tracing::info!(
-                        "Crossplane is not installed ({XRD_CRD_NAME} not found); serving CRD targets only and checking again every 30s"
-                    );
-                    settled.send_replace(true);
+    metrics: Arc<Metrics>,
+}
+
+impl XrdWatch {
+    /// Publishes the store (or its absence), so the target reader wants XRD targets only
+    /// while XRDs are watched: without it their copies are released and the next pass drops
+    /// their plans as it does for a deleted target.
+    fn publish(&self, store: Option<Store<PartialObjectMeta<DynamicObject>>>) {
+        self.metrics.xrds_watched.set(i64::from(store.is_some()));
+        *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = store;
+        self.notify.notify_one();
+    }
+
+    /// Watches XRDs until `installed` says Crossplane is gone (`true`) or the watch ends
+    /// (`false`). `settled` turns true once the first list completed.
+    async fn run(
+        &self,
+        installed: &mut tokio::sync::watch::Receiver<Option<bool>>,
+        settled: &tokio::sync::watch::Sender<bool>,
+    ) -> bool {
+        let res = xrd_resource();
+        let (reader, stream) =
+            target_metadata(Api::all_with(self.client.clone(), &res), res, self.scope.targets());
+        let driving = drive(stream, self.notify.clone(), "CompositeResourceDefinitions");
+        let mut driving = std::pin::pin!(driving);
+        let gone = installed.wait_for(|i| *i == Some(false));
+        let mut gone = std::pin::pin!(gone);
+        let mut listed = false;
+        loop {
+            tokio::select! {
+                () = &mut driving => return false,
+                g = &mut gone => return g.is_ok(),
+                ready = reader.wait_until_ready(), if !listed => {
+                    listed = true;
+                    if ready.is_ok() {
+                        tracing::info!("Crossplane found: watching CompositeResourceDefinitions");
+                        self.publish(Some(reader.clone()));
+                        settled.send_replace(true);
+                    }
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot check whether Crossplane is installed; retrying (needs get on customresourcedefinitions)")
+        }
+    }
+}
+
+/// Watch XRDs while Crossplane's CRD exists (`crossplane`, `dco_api::crossplane`): start when
+/// it appears, stop and drop the XRD targets when it goes; while it is absent there are no
+/// XRDs to serve and nothing fails. `settled` turns true once Crossplane is known absent or
+/// the XRD watch listed once, so readiness waits for XRDs only where they exist.
+async fn watch_xrds_while_installed(
+    xrds: XrdWatch,
+    mut crossplane: tokio::sync::watch::Receiver<Option<bool>>,
+    settled: tokio::sync::watch::Sender<bool>,
+) {
+    loop {
+        let Some(installed) = dco_api::crossplane::wait_known(&mut crossplane).await else { return };
+        if installed {
+            if !xrds.run(&mut crossplane, &settled).await {
+                return;
+            }
+            tracing::info!(
+                "Crossplane was removed: stopped watching CompositeResourceDefinitions; dropping the XRD targets"
+            );
+            xrds.publish(None);
+        } else {
+            if !*settled.borrow() {
+                tracing::info!(
+                    "Crossplane is not installed ({XRD_CRD_NAME} not found); serving CRD targets only until it is"
+                );
+                xrds.publish(None);
+                settled.send_replace(true);
+            }
+            if crossplane.wait_for(|i| *i == Some(true)).await.is_err() {
+                return;
             }
         }
-        tokio::time::sleep(XRD_PROBE_INTERVAL).await;
     }
-    let res = xrd_resource();
-    let (reader, stream) = target_metadata(Api::all_with(client, &res), res, scope.targets());
-    let driving = drive(stream, notify.clone(), "CompositeResourceDefinitions");
-    let mut driving = std::pin::pin!(driving);
-    tokio::select! {
-        () = &mut driving => return,
-        ready = reader.wait_until_ready() => if ready.is_ok() {
-            tracing::info!("Crossplane found: watching CompositeResourceDefinitions");
-            *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(reader);
-            settled.send_replace(true);
-            notify.notify_one();
-        },
-    }
-    driving.await;
 }
 
 #[cfg(test)]

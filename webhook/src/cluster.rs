@@ -56,9 +56,20 @@ pub async fn run(
     let scope = scope_of(&servers, &instance);
     tracing::info!(?scope, "starting watches");
     let registry = syncer.registry().clone();
+    // One watch of Crossplane's CRD for the process; the caches (rebuilt on a scope change)
+    // follow it to watch XRDs while it exists.
+    let crossplane = dco_api::crossplane::Detector::start(client.clone());
     let mut caches = Arc::new(
-        Caches::start(&client, servers.clone(), scope, notify.clone(), registry.clone(), metrics.clone())
-            .await,
+        Caches::start(
+            &client,
+            servers.clone(),
+            scope,
+            notify.clone(),
+            registry.clone(),
+            metrics.clone(),
+            crossplane.subscribe(),
+        )
+        .await,
     );
     tokio::select! {
         () = caches.wait_ready() => {}
@@ -112,6 +123,7 @@ pub async fn run(
                 notify.clone(),
                 registry.clone(),
                 metrics.clone(),
+                crossplane.subscribe(),
             )
             .await;
             tokio::select! {

@@ -92,6 +92,8 @@ pub struct Metrics {
     /// and the bytes of their kept JSON.
     pub targets_held: Gauge,
     pub targets_held_bytes: Gauge,
+    /// 1 while XRDs are watched (Crossplane is installed and their first list is done).
+    pub xrds_watched: Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -138,6 +140,7 @@ impl Metrics {
         let conversion_memory = Histogram::new((0..12).map(|i| f64::from(1u32 << 20) * 4f64.powi(i)));
         let targets_held = Gauge::default();
         let targets_held_bytes = Gauge::default();
+        let xrds_watched = Gauge::default();
         register(
             &mut registry,
             "requests",
@@ -219,12 +222,19 @@ impl Metrics {
             "Bytes of the JSON kept of the targets held whole",
             targets_held_bytes.clone(),
         );
+        register(
+            &mut registry,
+            "xrds_watched",
+            "1 while CompositeResourceDefinitions are watched: Crossplane is installed and their first list is done; 0 while it is not installed",
+            xrds_watched.clone(),
+        );
         dco_api::metrics::register_process(&mut registry, env!("CARGO_PKG_VERSION"));
         Metrics {
             registry,
             conversion_memory,
             targets_held,
             targets_held_bytes,
+            xrds_watched,
             inflight_bytes,
             budget_waits,
             connections,

@@ -36,6 +36,18 @@ pub struct ConfigView {
     pub moved_from: Option<MovedFrom>,
 }
 
+impl dco_api::conflict::Claim for ConfigView {
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn target(&self) -> &str {
+        &self.target
+    }
+}
+
 /// Where a config's target is moving away from (`status.handover.source`), and how far the
 /// move is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,17 +202,16 @@ impl Syncer {
         let current = self.registry.snapshot();
 
         // One config per target; admission forbids two, but if it happens anyway the choice
-        // must be the same on every replica and every pass.
+        // must be the same on every replica and every pass, and the operator's
+        // (dco_api::conflict).
+        let choice = dco_api::conflict::choose(&world.configs);
         let mut by_target: BTreeMap<&str, &ConfigView> = BTreeMap::new();
-        let mut sorted: Vec<&ConfigView> = world.configs.iter().collect();
-        sorted.sort_by(|a, b| (&a.target, &a.kind, &a.name).cmp(&(&b.target, &b.kind, &b.name)));
-        for c in sorted {
-            if let Some(first) = by_target.get(c.target.as_str()) {
-                tracing::warn!(target = %c.target, chosen = %format!("{}/{}", first.kind, first.name), ignored = %format!("{}/{}", c.kind, c.name),
+        for (target, c) in choice {
+            for i in &c.ignored {
+                tracing::warn!(target, chosen = %format!("{}/{}", c.chosen.kind, c.chosen.name), ignored = %format!("{}/{}", i.kind, i.name),
                     "two configs name the same target; serving the first by kind and name, delete the other");
-                continue;
             }
-            by_target.insert(&c.target, c);
+            by_target.insert(target, c.chosen);
         }
         let mut targets: Vec<&str> = by_target.keys().copied().collect();
         targets.extend(current.keys().map(String::as_str).filter(|t| !by_target.contains_key(t)));

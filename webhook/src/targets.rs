@@ -13,8 +13,7 @@ use std::sync::{Mutex, PoisonError};
 
 use dco_api::config::TargetKind;
 use dco_api::target;
-use kube::api::{Api, DynamicObject};
-use kube::{Client, ResourceExt};
+use kube::Client;
 use serde_json::Value;
 
 use crate::sync::TargetView;
@@ -104,20 +103,13 @@ impl Held {
 /// `kind` set, no `managedFields`, annotations or status (nothing in the webhook reads them:
 /// the compile reads `spec.versions`, the hold rule `spec.conversion`). `None` when it is gone.
 pub async fn fetch(client: &Client, kind: TargetKind, name: &str) -> Result<Option<Value>, kube::Error> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &target::resource(kind));
-    let Some(mut o) = api.get_opt(name).await? else { return Ok(None) };
+    let Some(mut o) = dco_api::cluster::fetch_target(client, kind, name).await? else { return Ok(None) };
     target::slim_target(&mut o);
     if let Some(data) = o.data.as_object_mut() {
         data.remove("status");
     }
-    let name = o.name_any();
-    let mut v = serde_json::to_value(o).map_err(kube::Error::SerdeError)?;
-    if let Some(m) = v.as_object_mut() {
-        m.insert("apiVersion".into(), kind.api_version().into());
-        m.insert("kind".into(), kind.kind_name().into());
-    }
     tracing::debug!(target = name, ?kind, "read the target's schemas");
-    Ok(Some(v))
+    dco_api::cluster::target_json(kind, o).map(Some).map_err(kube::Error::SerdeError)
 }
 
 #[cfg(test)]
