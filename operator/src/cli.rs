@@ -101,7 +101,7 @@ pub struct Args {
     /// keeps it after it is gone) or `existing` (its installer — the chart — creates and
     /// deletes it; the operator only fills in the webhooks, never creates it).
     #[arg(long, env = "DCO_ADMISSION_CONFIGURATION", value_enum, default_value = "create")]
-    pub admission_configuration: crate::admission::registration::Owner,
+    pub admission_configuration: Owner,
     /// Apply dco's CRDs from the YAML files in this directory, wait until each is Established,
     /// and exit without starting the operator (crds.rs): the chart's pre-upgrade hook, since
     /// helm never upgrades a chart's `crds/`.
@@ -146,9 +146,23 @@ impl Args {
 /// Go-style durations (`250ms`, `5s`, `1m30s`) or a bare number of seconds.
 pub use dco_engine::duration::parse_flag as parse_duration;
 
+/// Who creates the `ValidatingWebhookConfiguration` (`--admission-configuration`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Owner {
+    /// The operator creates it and keeps it whole (server-side apply); it stays after the
+    /// operator is gone.
+    #[value(name = "create")]
+    Operator,
+    /// Someone else (the chart) creates and deletes it; the operator only fills in its
+    /// webhooks and waits while it does not exist.
+    #[value(name = "existing")]
+    Installer,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::namespaces::ServerNamespaces;
 
     #[test]
     fn defaults_and_overrides() {
@@ -180,5 +194,17 @@ mod tests {
         assert_eq!(a.admission_port, 443);
         assert_eq!(parse_labels("app=dco-operator, tier=x").unwrap().len(), 2);
         assert!(Args::try_parse_from(["dco-operator", "--admission-service=nope"]).is_err());
+    }
+
+    #[test]
+    fn the_flag_through_clap() {
+        let a = Args::try_parse_from(["dco-operator"]).unwrap();
+        assert_eq!(a.server_namespaces, ServerNamespaces::All, "unset watches every namespace, as before");
+        let a = Args::try_parse_from(["dco-operator", "--server-namespaces=team-a,team-b"]).unwrap();
+        assert_eq!(
+            a.server_namespaces,
+            ServerNamespaces::Only(["team-a".to_string(), "team-b".to_string()].into())
+        );
+        assert!(Args::try_parse_from(["dco-operator", "--server-namespaces=Team"]).is_err());
     }
 }

@@ -174,3 +174,62 @@ impl Context {
         dco_state::drive::publish(&self.recorder, obj, warning, reason, action, note).await;
     }
 }
+
+/// A [`Context`] over a mocked apiserver and stores the test fills, for the wings' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+
+    use dco_api::{CRDConversionConfig, ConversionWebhookServer};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::runtime::reflector::{self, store::Writer};
+    use kube::runtime::watcher;
+
+    use super::{Context, Settings, Stores};
+    use crate::observability::metrics::Metrics;
+    use crate::sharding::gate::Gate;
+    use crate::testing::{ApiServerVerifier, mock_client};
+
+    pub(crate) struct Writers {
+        pub servers: Writer<ConversionWebhookServer>,
+        pub leases: Writer<Lease>,
+        pub secrets: Writer<Secret>,
+        #[allow(dead_code)]
+        pub cccs: Writer<CRDConversionConfig>,
+    }
+
+    impl Writers {
+        pub fn server(&mut self, s: ConversionWebhookServer) {
+            self.servers.apply_watcher_event(&watcher::Event::Apply(s));
+        }
+        pub fn secret(&mut self, s: Secret) {
+            self.secrets.apply_watcher_event(&watcher::Event::Apply(s));
+        }
+        pub fn lease(&mut self, l: Lease) {
+            self.leases.apply_watcher_event(&watcher::Event::Apply(l));
+        }
+    }
+
+    pub(crate) fn test_context() -> (Arc<Context>, ApiServerVerifier, Writers) {
+        let (client, api) = mock_client();
+        let (servers, servers_w) = reflector::store();
+        let (leases, leases_w) = reflector::store();
+        let (secrets, secrets_w) = reflector::store();
+        let (cccs, cccs_w) = reflector::store();
+        let (xccs, _) = reflector::store();
+        let stores = Stores { servers, leases: leases.into(), secrets: secrets.into(), xccs, cccs };
+        let ctx = Context::new(
+            client,
+            Settings::default(),
+            stores,
+            Arc::new(Metrics::default()),
+            Gate::everything(),
+        );
+        (
+            Arc::new(ctx),
+            api,
+            Writers { servers: servers_w, leases: leases_w, secrets: secrets_w, cccs: cccs_w },
+        )
+    }
+}

@@ -238,17 +238,6 @@ mod tests {
     }
 
     #[test]
-    fn the_flag_through_clap() {
-        use clap::Parser;
-        let a = crate::cli::Args::try_parse_from(["dco-operator"]).unwrap();
-        assert_eq!(a.server_namespaces, ServerNamespaces::All, "unset watches every namespace, as before");
-        let a =
-            crate::cli::Args::try_parse_from(["dco-operator", "--server-namespaces=team-a,team-b"]).unwrap();
-        assert_eq!(a.server_namespaces, only(&["team-a", "team-b"]));
-        assert!(crate::cli::Args::try_parse_from(["dco-operator", "--server-namespaces=Team"]).is_err());
-    }
-
-    #[test]
     fn which_namespaces_are_watched_and_which_servers_refused() {
         let ns = only(&["team-a"]).with("dco-system");
         assert_eq!(ns.scopes(), [Some("dco-system".to_string()), Some("team-a".to_string())]);

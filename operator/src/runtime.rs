@@ -294,7 +294,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         server_namespaces: args.server_namespaces.with(&args.namespace),
         ..Settings::default()
     };
-    let metrics = Arc::new(Metrics::default());
+    let status_metrics = Arc::new(crate::status_metrics::StatusMetrics::default());
+    let metrics = Arc::new(Metrics::new(Some(Box::new(status_metrics.clone()))));
     let readiness = Arc::new(Readiness::default());
     let stop = Shutdown::start(readiness.clone(), args.shutdown_drain);
 
@@ -383,7 +384,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         xccs: xccs.clone(),
         cccs: cccs.clone(),
     };
-    metrics.status.set_source(crate::status_metrics::Source {
+    status_metrics.set_source(crate::status_metrics::Source {
         stores: stores.clone(),
         gate: gate.clone(),
         namespace: args.namespace.clone(),
@@ -516,7 +517,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?,
             owner: args.admission_configuration,
         };
-        metrics.status.set_admission(crate::status_metrics::Admission {
+        status_metrics.set_admission(crate::status_metrics::Admission {
             secret: format!("{svc_ns}/{}", reg.secret_names().1),
             certs: certs.clone(),
         });
@@ -670,7 +671,7 @@ mod tests {
             Ok(watcher::Event::InitDone),
         ]);
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let (ctx, _api, _w) = crate::testing::test_context();
+        let (ctx, _api, _w) = crate::context::testing::test_context();
         let (ccc, _) = mpsc::channel(1);
         let (xcc, _) = mpsc::channel(1);
         let (cws, _) = mpsc::channel(1);

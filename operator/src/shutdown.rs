@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use tokio::net::TcpListener;
-use tokio::time::Instant;
 
 use crate::cli::Args;
 
@@ -126,17 +125,6 @@ impl Shutdown {
                 "termination signal: not Ready; admission keeps answering for --shutdown-drain"
             );
         }))
-    }
-
-    /// A stop that comes only through the returned trigger (tests).
-    pub fn manual() -> (Self, dco_api::stop::Trigger) {
-        let (s, trigger) = dco_api::stop::Shutdown::manual();
-        (Shutdown(s), trigger)
-    }
-
-    /// When the termination signal came, if it did.
-    pub fn signalled_at(&self) -> Option<Instant> {
-        self.0.stopping_since()
     }
 
     /// Resolves once the drain is over.

@@ -43,7 +43,7 @@ pub struct Admission {
     pub certs: Arc<CertResolver>,
 }
 
-/// The collector (registered by metrics.rs, fed by runtime.rs).
+/// The collector (registered and fed by runtime.rs).
 #[derive(Default)]
 pub struct StatusMetrics {
     source: OnceLock<Source>,
@@ -643,6 +643,66 @@ pub(crate) mod tests {
             "unowned_shards",
         ] {
             assert!(text.contains(&format!("# TYPE dco_operator_{f} gauge")), "{f} in\n{text}");
+        }
+    }
+}
+
+/// The whole `/metrics` exposition (observability/metrics.rs with this collector) against the
+/// naming rules and docs/operations.md.
+#[cfg(test)]
+mod exposition_tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::StatusMetrics;
+    use crate::observability::metrics::{KindLabel, Metrics, ResultLabel, TransitionLabels};
+    use dco_api::metrics::{compare_with_docs, convention_problems, documented, parse_exposition};
+
+    /// Every family with samples where it has labels: the status collector on its fixture,
+    /// each counter and histogram touched once.
+    fn exercised() -> String {
+        let status = Arc::new(StatusMetrics::default());
+        let m = Metrics::new(Some(Box::new(status.clone())));
+        status.set_source(super::tests::fixture_source().0);
+        m.reconciled("crdconversionconfig", Duration::from_millis(3));
+        m.failed(
+            "crdconversionconfig",
+            &crate::error::Error::NotReady("the destination is not ready".into()),
+        );
+        m.skipped("conversionwebhookserver");
+        m.admission("CRDConversionConfig", false, Duration::from_millis(2));
+        m.handover_transitions.get_or_create(&TransitionLabels { reason: "Patched".into() }).inc();
+        m.coordinator_ticks.get_or_create(&ResultLabel { result: "ok" }).inc();
+        for f in [&m.watch_bytes, &m.watch_events, &m.watch_dropped, &m.watch_restarts] {
+            f.get_or_create(&KindLabel { kind: "CRDConversionConfig" }).inc();
+        }
+        m.encode()
+    }
+
+    #[test]
+    fn every_family_follows_the_naming_rules() {
+        let fams = parse_exposition(&exercised());
+        assert!(fams.len() >= 28, "{fams:?}");
+        let problems = convention_problems(&fams, "dco_operator");
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    /// docs/operations.md, "Metrics", lists exactly the families this binary exports, with
+    /// their types and labels.
+    #[test]
+    fn the_operations_doc_lists_every_family() {
+        let docs = documented(include_str!("../../docs/operations.md"), "dco_operator");
+        let problems = compare_with_docs(&parse_exposition(&exercised()), &docs, "dco_operator");
+        assert!(problems.is_empty(), "docs/operations.md is out of date:\n{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn families_without_samples_are_listed() {
+        let text = Metrics::new(Some(Box::new(Arc::new(StatusMetrics::default())))).encode();
+        for f in
+            ["dco_operator_reconcile_errors", "dco_operator_admission_reviews", "dco_operator_config_phase"]
+        {
+            assert!(text.contains(&format!("# TYPE {f} ")), "{f} in\n{text}");
         }
     }
 }

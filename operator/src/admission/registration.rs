@@ -34,6 +34,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::serve::{CertResolver, certified_key};
+use crate::cli::Owner;
 use crate::names::FIELD_MANAGER;
 use crate::observability::metrics::RegistrationLabels;
 use crate::pki::{self, Current, Lifetimes};
@@ -45,18 +46,6 @@ const RETRY: Duration = Duration::from_secs(1);
 /// Operator Pods read to find a Ready one (a Deployment has a handful).
 const MAX_PODS: u32 = 100;
 
-/// Who creates the `ValidatingWebhookConfiguration` (`--admission-configuration`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Owner {
-    /// The operator creates it and keeps it whole (server-side apply); it stays after the
-    /// operator is gone.
-    #[value(name = "create")]
-    Operator,
-    /// Someone else (the chart) creates and deletes it; the operator only fills in its
-    /// webhooks and waits while it does not exist.
-    #[value(name = "existing")]
-    Installer,
-}
 /// The apiserver waits this long for an answer, then applies `failurePolicy: Fail`.
 pub const TIMEOUT_SECONDS: i32 = 5;
 pub const PATH: &str = "/validate";

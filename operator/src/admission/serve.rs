@@ -537,7 +537,7 @@ mod tests {
 
     #[tokio::test]
     async fn reviews_of_other_kinds_and_garbage_are_bounded_and_answered() {
-        let (ctx, _api, _w) = crate::testing::test_context();
+        let (ctx, _api, _w) = crate::context::testing::test_context();
         let adm = Admission {
             client: ctx.client.clone(),
             servers: ctx.stores.servers.clone(),

@@ -27,6 +27,8 @@ pub mod driver;
 pub mod facts;
 pub mod status;
 pub mod target;
+#[cfg(test)]
+mod tests;
 
 pub mod condition {
     pub const VALIDATED: &str = "Validated";

@@ -1,9 +1,9 @@
 //! Prometheus metrics of the reconcilers, served on `/metrics`: every family, with its type
 //! and labels, is in docs/operations.md, "Metrics" (a test below holds the two together).
 //! Families are listed before their first sample (`dco_api::metrics::register`); what the
-//! alerts read from the caches is computed at each scrape (status_metrics.rs).
+//! alerts read from the caches is computed at each scrape by a collector runtime.rs hands to
+//! [`Metrics::new`] (status_metrics.rs).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 
 use dco_api::metrics::register;
 
-use crate::status_metrics::StatusMetrics;
+use prometheus_client::collector::Collector;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
@@ -60,8 +60,6 @@ pub struct Metrics {
     pub admission_duration: Histogram,
     /// This replica's admission registration passes, by outcome (admission/registration.rs).
     pub admission_registration: Family<RegistrationLabels, Counter>,
-    /// The series read from the caches at each scrape; runtime.rs hands it the caches.
-    pub status: Arc<StatusMetrics>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -88,6 +86,14 @@ pub struct ResultLabel {
 
 impl Default for Metrics {
     fn default() -> Self {
+        Metrics::new(None)
+    }
+}
+
+impl Metrics {
+    /// Every family, and `status`, the collector of the series read from the caches at each
+    /// scrape, when there is one.
+    pub fn new(status: Option<Box<dyn Collector>>) -> Self {
         let mut registry = Registry::with_prefix("dco_operator");
         let reconciles = Family::<ControllerLabel, Counter>::default();
         let failures = Family::<ErrorLabels, Counter>::default();
@@ -139,30 +145,30 @@ impl Default for Metrics {
         );
         let (watch_bytes, watch_events, watch_dropped, watch_restarts) =
             (Family::default(), Family::default(), Family::default(), Family::default());
-        register(
-            &mut registry,
-            "watch_received_bytes",
-            "Response bytes of the shard-scoped lists and watches, by kind",
-            watch_bytes.clone(),
-        );
-        register(
-            &mut registry,
-            "watch_received_events",
-            "Objects the shard-scoped watches received (listed, applied or deleted), by kind",
-            watch_events.clone(),
-        );
-        register(
-            &mut registry,
-            "watch_dropped_events",
-            "Objects of shards this replica does not own that reached it and were dropped client-side, by kind",
-            watch_dropped.clone(),
-        );
-        register(
-            &mut registry,
-            "watch_restarts",
-            "Restarts of the shard-scoped watches after the owned shards changed, by kind",
-            watch_restarts.clone(),
-        );
+        for (name, help, family) in [
+            (
+                "watch_received_bytes",
+                "Response bytes of the shard-scoped lists and watches, by kind",
+                &watch_bytes,
+            ),
+            (
+                "watch_received_events",
+                "Objects the shard-scoped watches received (listed, applied or deleted), by kind",
+                &watch_events,
+            ),
+            (
+                "watch_dropped_events",
+                "Objects of shards this replica does not own that reached it and were dropped client-side, by kind",
+                &watch_dropped,
+            ),
+            (
+                "watch_restarts",
+                "Restarts of the shard-scoped watches after the owned shards changed, by kind",
+                &watch_restarts,
+            ),
+        ] {
+            register(&mut registry, name, help, family.clone());
+        }
         let admission_reviews = Family::<AdmissionLabels, Counter>::default();
         let admission_duration = Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0]);
         register(
@@ -184,12 +190,12 @@ impl Default for Metrics {
             "Admission registration passes of this replica, by outcome: registered, no_configuration (its installer has not created it yet), nobody_answers (no Ready Pod behind the Service yet) or failed",
             admission_registration.clone(),
         );
-        let status = Arc::new(StatusMetrics::default());
-        registry.register_collector(Box::new(status.clone()));
+        if let Some(status) = status {
+            registry.register_collector(status);
+        }
         dco_api::metrics::register_process(&mut registry, env!("CARGO_PKG_VERSION"));
         Metrics {
             registry,
-            status,
             admission_reviews,
             admission_duration,
             admission_registration,
@@ -210,9 +216,7 @@ impl Default for Metrics {
             watch_restarts,
         }
     }
-}
 
-impl Metrics {
     pub fn admission(&self, kind: &str, allowed: bool, took: Duration) {
         let allowed = if allowed { "true" } else { "false" };
         self.admission_reviews.get_or_create(&AdmissionLabels { kind: kind.to_string(), allowed }).inc();
@@ -241,58 +245,5 @@ impl Metrics {
             out.clear();
         }
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use dco_api::metrics::{compare_with_docs, convention_problems, documented, parse_exposition};
-
-    /// Every family with samples where it has labels: the status collector on its fixture,
-    /// each counter and histogram touched once.
-    fn exercised() -> String {
-        let m = Metrics::default();
-        m.status.set_source(crate::status_metrics::tests::fixture_source().0);
-        m.reconciled("crdconversionconfig", Duration::from_millis(3));
-        m.failed(
-            "crdconversionconfig",
-            &crate::error::Error::NotReady("the destination is not ready".into()),
-        );
-        m.skipped("conversionwebhookserver");
-        m.admission("CRDConversionConfig", false, Duration::from_millis(2));
-        m.handover_transitions.get_or_create(&TransitionLabels { reason: "Patched".into() }).inc();
-        m.coordinator_ticks.get_or_create(&ResultLabel { result: "ok" }).inc();
-        for f in [&m.watch_bytes, &m.watch_events, &m.watch_dropped, &m.watch_restarts] {
-            f.get_or_create(&KindLabel { kind: "CRDConversionConfig" }).inc();
-        }
-        m.encode()
-    }
-
-    #[test]
-    fn every_family_follows_the_naming_rules() {
-        let fams = parse_exposition(&exercised());
-        assert!(fams.len() >= 28, "{fams:?}");
-        let problems = convention_problems(&fams, "dco_operator");
-        assert!(problems.is_empty(), "{}", problems.join("\n"));
-    }
-
-    /// docs/operations.md, "Metrics", lists exactly the families this binary exports, with
-    /// their types and labels.
-    #[test]
-    fn the_operations_doc_lists_every_family() {
-        let docs = documented(include_str!("../../../docs/operations.md"), "dco_operator");
-        let problems = compare_with_docs(&parse_exposition(&exercised()), &docs, "dco_operator");
-        assert!(problems.is_empty(), "docs/operations.md is out of date:\n{}", problems.join("\n"));
-    }
-
-    #[test]
-    fn families_without_samples_are_listed() {
-        let text = Metrics::default().encode();
-        for f in
-            ["dco_operator_reconcile_errors", "dco_operator_admission_reviews", "dco_operator_config_phase"]
-        {
-            assert!(text.contains(&format!("# TYPE {f} ")), "{f} in\n{text}");
-        }
     }
 }

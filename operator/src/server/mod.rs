@@ -35,6 +35,8 @@ pub mod cert_manager;
 pub mod desired;
 pub mod owned;
 pub mod status;
+#[cfg(test)]
+mod tests;
 
 pub mod condition {
     pub const AVAILABLE: &str = "Available";

@@ -220,6 +220,7 @@ impl Owned {
     }
 
     /// When the next shard stops being ours unless renewed: the gate's set changes then.
+    #[cfg(test)]
     pub fn next_expiry(&self) -> Option<Timestamp> {
         self.until.values().min().copied()
     }

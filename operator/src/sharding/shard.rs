@@ -77,9 +77,8 @@ impl OwnedShards {
         OwnedShards { shards, owned: owned.into_iter().filter(|i| *i < shards.count()).collect() }
     }
 
-    /// Whether an object with this uid is ours. Always checked client-side, selector or not:
-    /// a server without `ShardedListAndWatch` ignores the selector silently, so a
-    /// wrong guess about the server costs bandwidth, never a second owner.
+    /// Whether an object with this uid is ours: what the ranges below must agree with.
+    #[cfg(test)]
     pub fn owns(&self, uid: &str) -> bool {
         self.owned.contains(&self.shards.of_uid(uid))
     }
