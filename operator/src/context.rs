@@ -20,7 +20,7 @@ use crate::pki::{self, Lifetimes};
 
 /// Operator-wide settings from the command line.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub struct OperatorSettings {
     /// Where a server's workload goes when its `spec.namespace` is empty.
     pub namespace: String,
     /// The dco-webhook image when a server sets none.
@@ -40,9 +40,9 @@ pub struct Settings {
     pub server_namespaces: ServerNamespaces,
 }
 
-impl Default for Settings {
+impl Default for OperatorSettings {
     fn default() -> Self {
-        Settings {
+        OperatorSettings {
             namespace: "dco-system".to_string(),
             webhook_image: format!("dco-webhook:v{}", env!("CARGO_PKG_VERSION")),
             webhook_listen: "0.0.0.0:9443".to_string(),
@@ -73,7 +73,7 @@ pub struct Stores {
 
 pub struct Context {
     pub client: Client,
-    pub settings: Settings,
+    pub settings: OperatorSettings,
     pub stores: Stores,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
@@ -84,7 +84,7 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: Client,
-        settings: Settings,
+        settings: OperatorSettings,
         stores: Stores,
         metrics: Arc<Metrics>,
         gate: Gate,
@@ -186,7 +186,7 @@ pub(crate) mod testing {
     use kube::runtime::reflector::{self, store::Writer};
     use kube::runtime::watcher;
 
-    use super::{Context, Settings, Stores};
+    use super::{Context, OperatorSettings, Stores};
     use crate::observability::metrics::Metrics;
     use crate::sharding::gate::Gate;
     use crate::testing::{ApiServerVerifier, mock_client};
@@ -221,7 +221,7 @@ pub(crate) mod testing {
         let stores = Stores { servers, leases: leases.into(), secrets: secrets.into(), xccs, cccs };
         let ctx = Context::new(
             client,
-            Settings::default(),
+            OperatorSettings::default(),
             stores,
             Arc::new(Metrics::default()),
             Gate::everything(),

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::cli::Args;
 use crate::config::{self, target};
-use crate::context::{Context, Settings, Stores};
+use crate::context::{Context, OperatorSettings, Stores};
 use crate::kinds::ConfigKind;
 use crate::kinds::ConfigRef;
 use crate::namespaces;
@@ -53,7 +53,7 @@ fn managed() -> watcher::Config {
 
 /// One watch of kind `K` from `events` (a kube-runtime watcher, or the shard-scoped one of
 /// sharded_watch.rs): its store, the stream of its objects that triggers its controller, the
-/// sender that feeds that stream (the root event stream's [`drive`] passes every applied
+/// sender that feeds that stream (the root event stream's [`dispatch`] passes every applied
 /// object on), and the root event stream, which must be driven for any of them to move.
 ///
 /// Not kube-runtime's shared subscriber: its `ReflectHandle` returns `Pending` without a
@@ -103,11 +103,11 @@ where
     events.modify(slim::<K>).default_backoff().reflect_shared(writer)
 }
 
-/// Drive a root event stream: every applied object of a shard this replica owns goes to
+/// Dispatch a root event stream: every applied object of a shard this replica owns goes to
 /// `triggers` (its controller's primary stream, when it has one: the enqueue filter, which
 /// only shortens queues — the reconcile gate is the check), and `changed` picks what else
 /// each event must wake.
-async fn drive<K>(
+async fn dispatch<K>(
     kind: &'static str,
     events: impl Stream<Item = watcher::Result<watcher::Event<K>>>,
     triggers: Option<(mpsc::UnboundedSender<ObjectRef<K>>, Gate)>,
@@ -283,7 +283,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
     let client = Client::try_from(kube_config.clone()).context("cannot build a Kubernetes client")?;
-    let settings = Settings {
+    let settings = OperatorSettings {
         namespace: args.namespace.clone(),
         webhook_image: args.webhook_image.clone(),
         webhook_listen: args.webhook_listen.clone(),
@@ -292,7 +292,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         resync: args.resync,
         selector: args.selector.clone(),
         server_namespaces: args.server_namespaces.with(&args.namespace),
-        ..Settings::default()
+        ..OperatorSettings::default()
     };
     let status_metrics = Arc::new(crate::status_metrics::StatusMetrics::default());
     let metrics = Arc::new(Metrics::new(Some(Box::new(status_metrics.clone()))));
@@ -302,7 +302,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // The Coordinator (membership.rs): Prime runs one tick before the watches start, so the
     // gate knows the owned shards at the first event.
     let shards = Shards::new(args.shards).context("--shards must be at least 1")?;
-    let coordination = coordinator::Settings::new(
+    let coordination = coordinator::CoordinatorSettings::new(
         shards,
         SignedDuration::try_from(args.lease_duration).context("--lease-duration")?,
         SignedDuration::try_from(args.lease_renew_interval).context("--lease-renew-interval")?,
@@ -368,7 +368,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics.clone(),
     ));
     // Secrets and Leases trigger no controller of their own: a deleted serving Secret wakes
-    // its server through `drive`, which sees deletions too. Both, like the Deployments and
+    // its server through `dispatch`, which sees deletions too. Both, like the Deployments and
     // Services below, are watched only where servers may run (`--server-namespaces`,
     // namespaces.rs), the Leases in the coordinator's namespace too.
     let server_ns = settings.server_namespaces.clone();
@@ -394,7 +394,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // OnChange: every held server goes back into its controller's queue (the gate lets the
     // owned ones through). The configs need no such pass: the same change restarts their
     // shard-scoped watches, whose relist enqueues every held config once it is in the store
-    // (`drive`), so a second enqueue here would only reconcile each of them twice.
+    // (`dispatch`), so a second enqueue here would only reconcile each of them twice.
     let on_change = {
         let (servers, gate, requeue) = (servers.clone(), gate.clone(), server_tx.clone());
         move || {
@@ -414,14 +414,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (xcc_tx, xcc_rx) = mpsc::channel(4096);
     let (cws_tx, cws_rx) = mpsc::channel::<ObjectRef<ConversionWebhookServer>>(4096);
     let fanout = Fanout::new(ctx.clone(), ccc_tx, xcc_tx, cws_tx);
-    tokio::spawn(drive(
+    tokio::spawn(dispatch(
         "CRDConversionConfig",
         ccc_events,
         Some((ccc_trigger_tx, gate.clone())),
         config_changes(),
         fanout.clone(),
     ));
-    tokio::spawn(drive(
+    tokio::spawn(dispatch(
         "XRDConversionConfig",
         xcc_events,
         Some((xcc_trigger_tx, gate.clone())),
@@ -441,16 +441,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
         out
     };
-    tokio::spawn(drive(
+    tokio::spawn(dispatch(
         "ConversionWebhookServer",
         server_events,
         Some((server_tx, gate.clone())),
         server_changes,
         fanout.clone(),
     ));
-    // One drive per namespace: `Changes` reads a relist as the whole of its watch.
+    // One dispatch per namespace: `Changes` reads a relist as the whole of its watch.
     for events in secret_events {
-        tokio::spawn(drive("Secret", events, None, secret_changes(), fanout.clone()));
+        tokio::spawn(dispatch("Secret", events, None, secret_changes(), fanout.clone()));
     }
     // Another replica's free of a shard Lease, a new member or a member Lease gone asks this
     // Coordinator for a tick now rather than at its next interval (sharding/run.rs).
@@ -517,7 +517,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?,
             owner: args.admission_configuration,
         };
-        status_metrics.set_admission(crate::status_metrics::Admission {
+        status_metrics.set_admission(crate::status_metrics::AdmissionCertificate {
             secret: format!("{svc_ns}/{}", reg.secret_names().1),
             certs: certs.clone(),
         });
@@ -639,7 +639,7 @@ mod tests {
     /// The enqueue filter: only objects of owned shards reach the controller's queue.
     #[tokio::test]
     async fn only_owned_objects_are_enqueued() {
-        use crate::sharding::coordinator::Owned;
+        use crate::sharding::coordinator::ShardOwnership;
         use crate::sharding::shard::Shards;
         let shards = Shards::new(2).unwrap();
         let uids = [
@@ -653,7 +653,7 @@ mod tests {
         let (a, b) = (in_shard(0), in_shard(1));
         let until = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(60);
         // Every shard of a 1-shard space is shard 0 of 2: a's.
-        let owned = Owned::all(Shards::new(1).unwrap(), until);
+        let owned = ShardOwnership::all(Shards::new(1).unwrap(), until);
         let (_keep, rx) = tokio::sync::watch::channel(owned);
         let gate = Gate::new(shards, rx);
         let with_uid = |name: &str, uid: &str| {
@@ -676,7 +676,7 @@ mod tests {
         let (xcc, _) = mpsc::channel(1);
         let (cws, _) = mpsc::channel(1);
         let fanout = Fanout::new(ctx, ccc, xcc, cws);
-        drive("ConversionWebhookServer", events, Some((tx, gate)), |_| Vec::new(), fanout).await;
+        dispatch("ConversionWebhookServer", events, Some((tx, gate)), |_| Vec::new(), fanout).await;
         let mut got = Vec::new();
         while let Ok(r) = rx.try_recv() {
             got.push(r.name);

@@ -38,7 +38,7 @@ pub struct Source {
 }
 
 /// The admission certificate this replica serves, and the Secret it comes from.
-pub struct Admission {
+pub struct AdmissionCertificate {
     pub secret: String,
     pub certs: Arc<CertResolver>,
 }
@@ -47,7 +47,7 @@ pub struct Admission {
 #[derive(Default)]
 pub struct StatusMetrics {
     source: OnceLock<Source>,
-    admission: OnceLock<Admission>,
+    admission: OnceLock<AdmissionCertificate>,
 }
 
 impl std::fmt::Debug for StatusMetrics {
@@ -61,7 +61,7 @@ impl StatusMetrics {
         let _ = self.source.set(source);
     }
 
-    pub fn set_admission(&self, admission: Admission) {
+    pub fn set_admission(&self, admission: AdmissionCertificate) {
         let _ = self.admission.set(admission);
     }
 
@@ -609,7 +609,7 @@ pub(crate) mod tests {
     fn a_replica_exports_only_the_configs_and_servers_of_shards_it_holds() {
         let (m, _) = fixture();
         let source = m.source.get().unwrap();
-        let nothing = crate::sharding::coordinator::Owned::default();
+        let nothing = crate::sharding::coordinator::ShardOwnership::default();
         let (_keep, owned) = tokio::sync::watch::channel(nothing);
         let gate = Gate::new(crate::sharding::shard::Shards::new(4).unwrap(), owned);
         let other = StatusMetrics::default();

@@ -11,7 +11,7 @@ use crate::kinds::ConfigRef;
 
 /// Where one config stands among the configs naming its target.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum ConflictStanding {
     /// The only config naming its target.
     Alone,
     /// Chosen; these others (`Kind/name`) name the same target and are ignored.
@@ -20,11 +20,11 @@ pub enum Verdict {
     Ignored { chosen: String },
 }
 
-impl Verdict {
+impl ConflictStanding {
     /// The handover machine's fact: only an ignored config is held back.
     pub fn fact(&self, target_desc: &str) -> Result<(), String> {
         match self {
-            Verdict::Ignored { chosen } => Err(ignored_message(chosen, target_desc)),
+            ConflictStanding::Ignored { chosen } => Err(ignored_message(chosen, target_desc)),
             _ => Ok(()),
         }
     }
@@ -32,8 +32,8 @@ impl Verdict {
     /// `(reason, message)` of the `Conflict` condition, `None` when there is no conflict.
     pub fn condition(&self, target_desc: &str) -> Option<(&'static str, String)> {
         match self {
-            Verdict::Alone => None,
-            Verdict::Chosen { ignored } => Some((
+            ConflictStanding::Alone => None,
+            ConflictStanding::Chosen { ignored } => Some((
                 reason::CHOSEN,
                 format!(
                     "{} also name{} {target_desc}; this config is the one served (the first by kind, then name, as every webhook replica chooses) and the other is ignored: delete one of them",
@@ -41,7 +41,9 @@ impl Verdict {
                     if ignored.len() == 1 { "s" } else { "" }
                 ),
             )),
-            Verdict::Ignored { chosen } => Some((reason::IGNORED, ignored_message(chosen, target_desc))),
+            ConflictStanding::Ignored { chosen } => {
+                Some((reason::IGNORED, ignored_message(chosen, target_desc)))
+            }
         }
     }
 }
@@ -62,22 +64,22 @@ fn ignored_message(chosen: &str, target_desc: &str) -> String {
 /// The verdict for config `kind`/`name` naming `target`, among `configs` (either kind; the
 /// config itself may or may not be among them). Deleting configs count, as they do for the
 /// webhook replicas: a chosen config being deleted keeps the target until it is gone.
-pub fn judge(kind: &str, name: &str, target: &str, configs: &[ConfigRef]) -> Verdict {
+pub fn judge(kind: &str, name: &str, target: &str, configs: &[ConfigRef]) -> ConflictStanding {
     let mut others: Vec<(&str, &str)> = configs
         .iter()
         .filter(|c| c.target == target && !(c.kind == kind && c.name == name))
         .map(|c| (c.kind, c.name.as_str()))
         .collect();
     if others.is_empty() {
-        return Verdict::Alone;
+        return ConflictStanding::Alone;
     }
     others.sort_unstable();
     others.dedup();
     let first = others[0];
     if (kind, name) < first {
-        Verdict::Chosen { ignored: others.iter().map(|(k, n)| format!("{k} {n}")).collect() }
+        ConflictStanding::Chosen { ignored: others.iter().map(|(k, n)| format!("{k} {n}")).collect() }
     } else {
-        Verdict::Ignored { chosen: format!("{} {}", first.0, first.1) }
+        ConflictStanding::Ignored { chosen: format!("{} {}", first.0, first.1) }
     }
 }
 
@@ -109,28 +111,36 @@ mod tests {
         // The same order as the webhook replicas' (target, kind, name): CRD… before XRD…
         assert_eq!(
             judge(CCC, "z", t, &all),
-            Verdict::Chosen { ignored: vec!["XRDConversionConfig a".into()] }
+            ConflictStanding::Chosen { ignored: vec!["XRDConversionConfig a".into()] }
         );
-        assert_eq!(judge(XCC, "a", t, &all), Verdict::Ignored { chosen: "CRDConversionConfig z".into() });
-        assert_eq!(judge(CCC, "other", "gadgets.example.org", &all), Verdict::Alone);
+        assert_eq!(
+            judge(XCC, "a", t, &all),
+            ConflictStanding::Ignored { chosen: "CRDConversionConfig z".into() }
+        );
+        assert_eq!(judge(CCC, "other", "gadgets.example.org", &all), ConflictStanding::Alone);
         // A config not in the list yet (created since) is judged the same way.
         assert_eq!(
             judge(CCC, "y", t, &all[..1]),
-            Verdict::Chosen { ignored: vec!["XRDConversionConfig a".into()] }
+            ConflictStanding::Chosen { ignored: vec!["XRDConversionConfig a".into()] }
         );
         // Within one kind, by name; three configs: one chosen, two ignored.
         let three = vec![cfg(CCC, "b", t), cfg(CCC, "a", t), cfg(CCC, "c", t)];
         assert_eq!(
             judge(CCC, "a", t, &three),
-            Verdict::Chosen { ignored: vec!["CRDConversionConfig b".into(), "CRDConversionConfig c".into()] }
+            ConflictStanding::Chosen {
+                ignored: vec!["CRDConversionConfig b".into(), "CRDConversionConfig c".into()]
+            }
         );
-        assert_eq!(judge(CCC, "c", t, &three), Verdict::Ignored { chosen: "CRDConversionConfig a".into() });
+        assert_eq!(
+            judge(CCC, "c", t, &three),
+            ConflictStanding::Ignored { chosen: "CRDConversionConfig a".into() }
+        );
     }
 
     #[test]
     fn the_messages_name_the_other_config_and_the_fix() {
         let desc = "CustomResourceDefinition widgets.example.org";
-        let ignored = Verdict::Ignored { chosen: "CRDConversionConfig a".into() };
+        let ignored = ConflictStanding::Ignored { chosen: "CRDConversionConfig a".into() };
         let (reason, msg) = ignored.condition(desc).unwrap();
         assert_eq!(reason, "Conflict");
         assert_eq!(
@@ -138,12 +148,12 @@ mod tests {
             "CRDConversionConfig a also names CustomResourceDefinition widgets.example.org and is the one served (the first by kind, then name, as every webhook replica chooses); this config is ignored and never writes the target: delete one of them"
         );
         assert_eq!(ignored.fact(desc), Err(msg));
-        let chosen = Verdict::Chosen { ignored: vec!["XRDConversionConfig b".into()] };
+        let chosen = ConflictStanding::Chosen { ignored: vec!["XRDConversionConfig b".into()] };
         let (reason, msg) = chosen.condition(desc).unwrap();
         assert_eq!(reason, "ChosenOverAnother");
         assert!(msg.starts_with("XRDConversionConfig b also names CustomResourceDefinition widgets.example.org; this config is the one served"), "{msg}");
         assert!(msg.ends_with("delete one of them"), "{msg}");
         assert_eq!(chosen.fact(desc), Ok(()));
-        assert_eq!(Verdict::Alone.condition(desc), None);
+        assert_eq!(ConflictStanding::Alone.condition(desc), None);
     }
 }

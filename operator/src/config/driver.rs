@@ -184,7 +184,7 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
             note.note
         );
         let since = |s: &str| s.parse::<Timestamp>().ok().map(std::time::SystemTime::from);
-        telemetry::record(&telemetry::Transition {
+        telemetry::record(&telemetry::TransitionSpan {
             traceparent: t.to.traceparent.as_deref(),
             reason: note.reason,
             note: &note.note,

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::conflict::{self, Verdict};
+use super::conflict::{self, ConflictStanding};
 use super::target::{self, Wiring};
 use crate::context::Context;
 use crate::kinds::ConfigRef;
@@ -40,7 +40,7 @@ pub struct Observed {
     /// built yet (no ready replica, no CA).
     pub dest_wiring: Result<Wiring, String>,
     /// Where this config stands among every config naming its target (`conflict.rs`).
-    pub conflict: Verdict,
+    pub conflict: ConflictStanding,
 }
 
 /// The engine's verdict on a config against the live target.

@@ -116,9 +116,9 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
     // must be safe whichever one goes).
     let configs = crate::kinds::configs_naming(&ctx.client, ctx.settings.selector.as_deref(), &tname).await?;
     let others = match conflict::judge(K::KIND, &cfg.name_any(), &tname, &configs) {
-        conflict::Verdict::Alone => None,
-        conflict::Verdict::Chosen { ignored } => Some(ignored.join(", ")),
-        conflict::Verdict::Ignored { chosen } => Some(chosen),
+        conflict::ConflictStanding::Alone => None,
+        conflict::ConflictStanding::Chosen { ignored } => Some(ignored.join(", ")),
+        conflict::ConflictStanding::Ignored { chosen } => Some(chosen),
     };
     if let Some(others) = others {
         ctx.event(

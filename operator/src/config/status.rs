@@ -11,7 +11,7 @@ use dco_state::handover::{self, Action};
 use dco_state::machine::Settled;
 
 use super::condition;
-use super::conflict::Verdict;
+use super::conflict::ConflictStanding;
 use super::facts::{self, Observed};
 
 /// How often an unsettled handover is looked at without an event.
@@ -53,7 +53,7 @@ pub fn render(
         Some((reason, msg)) => set(&mut st, condition::CONFLICT, true, reason, msg),
         None => conditions::remove(&mut st.conditions, condition::CONFLICT),
     }
-    if let Verdict::Ignored { .. } = &o.conflict {
+    if let ConflictStanding::Ignored { .. } = &o.conflict {
         // Not served by dco while the other config is: what it compiles to does not matter,
         // and Applied would claim a wiring that is the other config's.
         conditions::remove(&mut st.conditions, condition::APPLIED);
@@ -201,7 +201,7 @@ fn summary(o: &Observed, handover: &HandoverStatus) -> String {
 /// When to look again: soon while anything is in motion or in the way, at the resync period
 /// once settled.
 pub fn requeue(o: &Observed, settled: &Settled<HandoverStatus, Action>, resync: Duration) -> Duration {
-    if o.conflict != Verdict::Alone {
+    if o.conflict != ConflictStanding::Alone {
         return CONFLICT_REQUEUE;
     }
     if o.target.is_none() {
@@ -264,7 +264,7 @@ mod tests {
             resolved: Ok(Assignment { server: "a".into(), by: AssignedBy::Default }),
             established: true,
             dest_wiring: Ok(wiring()),
-            conflict: Verdict::Alone,
+            conflict: ConflictStanding::Alone,
         }
     }
 
@@ -468,7 +468,7 @@ mod tests {
         // The ignored one: Conflict=True, HandoverReady=False/Conflict, Invalid, not Applied,
         // and the machine writes nothing.
         let mut o = observed();
-        o.conflict = Verdict::Ignored { chosen: "CRDConversionConfig a".into() };
+        o.conflict = ConflictStanding::Ignored { chosen: "CRDConversionConfig a".into() };
         o.facts.conflict = o.conflict.fact(desc);
         let applied =
             render(None, cfg(DriftPolicy::default()), &observed(), &settle(&settled_on_a(), &observed()));
@@ -485,7 +485,7 @@ mod tests {
 
         // The chosen one proceeds as usual and says what it overrides.
         let mut o = observed();
-        o.conflict = Verdict::Chosen { ignored: vec!["XRDConversionConfig b".into()] };
+        o.conflict = ConflictStanding::Chosen { ignored: vec!["XRDConversionConfig b".into()] };
         let s = settle(&settled_on_a(), &o);
         let st = render(None, cfg(DriftPolicy::default()), &o, &s);
         assert_eq!(st.phase, Some(Phase::Applied));

@@ -48,7 +48,7 @@ const IS_PARENT: &str = "dco.span.is_parent";
 
 /// One step of a move, as the config reconciler saw it.
 #[derive(Clone, Debug)]
-pub struct Transition<'a> {
+pub struct TransitionSpan<'a> {
     /// The move's `traceparent`; without a valid one nothing is recorded.
     pub traceparent: Option<&'a str>,
     /// The Event reason (`HandoverStarted`, `DestinationReady`, …): the span's name.
@@ -228,7 +228,7 @@ impl<P: SpanProcessor> SpanProcessor for AsRecorded<P> {
 
 /// Records one transition as a span of its move's trace (and, for its first, the move's root
 /// span), through the current subscriber: nothing when it exports no handover spans.
-pub fn record(t: &Transition<'_>) {
+pub fn record(t: &TransitionSpan<'_>) {
     let Some(parent) = t.traceparent.and_then(parent_context) else {
         tracing::debug!(config = %t.config, reason = t.reason, "no valid traceparent: transition not traced");
         return;
@@ -257,7 +257,7 @@ pub fn record(t: &Transition<'_>) {
 
 /// Puts `span` in the move's trace, from `start` to the transition, with the move's
 /// attributes; false when the span goes to no OTel layer.
-fn describe(span: &tracing::Span, parent: &Context, t: &Transition<'_>, start: SystemTime) -> bool {
+fn describe(span: &tracing::Span, parent: &Context, t: &TransitionSpan<'_>, start: SystemTime) -> bool {
     if span.set_parent(parent.clone()).is_err() {
         return false;
     }
@@ -353,9 +353,9 @@ mod tests {
 
     const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
-    fn transition(traceparent: Option<&str>, warning: bool) -> Transition<'_> {
+    fn transition(traceparent: Option<&str>, warning: bool) -> TransitionSpan<'_> {
         let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        Transition {
+        TransitionSpan {
             traceparent,
             reason: "DestinationReady",
             note: "every live replica of server pool-b reports a compiled plan",
@@ -412,7 +412,7 @@ mod tests {
     fn a_started_move_sends_its_root_span() {
         const OTHER: &str = "00-11111111111111111111111111111111-2222222222222222-01";
         let (_guard, exporter) = capture();
-        let started = |tp, reason| Transition {
+        let started = |tp, reason| TransitionSpan {
             reason,
             from: HandoverState::Unassigned,
             to: HandoverState::Compiling,

@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
-use crate::context::Settings;
+use crate::context::OperatorSettings;
 use crate::names::{ServerNames, service_spec};
 
 pub const CONTAINER: &str = "webhook";
@@ -148,7 +148,7 @@ pub fn listen_port(listen: &str) -> i32 {
 
 /// `--admin-listen`: the admin port on `--listen`'s host (`$(POD_IP):8080` next to
 /// `$(POD_IP):9443`), so Pods that share a network namespace (the local cluster) do not collide.
-pub fn admin_listen(settings: &Settings) -> String {
+pub fn admin_listen(settings: &OperatorSettings) -> String {
     let host = settings.webhook_listen.rsplit_once(':').map_or("0.0.0.0", |(h, _)| h);
     format!("{host}:{}", settings.webhook_admin_port)
 }
@@ -168,7 +168,7 @@ pub fn owner(cws: &ConversionWebhookServer) -> Option<OwnerReference> {
     cws.controller_owner_ref(&())
 }
 
-pub fn image(cws: &ConversionWebhookServer, settings: &Settings) -> String {
+pub fn image(cws: &ConversionWebhookServer, settings: &OperatorSettings) -> String {
     let Some(spec) =
         cws.spec.image.as_ref().filter(|i| i.repository.as_deref().is_some_and(|r| !r.is_empty()))
     else {
@@ -184,7 +184,7 @@ pub fn image(cws: &ConversionWebhookServer, settings: &Settings) -> String {
 
 /// The dco-webhook arguments: the managed flags, the operator-wide extras, then the server's
 /// accepted `extraArgs` (later flags win in clap, but managed ones are never repeated).
-pub fn args(cws: &ConversionWebhookServer, names: &ServerNames, settings: &Settings) -> Vec<String> {
+pub fn args(cws: &ConversionWebhookServer, names: &ServerNames, settings: &OperatorSettings) -> Vec<String> {
     let mut args = vec![
         format!("--instance={}", names.server),
         format!("--service-name={}", names.service()),
@@ -220,7 +220,7 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 pub fn deployment(
     cws: &ConversionWebhookServer,
     names: &ServerNames,
-    settings: &Settings,
+    settings: &OperatorSettings,
     owner: &OwnerReference,
 ) -> Deployment {
     let spec = &cws.spec;
@@ -531,7 +531,7 @@ pub struct Objects {
 pub fn objects(
     cws: &ConversionWebhookServer,
     names: &ServerNames,
-    settings: &Settings,
+    settings: &OperatorSettings,
     owner: &OwnerReference,
 ) -> Objects {
     Objects {
@@ -575,8 +575,8 @@ mod tests {
         c
     }
 
-    fn settings() -> Settings {
-        Settings { webhook_listen: "$(POD_IP):9443".into(), ..Settings::default() }
+    fn settings() -> OperatorSettings {
+        OperatorSettings { webhook_listen: "$(POD_IP):9443".into(), ..OperatorSettings::default() }
     }
 
     #[test]
@@ -619,7 +619,7 @@ mod tests {
         assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_IP", "RUST_LOG"]);
         // An operator scoped by --selector hands it on: its replicas resolve over the same
         // servers it does, and a server cannot override that.
-        let scoped = Settings { selector: Some("team=a".into()), ..settings() };
+        let scoped = OperatorSettings { selector: Some("team=a".into()), ..settings() };
         let c = cws("{extraArgs: ['--server-selector=other', '--server-selector', 'x']}");
         let d = deployment(&c, &names, &scoped, &o);
         let args = d.spec.template.spec.unwrap().containers[0].args.clone().unwrap();
@@ -794,7 +794,10 @@ mod tests {
 
     #[test]
     fn image_defaults_and_overrides() {
-        let s = Settings { webhook_image: "registry.local/dco-webhook:v9".into(), ..Settings::default() };
+        let s = OperatorSettings {
+            webhook_image: "registry.local/dco-webhook:v9".into(),
+            ..OperatorSettings::default()
+        };
         assert_eq!(image(&cws("{}"), &s), "registry.local/dco-webhook:v9");
         assert_eq!(image(&cws("{image: {repository: mirror/dco-webhook}}"), &s), "mirror/dco-webhook:v9");
         assert_eq!(
@@ -806,7 +809,7 @@ mod tests {
     #[test]
     fn admin_listen_follows_the_listen_host() {
         assert_eq!(admin_listen(&settings()), "$(POD_IP):8080");
-        let s = Settings { webhook_admin_port: 9090, ..Settings::default() };
+        let s = OperatorSettings { webhook_admin_port: 9090, ..OperatorSettings::default() };
         assert_eq!(admin_listen(&s), "0.0.0.0:9090");
         // extraArgs cannot move it.
         assert_eq!(split_extra_args(&["--admin-listen=0.0.0.0:1".into()]).1.len(), 1);

@@ -21,7 +21,7 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 use tracing::instrument;
 
-use self::owned::Owned;
+use self::owned::OwnedObjects;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::kinds::{self, ConfigRef};
@@ -134,7 +134,7 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     }
 
     let objects = desired::objects(cws, &names, &ctx.settings, &owner);
-    let mut owned = Owned::new(ctx.client.clone(), &names, &owner);
+    let mut owned = OwnedObjects::new(ctx.client.clone(), &names, &owner);
     // RBAC first: Pods that start before their Role exist fail their first Lease writes.
     if let Some(sa) = &objects.service_account {
         owned.add(sa).await?;
@@ -284,7 +284,7 @@ async fn certificate(
     ctx: &Context,
     names: &ServerNames,
     owner: &OwnerReference,
-    owned: &mut Owned,
+    owned: &mut OwnedObjects,
     now: Timestamp,
 ) -> Result<(status::Certificate, Duration)> {
     // Both Secrets stay whether or not this reconcile rewrites them (or reads them at all):
@@ -340,7 +340,7 @@ fn facts<'a>(
     configs: &[ConfigRef],
     applied: Option<status::Applied>,
     deletion_blocked: Option<String>,
-) -> status::Facts<'a> {
+) -> status::StatusInputs<'a> {
     let server = cws.name_any();
     let leases = ctx.stores.leases.state();
     let other_defaults = ctx
@@ -351,7 +351,7 @@ fn facts<'a>(
         .filter(|s| s.spec.default && s.name_any() != server && s.meta().deletion_timestamp.is_none())
         .map(|s| s.name_any())
         .collect();
-    status::Facts {
+    status::StatusInputs {
         names,
         generation: cws.metadata.generation,
         now,

@@ -1,5 +1,5 @@
 //! Apply-and-prune of the objects a ConversionWebhookServer owns: every desired object is
-//! server-side applied through [`Owned::add`], which remembers it; [`Owned::prune`] then
+//! server-side applied through [`OwnedObjects::add`], which remembers it; [`OwnedObjects::prune`] then
 //! deletes the objects of the owned kinds that still carry this server's labels and
 //! controller ownerReference but were not applied this reconcile (an HPA whose
 //! `spec.autoscaling` was removed, a ServiceAccount once the spec names its own).
@@ -107,7 +107,7 @@ impl Key {
 }
 
 /// The objects one reconcile of one server applied (or keeps), and the means to prune the rest.
-pub struct Owned {
+pub struct OwnedObjects {
     client: Client,
     /// The server's workload namespace: where its namespaced objects live.
     namespace: String,
@@ -116,9 +116,9 @@ pub struct Owned {
     kept: BTreeSet<Key>,
 }
 
-impl Owned {
+impl OwnedObjects {
     pub fn new(client: Client, names: &ServerNames, owner: &OwnerReference) -> Self {
-        Owned {
+        OwnedObjects {
             client,
             namespace: names.namespace.clone(),
             server: names.server.clone(),

@@ -55,7 +55,7 @@ pub struct Applied {
 }
 
 #[derive(Clone, Debug)]
-pub struct Facts<'a> {
+pub struct StatusInputs<'a> {
     pub names: &'a ServerNames,
     pub generation: Option<i64>,
     pub now: Timestamp,
@@ -250,7 +250,7 @@ fn availability(names: &ServerNames, w: Workload, failures: &[PodFailure]) -> (&
 }
 
 /// The status after this reconcile, from the one before (`lastTransitionTime`s carry over).
-pub fn render(previous: Option<&ServerStatus>, facts: &Facts<'_>) -> Rendered {
+pub fn render(previous: Option<&ServerStatus>, facts: &StatusInputs<'_>) -> Rendered {
     let (names, gen_, now) = (facts.names, facts.generation, facts.now);
     let mut status = previous.cloned().unwrap_or_default();
     let (mut events, mut pods_recheck) = (Vec::new(), None);
@@ -382,8 +382,8 @@ mod tests {
         }
     }
 
-    fn facts(names: &ServerNames, applied: Option<Applied>) -> Facts<'_> {
-        Facts {
+    fn facts(names: &ServerNames, applied: Option<Applied>) -> StatusInputs<'_> {
+        StatusInputs {
             names,
             generation: Some(4),
             now: now(),
@@ -425,7 +425,7 @@ mod tests {
         )
     }
 
-    fn failing(f: &mut Facts<'_>, pods: &[Pod]) {
+    fn failing(f: &mut StatusInputs<'_>, pods: &[Pod]) {
         f.pod_failures = pod_failures(pods);
     }
 

@@ -19,7 +19,7 @@ const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
 const HPAS: &str = "/apis/autoscaling/v2/namespaces/dco-system/horizontalpodautoscalers";
 const STATUS: &str = "/apis/conversion.dco.rs/v1alpha1/conversionwebhookservers/a/status";
 
-/// The lists the prune makes, in its order (`server::owned::Owned::prune`).
+/// The lists the prune makes, in its order (`server::owned::OwnedObjects::prune`).
 fn owned_lists(ns: &str) -> [String; 10] {
     let rbac = "/apis/rbac.authorization.k8s.io/v1";
     [

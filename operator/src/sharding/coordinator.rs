@@ -1,12 +1,12 @@
 //! The Coordinator's decisions (docs/sharding.md, "The Coordinator"): which replica owns
 //! which shard (`shard.rs`), decided without a leader from member and shard Leases. Pure: the Lease I/O
 //! runs one [`tick`] every `--lease-renew-interval` over what it read and carries out the
-//! [`Action`]s; the reconcile gate asks the [`Owned`] the tick returned, at reconcile time.
+//! [`LeaseAction`]s; the reconcile gate asks the [`ShardOwnership`] the tick returned, at reconcile time.
 //!
 //! Timing, with lease duration D (30 s), renew interval I (10 s) and renew deadline
 //! R = 2D/3 (20 s), all replicas on one clock (skew eats into D − R, see below):
 //! - **Never two owners.** A holder treats shard i as its own only until `renewTime + R` of
-//!   the shard Lease it last wrote ([`Owned::owns`] checks the clock on every call, so a
+//!   the shard Lease it last wrote ([`ShardOwnership::owns`] checks the clock on every call, so a
 //!   replica whose ticks stall — paused, partitioned, a hung request — stops by itself). Anyone
 //!   else takes the Lease only once it is free or `renewTime + D` has passed, with an update
 //!   guarded by the resourceVersion it read, so a stale view loses with a conflict. Between
@@ -41,20 +41,20 @@ fn after(t: Timestamp, d: SignedDuration) -> Timestamp {
 
 /// The Coordinator's settings (`--shards`, `--lease-duration`, `--lease-renew-interval`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub struct CoordinatorSettings {
     pub shards: Shards,
     pub lease_duration: SignedDuration,
     pub renew_interval: SignedDuration,
-    /// Derived, [`Settings::new`]: how long after its last renewal a holder still acts.
+    /// Derived, [`CoordinatorSettings::new`]: how long after its last renewal a holder still acts.
     pub renew_deadline: SignedDuration,
 }
 
-impl Settings {
+impl CoordinatorSettings {
     /// The renew deadline is 2/3 of the duration: two renew intervals at the defaults (30 s,
     /// 10 s), so one failed renewal does not stop a healthy replica, and a third of the
     /// duration (10 s) is left between the holder stopping and anyone else taking over.
     pub fn new(shards: Shards, lease_duration: SignedDuration, renew_interval: SignedDuration) -> Self {
-        Settings { shards, lease_duration, renew_interval, renew_deadline: lease_duration * 2 / 3 }
+        CoordinatorSettings { shards, lease_duration, renew_interval, renew_deadline: lease_duration * 2 / 3 }
     }
 
     /// The flags make sense only as interval < deadline < duration: with an interval at or
@@ -119,7 +119,7 @@ impl ShardLease {
     ///   meanwhile — `helm uninstall` deletes the operator's RBAC with its Deployment.
     /// - its member Lease was last renewed a whole duration ago (this Lease's, the holder's
     ///   promise). The holder owns a shard only until `min(shard renewal, member renewal) +
-    ///   renew deadline` (`Owned::of`), and its member Lease only moves forward, so it stopped
+    ///   renew deadline` (`ShardOwnership::of`), and its member Lease only moves forward, so it stopped
     ///   a third of a duration before; a renewal since then changed this Lease's
     ///   resourceVersion, and a take over the old one conflicts.
     fn holder_left(&self, now: Timestamp, me: &str, members: &BTreeMap<&str, Option<Timestamp>>) -> bool {
@@ -150,7 +150,7 @@ pub struct View<'a> {
 /// taken before the request (a slow request makes the Lease look older, never younger), and
 /// `leaseDurationSeconds` = the lease duration, which others then wait out.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum LeaseAction {
     /// Renew (or create) this replica's member Lease.
     RenewMember,
     /// Create shard Lease `shard` held by us (`resource_version: None`: it does not exist),
@@ -167,40 +167,42 @@ pub enum Action {
 
 /// The shards this replica may reconcile, each until when: the reconcile gate's set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Owned {
+pub struct ShardOwnership {
     until: BTreeMap<u32, Timestamp>,
 }
 
-impl Owned {
+impl ShardOwnership {
     /// Shards whose Lease we hold, renewed by us at `renewTime`, that we still want: each
     /// until `min(renewTime, last member renewal) + renew deadline`. The I/O part calls this
     /// again with the Leases its writes returned, so a take counts from the tick it succeeds in.
     pub fn of(
-        settings: &Settings,
+        settings: &CoordinatorSettings,
         me: &str,
         last_renewal: Option<Timestamp>,
         shard_leases: &[ShardLease],
         wanted: &BTreeSet<u32>,
     ) -> Self {
-        let Some(member) = last_renewal else { return Owned::default() };
+        let Some(member) = last_renewal else { return ShardOwnership::default() };
         let until = shard_leases
             .iter()
             .filter(|l| l.holder() == Some(me) && wanted.contains(&l.index))
             .filter_map(|l| Some((l.index, after(l.renewed?.min(member), settings.renew_deadline))))
             .collect();
-        Owned { until }
+        ShardOwnership { until }
     }
 
     /// Every shard of `shards`, until `until` (the reconcilers' unit tests).
     #[cfg(test)]
     pub fn all(shards: Shards, until: Timestamp) -> Self {
-        Owned { until: shards.all().map(|i| (i, until)).collect() }
+        ShardOwnership { until: shards.all().map(|i| (i, until)).collect() }
     }
 
     /// The shards `which` of `shards`, until `until` (unit tests).
     #[cfg(test)]
     pub fn some(shards: Shards, which: impl IntoIterator<Item = u32>, until: Timestamp) -> Self {
-        Owned { until: which.into_iter().filter(|i| *i < shards.count()).map(|i| (i, until)).collect() }
+        ShardOwnership {
+            until: which.into_iter().filter(|i| *i < shards.count()).map(|i| (i, until)).collect(),
+        }
     }
 
     /// Whether `shard` is ours at `now`. Checks the clock: no tick is needed to stop.
@@ -233,10 +235,10 @@ pub struct Tick {
     pub live: Vec<String>,
     /// The shards the assignment rule gives this replica.
     pub wanted: BTreeSet<u32>,
-    pub actions: Vec<Action>,
+    pub actions: Vec<LeaseAction>,
     /// The gate's set from what was read, before this tick's writes: shards being freed are
-    /// already out, shards being taken not yet in (see [`Owned::of`]).
-    pub owned: Owned,
+    /// already out, shards being taken not yet in (see [`ShardOwnership::of`]).
+    pub owned: ShardOwnership,
     /// When to tick again without waiting for the interval: the first moment a Lease that
     /// holds this replica back expires — another member's (its shards are then re-divided)
     /// or a shard Lease it wants that another still holds. A member that stops renewing thus
@@ -249,7 +251,12 @@ pub struct Tick {
 /// Live members: renewal within the lease duration; this replica always (its own Lease may
 /// not exist yet, or its renewal may be failing: it still wants its share meanwhile, and the
 /// gate keeps it from acting on stale ownership).
-pub fn live_members(settings: &Settings, me: &str, now: Timestamp, members: &[MemberLease]) -> Vec<String> {
+pub fn live_members(
+    settings: &CoordinatorSettings,
+    me: &str,
+    now: Timestamp,
+    members: &[MemberLease],
+) -> Vec<String> {
     let mut live: BTreeSet<&str> = members
         .iter()
         .filter(|m| m.renewed.is_some_and(|r| now < after(r, settings.lease_duration)))
@@ -260,7 +267,7 @@ pub fn live_members(settings: &Settings, me: &str, now: Timestamp, members: &[Me
 }
 
 /// One tick's decisions.
-pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
+pub fn tick(settings: &CoordinatorSettings, view: &View<'_>) -> Tick {
     let now = view.now;
     let live = live_members(settings, view.me, now, view.members);
     let rank = live.iter().position(|m| m == view.me).expect("live includes me");
@@ -280,43 +287,42 @@ pub fn tick(settings: &Settings, view: &View<'_>) -> Tick {
     let owners = assign(&live, settings.shards, &held);
     let wanted: BTreeSet<u32> = settings.shards.all().filter(|i| owners[*i as usize] == rank).collect();
 
-    let mut actions = vec![Action::RenewMember];
+    let mut actions = vec![LeaseAction::RenewMember];
     for i in settings.shards.all() {
         let want = wanted.contains(&i);
         match leases.get(&i) {
-            None if want => actions.push(Action::Take { shard: i, resource_version: None }),
+            None if want => actions.push(LeaseAction::Take { shard: i, resource_version: None }),
             None => {}
             Some(l) if l.holder() == Some(view.me) => {
                 let resource_version = l.resource_version.clone();
                 actions.push(if want {
-                    Action::Renew { shard: i, resource_version }
+                    LeaseAction::Renew { shard: i, resource_version }
                 } else {
-                    Action::Free { shard: i, resource_version }
+                    LeaseAction::Free { shard: i, resource_version }
                 });
             }
             // A live holder keeps its shard until it frees it, its Lease expires or it leaves.
-            Some(l) if want && takeable(l) => {
-                actions.push(Action::Take { shard: i, resource_version: Some(l.resource_version.clone()) })
-            }
+            Some(l) if want && takeable(l) => actions
+                .push(LeaseAction::Take { shard: i, resource_version: Some(l.resource_version.clone()) }),
             Some(_) => {}
         }
     }
     // Shards past S (left from a larger `--shards`) are wanted by no one: let go of ours.
     for l in view.shard_leases.iter().filter(|l| l.index >= settings.shards.count()) {
         if l.holder() == Some(view.me) {
-            actions.push(Action::Free { shard: l.index, resource_version: l.resource_version.clone() });
+            actions.push(LeaseAction::Free { shard: l.index, resource_version: l.resource_version.clone() });
         }
     }
     let stale = settings.lease_duration * STALE_MEMBER_DURATIONS;
     for m in view.members {
         if m.id != view.me && m.renewed.is_none_or(|r| now >= after(r, stale)) {
-            actions.push(Action::DeleteMember {
+            actions.push(LeaseAction::DeleteMember {
                 id: m.id.clone(),
                 resource_version: m.resource_version.clone(),
             });
         }
     }
-    let owned = Owned::of(settings, view.me, view.last_renewal, view.shard_leases, &wanted);
+    let owned = ShardOwnership::of(settings, view.me, view.last_renewal, view.shard_leases, &wanted);
     let members_expire = view
         .members
         .iter()

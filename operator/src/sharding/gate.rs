@@ -4,7 +4,7 @@
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
-use super::coordinator::Owned;
+use super::coordinator::ShardOwnership;
 use super::shard::Shards;
 
 /// The shard gates over this replica's owned set. [`Gate::owns`] is the reconcile gate, read
@@ -14,14 +14,14 @@ use super::shard::Shards;
 #[derive(Clone)]
 pub struct Gate {
     shards: Shards,
-    owned: watch::Receiver<Owned>,
+    owned: watch::Receiver<ShardOwnership>,
     /// When a reconcile the gate stopped for a lapse is tried again: a renew interval, by
     /// which the next tick has either renewed the shard or given it up.
     pub lapse_retry: std::time::Duration,
 }
 
 impl Gate {
-    pub fn new(shards: Shards, owned: watch::Receiver<Owned>) -> Self {
+    pub fn new(shards: Shards, owned: watch::Receiver<ShardOwnership>) -> Self {
         Gate { shards, owned, lapse_retry: std::time::Duration::from_secs(1) }
     }
 
@@ -29,7 +29,7 @@ impl Gate {
     #[cfg(test)]
     pub fn everything() -> Self {
         let shards = Shards::new(1).unwrap_or_else(|| unreachable!("1 is a valid shard count"));
-        let (_, owned) = watch::channel(Owned::all(shards, Timestamp::MAX));
+        let (_, owned) = watch::channel(ShardOwnership::all(shards, Timestamp::MAX));
         Gate::new(shards, owned)
     }
 
@@ -71,14 +71,14 @@ mod tests {
         let in_1: Vec<&String> = uids.iter().filter(|u| shards.of_uid(u) == 1).collect();
         assert!(!in_0.is_empty() && !in_1.is_empty());
         let until = Timestamp::now() + SignedDuration::from_secs(60);
-        let owned = Owned::all(Shards::new(1).unwrap(), until); // shard 0 of 2 only
+        let owned = ShardOwnership::all(Shards::new(1).unwrap(), until); // shard 0 of 2 only
         let (tx, rx) = watch::channel(owned);
         let gate = Gate::new(shards, rx);
         assert!(in_0.iter().all(|u| gate.owns(Some(u))));
         assert!(in_1.iter().all(|u| !gate.owns(Some(u))));
         assert!(!gate.owns(None), "an object without a uid is nobody's");
         // Past its deadline nothing is owned, though no tick ran since.
-        tx.send_replace(Owned::all(shards, Timestamp::now() - SignedDuration::from_secs(1)));
+        tx.send_replace(ShardOwnership::all(shards, Timestamp::now() - SignedDuration::from_secs(1)));
         assert!(uids.iter().all(|u| !gate.owns(Some(u))));
         assert!(uids.iter().all(|u| gate.holds(Some(u))), "lapsed, still held: the watches keep them");
         assert!(Gate::everything().owns(Some("any")));

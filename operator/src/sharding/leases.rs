@@ -15,7 +15,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tokio::sync::watch;
 
-use super::coordinator::{self, Action, MemberLease, Owned, Settings, ShardLease, View};
+use super::coordinator::{
+    self, CoordinatorSettings, LeaseAction, MemberLease, ShardLease, ShardOwnership, View,
+};
 use super::gate::Gate;
 use crate::names::selector_hash;
 
@@ -157,10 +159,10 @@ pub struct Snapshot {
 pub struct Membership {
     pub(super) api: Api<Lease>,
     pub(super) names: LeaseNames,
-    pub(super) settings: Settings,
+    pub(super) settings: CoordinatorSettings,
     pub(super) me: String,
     pub(super) last_renewal: Option<Timestamp>,
-    pub(super) owned: watch::Sender<Owned>,
+    pub(super) owned: watch::Sender<ShardOwnership>,
     pub(super) snapshot: watch::Sender<Snapshot>,
     /// This replica's member Lease as last written: what its ownership Events are about.
     pub(super) member: Option<Lease>,
@@ -172,7 +174,7 @@ pub struct Membership {
 }
 
 impl Membership {
-    pub fn new(api: Api<Lease>, settings: Settings, me: String) -> Self {
+    pub fn new(api: Api<Lease>, settings: CoordinatorSettings, me: String) -> Self {
         let snapshot = Snapshot { me: me.clone(), shards: settings.shards.count(), ..Snapshot::default() };
         Membership {
             api,
@@ -180,7 +182,7 @@ impl Membership {
             settings,
             me,
             last_renewal: None,
-            owned: watch::Sender::new(Owned::default()),
+            owned: watch::Sender::new(ShardOwnership::default()),
             snapshot: watch::Sender::new(snapshot),
             member: None,
             recorder: None,
@@ -213,8 +215,8 @@ impl Membership {
     }
 
     /// The owned set, current after every tick (the reconcile gate reads it at reconcile
-    /// time, `Owned::owns`, so a replica whose ticks stop also stops owning).
-    pub fn owned(&self) -> watch::Receiver<Owned> {
+    /// time, `ShardOwnership::owns`, so a replica whose ticks stop also stops owning).
+    pub fn owned(&self) -> watch::Receiver<ShardOwnership> {
         self.owned.subscribe()
     }
 
@@ -241,7 +243,7 @@ impl Membership {
             leases.iter().filter_map(|l| Some((l.metadata.name.as_deref()?, l))).collect();
         for action in &decided.actions {
             match action {
-                Action::RenewMember => {
+                LeaseAction::RenewMember => {
                     let name = self.names.member(&self.me);
                     let lease =
                         self.lease(&name, ROLE_MEMBER, Some(now), by_name.get(name.as_str()).copied());
@@ -253,12 +255,14 @@ impl Membership {
                         None => report.conflicts += 1,
                     }
                 }
-                Action::Take { shard, .. } | Action::Renew { shard, .. } | Action::Free { shard, .. } => {
+                LeaseAction::Take { shard, .. }
+                | LeaseAction::Renew { shard, .. }
+                | LeaseAction::Free { shard, .. } => {
                     let name = self.names.shard(*shard);
                     let old = by_name.get(name.as_str()).copied();
-                    let holding = !matches!(action, Action::Free { .. });
+                    let holding = !matches!(action, LeaseAction::Free { .. });
                     let mut lease = self.lease(&name, ROLE_SHARD, holding.then_some(now), old);
-                    if matches!(action, Action::Take { .. })
+                    if matches!(action, LeaseAction::Take { .. })
                         && let Some(spec) = lease.spec.as_mut()
                     {
                         spec.acquire_time = Some(MicroTime(now));
@@ -271,8 +275,8 @@ impl Membership {
                                 after.insert(l.index, l);
                             }
                             match action {
-                                Action::Take { .. } => report.taken.push(*shard),
-                                Action::Free { .. } => report.freed.push(*shard),
+                                LeaseAction::Take { .. } => report.taken.push(*shard),
+                                LeaseAction::Free { .. } => report.freed.push(*shard),
                                 _ => {}
                             }
                         }
@@ -282,7 +286,7 @@ impl Membership {
                         }
                     }
                 }
-                Action::DeleteMember { id, resource_version } => {
+                LeaseAction::DeleteMember { id, resource_version } => {
                     // Conditioned on what was read: a member that renewed since keeps its Lease.
                     let dp = DeleteParams {
                         preconditions: Some(kube::api::Preconditions {
@@ -301,7 +305,7 @@ impl Membership {
         }
         let after: Vec<ShardLease> = after.into_values().collect();
         let kept: Vec<ShardLease> = after.iter().filter(|l| !lost.contains(&l.index)).cloned().collect();
-        let owned = Owned::of(&self.settings, &self.me, self.last_renewal, &kept, &decided.wanted);
+        let owned = ShardOwnership::of(&self.settings, &self.me, self.last_renewal, &kept, &decided.wanted);
         let mut live = decided.live.clone();
         live.sort();
         self.snapshot.send_replace(Snapshot {
@@ -342,7 +346,7 @@ impl Membership {
     /// rolling `helm upgrade` (tests/tests/chart_upgrade.rs): 30 s without a reconcile of
     /// those shards.
     pub async fn free_all(&mut self) -> Result<usize, kube::Error> {
-        self.owned.send_replace(Owned::default());
+        self.owned.send_replace(ShardOwnership::default());
         match self.api.delete(&self.names.member(&self.me), &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -462,8 +466,8 @@ mod tests {
     const NS: &str = "dco-system";
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/dco-system/leases";
 
-    fn settings(shards: u32) -> Settings {
-        Settings::new(
+    fn settings(shards: u32) -> CoordinatorSettings {
+        CoordinatorSettings::new(
             Shards::new(shards).unwrap(),
             SignedDuration::from_secs(30),
             SignedDuration::from_secs(10),

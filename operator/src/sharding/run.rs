@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use tokio::sync::watch;
 
-use super::coordinator::{Owned, Settings};
+use super::coordinator::{CoordinatorSettings, ShardOwnership};
 use super::gate::Gate;
 use super::leases::{
     LABEL_COMPONENT, LABEL_ROLE, LeaseNames, Membership, PodRef, ROLE_MEMBER, ROLE_SHARD, Snapshot,
@@ -75,7 +75,7 @@ pub struct Thread {
     pub gate: Gate,
     /// Ask for a tick now (a shard Lease was freed, a member joined): see [`run`].
     pub nudge: std::sync::Arc<tokio::sync::Notify>,
-    pub owned: watch::Receiver<Owned>,
+    pub owned: watch::Receiver<ShardOwnership>,
     pub snapshot: watch::Receiver<Snapshot>,
     on_change: Option<tokio::sync::oneshot::Sender<OnChange>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -89,7 +89,7 @@ impl Thread {
         config: kube::Config,
         namespace: String,
         names: LeaseNames,
-        settings: Settings,
+        settings: CoordinatorSettings,
         me: String,
         pod: Option<PodRef>,
         metrics: std::sync::Arc<crate::observability::metrics::Metrics>,
@@ -226,7 +226,7 @@ pub async fn run(
 
 impl Membership {
     /// One tick now, logged and counted; a failed tick keeps the owned set as it was (it
-    /// lapses by itself at the renew deadline, `Owned::owns`). Returns when the next tick is
+    /// lapses by itself at the renew deadline, `ShardOwnership::owns`). Returns when the next tick is
     /// due early, if it is.
     pub async fn tick_and_report(
         &mut self,

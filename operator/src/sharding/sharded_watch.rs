@@ -37,7 +37,7 @@ use tokio::sync::watch as channel;
 use tower::{Layer, Service};
 
 use crate::observability::metrics::{KindLabel, Metrics};
-use crate::sharding::coordinator::Owned;
+use crate::sharding::coordinator::ShardOwnership;
 use crate::sharding::gate::Gate;
 use crate::sharding::shard::{OwnedShards, Shards};
 
@@ -96,7 +96,7 @@ struct Scope {
     /// `/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs`.
     paths: Vec<(String, &'static str)>,
     shards: Shards,
-    owned: channel::Receiver<Owned>,
+    owned: channel::Receiver<ShardOwnership>,
     supported: AtomicBool,
     metrics: Arc<Metrics>,
 }
@@ -133,7 +133,7 @@ pub struct SelectorLayer {
 }
 
 impl SelectorLayer {
-    pub fn new(shards: Shards, owned: channel::Receiver<Owned>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(shards: Shards, owned: channel::Receiver<ShardOwnership>, metrics: Arc<Metrics>) -> Self {
         SelectorLayer {
             scope: Arc::new(Scope {
                 paths: Vec::new(),
@@ -250,7 +250,7 @@ pub fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
     gate: Gate,
-    owned: channel::Receiver<Owned>,
+    owned: channel::Receiver<ShardOwnership>,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
 where
@@ -285,7 +285,7 @@ where
 /// The stream `make` returns, made anew each time `changes` fires.
 fn restarting<T, S>(
     make: impl Fn() -> S + Send + 'static,
-    changes: channel::Receiver<Owned>,
+    changes: channel::Receiver<ShardOwnership>,
     on_restart: impl Fn() + Send + 'static,
 ) -> impl Stream<Item = T> + Send
 where
@@ -294,7 +294,7 @@ where
 {
     struct State<S, M, R> {
         current: Option<S>,
-        changes: Option<channel::Receiver<Owned>>,
+        changes: Option<channel::Receiver<ShardOwnership>>,
         make: M,
         on_restart: R,
     }
@@ -333,9 +333,9 @@ mod tests {
     use http::StatusCode;
     use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-    fn owned_of(shards: Shards, which: &[u32]) -> Owned {
+    fn owned_of(shards: Shards, which: &[u32]) -> ShardOwnership {
         let until = Timestamp::now() + SignedDuration::from_secs(600);
-        Owned::some(shards, which.iter().copied(), until)
+        ShardOwnership::some(shards, which.iter().copied(), until)
     }
 
     #[test]
@@ -355,7 +355,7 @@ mod tests {
         let metrics = Arc::new(Metrics::default());
         let layer = SelectorLayer::new(shards, rx, metrics.clone()).shard::<CRDConversionConfig>();
         assert_eq!(layer.current(), None, "not before the probe");
-        let (_none_tx, none) = channel::channel(Owned::default());
+        let (_none_tx, none) = channel::channel(ShardOwnership::default());
         let idle = SelectorLayer::new(shards, none, metrics.clone());
         idle.set_supported(true);
         assert_eq!(idle.current().as_deref(), Some(NOTHING), "owning nothing asks for (almost) nothing");
@@ -396,7 +396,7 @@ mod tests {
     /// The watch drops objects of shards it does not own, and starts over when they change.
     #[tokio::test]
     async fn the_stream_restarts_when_the_owned_set_changes() {
-        let (tx, rx) = channel::channel(Owned::default());
+        let (tx, rx) = channel::channel(ShardOwnership::default());
         let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let m = made.clone();
         let restarts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -414,7 +414,7 @@ mod tests {
         let mut s = std::pin::pin!(s);
         assert_eq!(s.next().await, Some(0));
         assert_eq!(s.next().await, Some(1));
-        tx.send_replace(Owned::default());
+        tx.send_replace(ShardOwnership::default());
         assert_eq!(s.next().await, Some(10), "a new stream after the change");
         assert_eq!(restarts.load(Ordering::SeqCst), 1);
         drop(tx);

@@ -200,8 +200,8 @@ fn assignment_is_total_and_the_same_everywhere() {
 const D: SignedDuration = SignedDuration::from_secs(30);
 const I: SignedDuration = SignedDuration::from_secs(10);
 
-fn settings(s: u32) -> Settings {
-    Settings::new(shards(s), D, I)
+fn settings(s: u32) -> CoordinatorSettings {
+    CoordinatorSettings::new(shards(s), D, I)
 }
 
 fn t0() -> Timestamp {
@@ -248,23 +248,25 @@ impl Store {
     }
 
     /// Carry out one action for `me` at `now`; false on a conflict.
-    fn apply(&mut self, me: &str, now: Timestamp, action: &Action) -> bool {
+    fn apply(&mut self, me: &str, now: Timestamp, action: &LeaseAction) -> bool {
         let (shard, rv, holder) = match action {
-            Action::RenewMember => {
+            LeaseAction::RenewMember => {
                 let rv = self.next_rv();
                 self.members.insert(me.to_string(), (now, rv));
                 return true;
             }
-            Action::DeleteMember { id, resource_version } => {
+            LeaseAction::DeleteMember { id, resource_version } => {
                 if self.members.get(id).map(|(_, rv)| rv) != Some(resource_version) {
                     return false;
                 }
                 self.members.remove(id);
                 return true;
             }
-            Action::Take { shard, resource_version } => (*shard, resource_version.clone(), Some(me)),
-            Action::Renew { shard, resource_version } => (*shard, Some(resource_version.clone()), Some(me)),
-            Action::Free { shard, resource_version } => (*shard, Some(resource_version.clone()), None),
+            LeaseAction::Take { shard, resource_version } => (*shard, resource_version.clone(), Some(me)),
+            LeaseAction::Renew { shard, resource_version } => {
+                (*shard, Some(resource_version.clone()), Some(me))
+            }
+            LeaseAction::Free { shard, resource_version } => (*shard, Some(resource_version.clone()), None),
         };
         let current = self.shards.get(&shard).map(|l| l.resource_version.clone());
         if current != rv {
@@ -290,7 +292,7 @@ impl Store {
 struct Replica {
     id: String,
     last_renewal: Option<Timestamp>,
-    owned: Owned,
+    owned: ShardOwnership,
     /// The last view read, for ticks over a stale view.
     seen: Option<(Vec<MemberLease>, Vec<ShardLease>)>,
 }
@@ -305,7 +307,7 @@ impl Replica {
     /// writes returned, as the I/O part will.
     fn tick(
         &mut self,
-        s: &Settings,
+        s: &CoordinatorSettings,
         store: &mut Store,
         now: Timestamp,
         stale: bool,
@@ -331,23 +333,26 @@ impl Replica {
             if !store.apply(&self.id, now, a) {
                 // A conflict: another replica wrote the Lease since it was read; what was read
                 // no longer counts (membership.rs `tick`, `lost`).
-                if let Action::Take { shard, .. } | Action::Renew { shard, .. } | Action::Free { shard, .. } =
-                    a
+                if let LeaseAction::Take { shard, .. }
+                | LeaseAction::Renew { shard, .. }
+                | LeaseAction::Free { shard, .. } = a
                 {
                     mine.retain(|l| l.index != *shard);
                 }
                 continue;
             }
             match a {
-                Action::RenewMember => self.last_renewal = Some(now),
-                Action::Take { shard, .. } | Action::Renew { shard, .. } | Action::Free { shard, .. } => {
+                LeaseAction::RenewMember => self.last_renewal = Some(now),
+                LeaseAction::Take { shard, .. }
+                | LeaseAction::Renew { shard, .. }
+                | LeaseAction::Free { shard, .. } => {
                     mine.retain(|l| l.index != *shard);
                     mine.push(store.shards[shard].clone());
                 }
-                Action::DeleteMember { .. } => {}
+                LeaseAction::DeleteMember { .. } => {}
             }
         }
-        self.owned = Owned::of(s, &self.id, self.last_renewal, &mine, &t.wanted);
+        self.owned = ShardOwnership::of(s, &self.id, self.last_renewal, &mine, &t.wanted);
         // What it knows now: what it read, and what its own writes returned.
         self.seen = Some((members, mine));
         t
@@ -357,14 +362,14 @@ impl Replica {
 fn takes(t: &Tick) -> BTreeSet<u32> {
     t.actions
         .iter()
-        .filter_map(|a| if let Action::Take { shard, .. } = a { Some(*shard) } else { None })
+        .filter_map(|a| if let LeaseAction::Take { shard, .. } = a { Some(*shard) } else { None })
         .collect()
 }
 
 fn frees(t: &Tick) -> BTreeSet<u32> {
     t.actions
         .iter()
-        .filter_map(|a| if let Action::Free { shard, .. } = a { Some(*shard) } else { None })
+        .filter_map(|a| if let LeaseAction::Free { shard, .. } = a { Some(*shard) } else { None })
         .collect()
 }
 
@@ -378,8 +383,8 @@ fn renew_deadline_is_two_thirds_of_the_duration() {
     assert_eq!(s.renew_deadline, secs(20));
     assert!(s.renew_interval < s.renew_deadline && s.renew_deadline < s.lease_duration);
     assert_eq!(s.check(), Ok(()));
-    assert!(Settings::new(shards(1), D, secs(20)).check().is_err(), "interval at the deadline");
-    assert!(Settings::new(shards(1), D, SignedDuration::ZERO).check().is_err());
+    assert!(CoordinatorSettings::new(shards(1), D, secs(20)).check().is_err(), "interval at the deadline");
+    assert!(CoordinatorSettings::new(shards(1), D, SignedDuration::ZERO).check().is_err());
 }
 
 #[test]
@@ -389,15 +394,15 @@ fn fresh_start_one_member_takes_every_shard() {
     let mut a = Replica::new("a");
     let t = a.tick(&s, &mut store, t0(), false, false);
     assert_eq!(t.live, vec!["a"], "itself is live before its Lease exists");
-    assert_eq!(t.actions[0], Action::RenewMember);
+    assert_eq!(t.actions[0], LeaseAction::RenewMember);
     assert_eq!(takes(&t), all(8));
-    assert!(t.actions.iter().all(|a| !matches!(a, Action::Take { resource_version: Some(_), .. })));
+    assert!(t.actions.iter().all(|a| !matches!(a, LeaseAction::Take { resource_version: Some(_), .. })));
     assert!(t.owned.at(t0()).is_empty(), "nothing was held before the writes");
     assert_eq!(a.owned.at(t0()), all(8), "the takes count once they succeed");
     // Next tick: renewals only.
     let t = a.tick(&s, &mut store, t0() + I, false, false);
     assert!(takes(&t).is_empty());
-    assert_eq!(t.actions.iter().filter(|a| matches!(a, Action::Renew { .. })).count(), 8);
+    assert_eq!(t.actions.iter().filter(|a| matches!(a, LeaseAction::Renew { .. })).count(), 8);
     assert_eq!(a.owned.at(t0() + I), all(8));
 }
 
@@ -477,7 +482,7 @@ fn pause_owned_set_empties_at_the_renew_deadline_before_anyone_may_take() {
     // a resumes with its old view: its renewals conflict, its gate stays empty, and what it
     // then sees makes it want nothing b holds live.
     let t = a.tick(&s, &mut store, t0() + secs(31), true, false);
-    assert_eq!(t.actions.iter().filter(|x| matches!(x, Action::Renew { .. })).count(), 4);
+    assert_eq!(t.actions.iter().filter(|x| matches!(x, LeaseAction::Renew { .. })).count(), 4);
     assert!(a.owned.at(t0() + secs(31)).is_empty(), "renewals over a stale view conflict");
     let t = a.tick(&s, &mut store, t0() + secs(32), false, false);
     assert!(takes(&t).iter().all(|i| !b.owned.owns(*i, t0() + secs(32))));
@@ -565,7 +570,7 @@ fn stale_member_leases_are_deleted() {
     let deleted: Vec<&str> = t
         .actions
         .iter()
-        .filter_map(|a| if let Action::DeleteMember { id, .. } = a { Some(id.as_str()) } else { None })
+        .filter_map(|a| if let LeaseAction::DeleteMember { id, .. } = a { Some(id.as_str()) } else { None })
         .collect();
     assert_eq!(deleted, vec!["ten-d", "never"], "never itself, never the merely dead");
     assert_eq!(t.live, vec!["live", "me"]);
@@ -606,7 +611,7 @@ fn shards_of_a_holder_without_a_member_lease_are_taken_at_once() {
     // Both leave at t0 + 4 s: their gates empty, their member Leases go, their frees fail.
     let left = t0() + secs(4);
     for r in [&mut old_a, &mut old_b] {
-        r.owned = Owned::default();
+        r.owned = ShardOwnership::default();
         store.members.remove(&r.id);
     }
     let mut new = Replica::new("new");
@@ -652,7 +657,7 @@ fn a_holder_is_left_by_its_member_lease_only_when_it_has_surely_stopped() {
     // Pod name) we renew them and nobody else's rule moves them.
     let ours = [shard(0, "me", now - secs(1)), shard(1, "b", now - secs(1))];
     let t = ticked(&[], &ours);
-    assert!(t.actions.contains(&Action::Renew { shard: 0, resource_version: "rv0".into() }), "{t:?}");
+    assert!(t.actions.contains(&LeaseAction::Renew { shard: 0, resource_version: "rv0".into() }), "{t:?}");
 }
 
 // ---------------------------------------------------------------- never two owners
@@ -687,7 +692,7 @@ proptest! {
 
     /// Whatever the interleaving of ticks, pauses, partitions, stale views, restarts and
     /// leaves whose frees failed, no shard is in two replicas' owned sets at any instant. Sets only shrink between ticks
-    /// (`Owned::owns` reads the clock), so checking after every step covers every instant.
+    /// (`ShardOwnership::owns` reads the clock), so checking after every step covers every instant.
     #[test]
     fn no_shard_is_ever_owned_twice(steps in prop::collection::vec(step(), 1..120), s in 1u32..12) {
         let settings = settings(s);
