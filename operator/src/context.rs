@@ -77,7 +77,7 @@ pub struct Context {
     pub stores: Stores,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
-    /// Whether this replica owns an object's shard (`membership.rs`).
+    /// Whether this replica owns an object's shard (`sharding/gate.rs`).
     pub gate: Gate,
 }
 

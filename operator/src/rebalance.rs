@@ -118,7 +118,7 @@ impl ServerView {
 }
 
 /// What the handover machine reads of a server's status: its ready replicas (the count a
-/// destination's Leases must match, `leases::replicas`) and `Available` (whether it may be
+/// destination's Leases must match, `served::replicas`) and `Available` (whether it may be
 /// wired to, config/facts.rs) — not `servedTargets` (a move reads the Leases themselves, and
 /// Lease changes wake it already), `assignedConfigs` or condition messages, which a config
 /// change itself rewrites.
@@ -203,7 +203,7 @@ pub fn progressing(configs: &[ConfigRef], servers: &Servers, server: &str) -> Ve
 /// What one event wakes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Wake {
-    /// A server's spec, deletion, existence or CA changed: `assigned::affected_by`.
+    /// A server's spec, deletion, existence or CA changed: `kinds::affected_by`.
     Rebalance(String),
     /// What a server serves may have changed: the moves it takes part in (`progressing`).
     Progress(String),

@@ -52,7 +52,7 @@ fn managed() -> watcher::Config {
 }
 
 /// One watch of kind `K` from `events` (a kube-runtime watcher, or the shard-scoped one of
-/// sharded_watch.rs): its store, the stream of its objects that triggers its controller, the
+/// sharding/sharded_watch.rs): its store, the stream of its objects that triggers its controller, the
 /// sender that feeds that stream (the root event stream's [`dispatch`] passes every applied
 /// object on), and the root event stream, which must be driven for any of them to move.
 ///
@@ -120,7 +120,7 @@ async fn dispatch<K>(
     // The objects of a (re)list, sent once it is done: the reflector swaps them into its store
     // only at `InitDone`, and a trigger read before that finds nothing and is skipped
     // (`triggers`). A shard-scoped watch relists whenever the owned shards change, with the
-    // controllers running (sharded_watch.rs).
+    // controllers running (sharding/sharded_watch.rs).
     let mut listed: Vec<ObjectRef<K>> = Vec::new();
     while let Some(ev) = events.next().await {
         match ev {
@@ -299,7 +299,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let readiness = Arc::new(Readiness::default());
     let stop = Shutdown::start(readiness.clone(), args.shutdown_drain);
 
-    // The Coordinator (membership.rs): Prime runs one tick before the watches start, so the
+    // The Coordinator (sharding/leases.rs, sharding/run.rs): Prime runs one tick before the watches start, so the
     // gate knows the owned shards at the first event.
     let shards = Shards::new(args.shards).context("--shards must be at least 1")?;
     let coordination = coordinator::CoordinatorSettings::new(
@@ -325,7 +325,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let gate = coordinator.gate.clone();
 
     // The config watches ask for this replica's shards only, through a client whose layer adds
-    // the selector when the apiserver applies it (sharded_watch.rs).
+    // the selector when the apiserver applies it (sharding/sharded_watch.rs).
     let selector = SelectorLayer::new(shards, coordinator.owned.clone(), metrics.clone())
         .shard::<CRDConversionConfig>()
         .shard::<XRDConversionConfig>();

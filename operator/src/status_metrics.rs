@@ -33,7 +33,7 @@ pub struct Source {
     pub gate: Gate,
     /// `--namespace`: where a server without `spec.namespace` runs (ServerNames).
     pub namespace: String,
-    /// The Coordinator's view after its last tick (membership.rs).
+    /// The Coordinator's view after its last tick (sharding/leases.rs).
     pub membership: tokio::sync::watch::Receiver<crate::sharding::leases::Snapshot>,
 }
 
@@ -207,7 +207,7 @@ where
 {
     let leases = s.stores.leases.state();
     for c in store.state() {
-        // The store holds the shards this replica holds (sharded_watch.rs); the check keeps a
+        // The store holds the shards this replica holds (sharding/sharded_watch.rs); the check keeps a
         // config out for the moment a relist is still swapping it.
         if !s.gate.holds(c.meta().uid.as_deref()) {
             continue;

@@ -1,7 +1,7 @@
 //! Keeping the webhook registered (docs/admission.md, "Registration"): every replica, every
 //! [`INTERVAL`], makes sure that
 //! 1. the serving certificate exists in two Secrets in the operator's namespace (the CA and
-//!    the leaf for `<service>.<namespace>.svc`, issued and rotated by server/certs.rs, the code
+//!    the leaf for `<service>.<namespace>.svc`, issued and rotated by pki.rs, the code
 //!    that serves the webhook servers) and serves what they hold ([`CertResolver`]);
 //! 2. the Service selecting the operator Pods exists, when `--admission-pod-selector` is set;
 //! 3. once a replica can answer (a Ready operator Pod behind the Service, [`answering`]), the

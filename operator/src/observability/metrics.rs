@@ -73,7 +73,7 @@ pub struct RegistrationLabels {
     pub outcome: &'static str,
 }
 
-/// The kind of a shard-scoped watch (sharded_watch.rs).
+/// The kind of a shard-scoped watch (sharding/sharded_watch.rs).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: &'static str,

@@ -1,7 +1,7 @@
 //! cert-manager issues a server's serving certificate when `spec.certificate.issuerRef` is set
 //! (docs/operations.md "Serving certificates"): the operator applies a cert-manager
 //! `Certificate` (owned by the server) whose Secret is the serving Secret the webhook Pods
-//! mount, instead of the CA and leaf of `certs.rs`. cert-manager writes `tls.crt`, `tls.key`
+//! mount, instead of the CA and leaf of `pki.rs`. cert-manager writes `tls.crt`, `tls.key`
 //! and `ca.crt` into it and renews it; the Pods reload the files (webhook/src/tls.rs), and the
 //! config controller keeps the targets' `caBundle` on the Secret's `ca.crt`
 //! (`Context::ca_bundle`) — cert-manager's CA injector cannot inject into XRDs.
@@ -146,7 +146,7 @@ pub fn check_spec(spec: &CertificateSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// The names the leaf covers: those of the self-managed leaf (`certs.rs`: the Service host,
+/// The names the leaf covers: those of the self-managed leaf (`pki.rs`: the Service host,
 /// `<svc>.<ns>` and `<host>.cluster.local`), then the spec's own.
 pub fn dns_names(names: &ServerNames, spec: &CertificateSpec) -> Vec<String> {
     let host = names.service_host();
@@ -178,7 +178,7 @@ pub fn desired(spec: &CertificateSpec, names: &ServerNames, owner: &OwnerReferen
         "dnsNames": dns_names(names, spec),
         "duration": spec.duration.as_deref().unwrap_or(DEFAULT_DURATION),
         // PKCS#8, as the operator's own keys: when spec.certificate is removed, the
-        // self-managed path reads this key to keep serving the leaf (certs.rs).
+        // self-managed path reads this key to keep serving the leaf (pki.rs).
         "privateKey": {"algorithm": "ECDSA", "size": 256, "encoding": "PKCS8", "rotationPolicy": "Always"},
         "usages": ["digital signature", "key encipherment", "server auth"],
         "issuerRef": {"name": spec.issuer_ref.name, "kind": kind, "group": GROUP},

@@ -113,7 +113,7 @@ impl ShardLease {
     ///
     /// - its member Lease is gone. A member Lease is deleted only once its replica cannot act:
     ///   by the replica itself when it leaves, after its controllers stopped and its gate
-    ///   emptied (membership.rs `free_all`); by the garbage collector once its Pod is gone
+    ///   emptied (leases.rs `free_all`); by the garbage collector once its Pod is gone
     ///   (the member Lease's ownerReference; a Pod object goes once its containers stopped);
     ///   or by [`tick`] after [`STALE_MEMBER_DURATIONS`]. The holder's frees may have failed
     ///   meanwhile — `helm uninstall` deletes the operator's RBAC with its Deployment.

@@ -14,7 +14,7 @@
 //! - [`watch`]: the kube-runtime watcher of one kind, restarted whenever the owned set changes
 //!   (a new list under the new selector: the reflector swaps its store at the list's end, so
 //!   a lost shard's objects leave it and a taken one's arrive), with every applied object
-//!   re-checked against the gate (`membership::Gate`), selector or not. A wrong guess about
+//!   re-checked against the gate (`gate::Gate`), selector or not. A wrong guess about
 //!   the server costs bandwidth, never a second owner; the reconcile gate stays the check.
 //!
 //! Servers are not narrowed: every config's assignment resolves against the whole pool

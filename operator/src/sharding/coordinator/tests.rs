@@ -332,7 +332,7 @@ impl Replica {
             }
             if !store.apply(&self.id, now, a) {
                 // A conflict: another replica wrote the Lease since it was read; what was read
-                // no longer counts (membership.rs `tick`, `lost`).
+                // no longer counts (leases.rs `tick`, `lost`).
                 if let LeaseAction::Take { shard, .. }
                 | LeaseAction::Renew { shard, .. }
                 | LeaseAction::Free { shard, .. } = a
