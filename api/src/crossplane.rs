@@ -2,11 +2,14 @@
 //! `compositeresourcedefinitions.apiextensions.crossplane.io` (a field selector on its name),
 //! so installing Crossplane, or removing it, is seen one watch event later instead of at the
 //! next poll. The operator watches XRDs and the webhook reads them only while it is there.
+//! Installed means Established and not being deleted: before, the apiserver does not serve
+//! the kind yet (a list is a 404); from the delete on, it is deleting every XRD and about to
+//! stop serving it.
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, PartialObjectMeta};
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -27,10 +30,11 @@ impl Drop for Detector {
 
 impl Detector {
     /// Starts the watch (needs list and watch on customresourcedefinitions, which both
-    /// binaries hold for their targets; metadata only, so the CRD's schema is never read).
+    /// binaries hold for their targets). The CRD is read whole, for its Established
+    /// condition: one object, and events only when it changes.
     pub fn start(client: Client) -> Detector {
         let (tx, installed) = watch::channel(None);
-        let api: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(client);
+        let api: Api<CustomResourceDefinition> = Api::all(client);
         let task = tokio::spawn(follow(watcher::watch_object(api, XRD_CRD_NAME).default_backoff(), tx));
         Detector { installed, task }
     }
@@ -53,14 +57,12 @@ pub async fn wait_known(installed: &mut watch::Receiver<Option<bool>>) -> Option
     installed.wait_for(Option::is_some).await.ok().and_then(|v| *v)
 }
 
-/// Publishes each change of presence the watch shows (`Some(_)` found or updated, `None`
-/// deleted or absent from a list). A CRD being deleted counts as gone: the apiserver is
-/// deleting every XRD and is about to stop serving the kind. Errors are retried by the
-/// stream's backoff; the last answer stands meanwhile.
-async fn follow<S, K>(events: S, tx: watch::Sender<Option<bool>>)
+/// Publishes each change the watch shows (`Some(_)` found or updated, `None` deleted or
+/// absent from a list). Errors are retried by the stream's backoff; the last answer stands
+/// meanwhile.
+async fn follow<S>(events: S, tx: watch::Sender<Option<bool>>)
 where
-    S: futures::Stream<Item = Result<Option<K>, watcher::Error>>,
-    K: kube::Resource,
+    S: futures::Stream<Item = Result<Option<CustomResourceDefinition>, watcher::Error>>,
 {
     let mut events = std::pin::pin!(events);
     loop {
@@ -70,11 +72,21 @@ where
         };
         match ev {
             None => return,
-            Some(Ok(o)) => publish(&tx, o.is_some_and(|o| o.meta().deletion_timestamp.is_none())),
+            Some(Ok(o)) => publish(&tx, o.as_ref().is_some_and(served)),
             Some(Err(e)) => tracing::warn!(error = %e,
                 "cannot watch {XRD_CRD_NAME} to see whether Crossplane is installed; retrying (needs list and watch on customresourcedefinitions)"),
         }
     }
+}
+
+/// Established and not being deleted.
+fn served(crd: &CustomResourceDefinition) -> bool {
+    let established = crd
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+    established && crd.metadata.deletion_timestamp.is_none()
 }
 
 fn publish(tx: &watch::Sender<Option<bool>>, installed: bool) {
@@ -83,9 +95,9 @@ fn publish(tx: &watch::Sender<Option<bool>>, installed: bool) {
             return false;
         }
         if installed {
-            tracing::info!("Crossplane is installed ({XRD_CRD_NAME} exists)");
+            tracing::info!("Crossplane is installed ({XRD_CRD_NAME} is established)");
         } else {
-            tracing::info!("Crossplane is not installed ({XRD_CRD_NAME} not found)");
+            tracing::info!("Crossplane is not installed ({XRD_CRD_NAME} is not there, not established yet or being deleted)");
         }
         *cur = Some(installed);
         true
@@ -100,17 +112,30 @@ mod tests {
     #[tokio::test]
     async fn publishes_each_change_of_presence_once() {
         let (tx, mut rx) = watch::channel(None);
-        type Crd = PartialObjectMeta<CustomResourceDefinition>;
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+            CustomResourceDefinitionCondition, CustomResourceDefinitionStatus,
+        };
         let (events_tx, events_rx) =
-            futures::channel::mpsc::unbounded::<Result<Option<Crd>, watcher::Error>>();
+            futures::channel::mpsc::unbounded::<Result<Option<CustomResourceDefinition>, watcher::Error>>();
         let task = tokio::spawn(follow(events_rx, tx));
         assert_eq!(*rx.borrow(), None, "unknown until the first list");
-        let crd = Crd::default();
+        let created = CustomResourceDefinition::default();
+        let mut crd = created.clone();
+        crd.status = Some(CustomResourceDefinitionStatus {
+            conditions: Some(vec![CustomResourceDefinitionCondition {
+                type_: "Established".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
         let mut deleting = crd.clone();
         deleting.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
         let mut seen = Vec::new();
-        for ev in [None, Some(crd.clone()), Some(crd.clone()), Some(deleting), None, Some(crd)] {
+        // Created, not yet Established: not installed yet.
+        for ev in [None, Some(created), Some(crd.clone()), Some(crd.clone()), Some(deleting), None, Some(crd)]
+        {
             events_tx.unbounded_send(Ok(ev)).unwrap();
             if let Ok(Ok(())) =
                 tokio::time::timeout(std::time::Duration::from_millis(200), rx.changed()).await

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dco_api::config::{ConversionConfig, TargetKind};
-use dco_api::target::{TARGET_PAGE, XRD_CRD_NAME, slim, slim_target, xrd_resource};
+use dco_api::target::{TARGET_PAGE, slim, slim_target, xrd_resource};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
 use futures::{Stream, StreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -448,9 +448,7 @@ async fn watch_xrds_while_installed(
             xrds.publish(None);
         } else {
             if !*settled.borrow() {
-                tracing::info!(
-                    "Crossplane is not installed ({XRD_CRD_NAME} not found); serving CRD targets only until it is"
-                );
+                tracing::info!("serving CRD targets only until Crossplane is installed");
                 xrds.publish(None);
                 settled.send_replace(true);
             }
