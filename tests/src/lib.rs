@@ -894,6 +894,59 @@ pub async fn hand_run_webhook_setup(
     Ok(ca)
 }
 
+/// The Deployment the operator would make for the server [`hand_run_webhook_setup`] prepared:
+/// `replicas` dco-webhook Pods (image `dco-webhook:e2e`; map it with [`map_image`]) labelled
+/// `app: <instance>` under ServiceAccount `dco-webhook`, serving conversion on 9443 with the
+/// Secret `dco-webhook-tls` and the admin endpoints on 8080, renewing their Leases every 2 s
+/// and stopping within 1 s of SIGTERM; `extra_args` go last.
+pub fn hand_run_webhook_deployment(
+    instance: &str,
+    replicas: u32,
+    extra_args: &[String],
+) -> serde_json::Value {
+    let mut args = vec![
+        format!("--instance={instance}"),
+        "--listen=$(POD_IP):9443".to_string(),
+        "--admin-listen=$(POD_IP):8080".to_string(),
+        "--tls-cert-file=/etc/dco/tls/tls.crt".to_string(),
+        "--tls-key-file=/etc/dco/tls/tls.key".to_string(),
+        "--lease-renew-interval=2s".to_string(),
+        "--shutdown-delay=1s".to_string(),
+        "--shutdown-timeout=5s".to_string(),
+    ];
+    args.extend(extra_args.iter().cloned());
+    serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": instance}},
+            "template": {"metadata": {"labels": {"app": instance}}, "spec": {
+                "serviceAccountName": "dco-webhook",
+                "terminationGracePeriodSeconds": 10,
+                "containers": [{"name": "webhook", "image": "dco-webhook:e2e", "args": args,
+                    "env": [
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                        {"name": "RUST_LOG", "value": "info"}],
+                    "ports": [{"name": "https", "containerPort": 9443}],
+                    "readinessProbe": {"httpGet": {"scheme": "HTTPS", "path": "/readyz", "port": "https"}, "periodSeconds": 1},
+                    "volumeMounts": [{"name": "tls", "mountPath": "/etc/dco/tls", "readOnly": true}]}],
+                "volumes": [{"name": "tls", "secret": {"secretName": "dco-webhook-tls"}}]}}}})
+}
+
+/// The condition `type_` of a ConversionWebhookServer: (status, reason, message), if set.
+pub async fn server_condition(
+    servers: &Api<dco_api::ConversionWebhookServer>,
+    server: &str,
+    type_: &str,
+) -> Result<Option<(String, String, String)>> {
+    let s = servers.get(server).await?;
+    Ok(s.status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status, c.reason, c.message)))
+}
+
 /// The Warning Events with `reason` about the cluster-scoped object `name` (kube-runtime's
 /// recorder writes Events about cluster-scoped objects to namespace "default").
 pub async fn warning_events(

@@ -27,19 +27,6 @@ use dco_tests::{Manager, TestEnv, wait_for};
 const MANAGER: Manager = Manager("dco-e2e-rbac");
 const WAIT: Duration = Duration::from_secs(180);
 
-/// The `Available` condition of `server`: (status, reason, message).
-async fn available(
-    servers: &Api<ConversionWebhookServer>,
-    server: &str,
-) -> Result<Option<(String, String, String)>> {
-    let s = servers.get(server).await?;
-    Ok(s.status
-        .iter()
-        .flat_map(|st| st.conditions.iter())
-        .find(|c| c.type_ == "Available")
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone())))
-}
-
 #[tokio::test]
 async fn secrets_only_in_server_namespaces() -> Result<()> {
     let t = TestEnv::new("rbac").await?;
@@ -80,7 +67,10 @@ async fn secrets_only_in_server_namespaces() -> Result<()> {
 
     // The default server runs in the extra namespace with the chart's RBAC.
     wait_for("the default server to be Available", WAIT, || async {
-        Ok(available(&servers, &server).await?.filter(|(s, _, _)| s == "True").map(|_| ()))
+        Ok(dco_tests::server_condition(&servers, &server, "Available")
+            .await?
+            .filter(|(s, _, _)| s == "True")
+            .map(|_| ()))
     })
     .await?;
     let server_ready = started.elapsed();
@@ -136,7 +126,7 @@ async fn secrets_only_in_server_namespaces() -> Result<()> {
     let applied = Instant::now();
     let (_, reason, message) =
         wait_for("the server outside the granted namespaces to be refused", WAIT, || async {
-            Ok(available(&servers, &outside)
+            Ok(dco_tests::server_condition(&servers, &outside, "Available")
                 .await?
                 .filter(|(s, r, _)| s == "False" && r == "NamespaceNotWatched"))
         })

@@ -29,20 +29,6 @@ const MANAGER: Manager = Manager("dco-e2e-pods-failing");
 const WAIT: Duration = Duration::from_secs(120);
 const REPLICAS: usize = 2;
 
-/// `Available`'s status, reason and message.
-async fn available(
-    servers: &Api<ConversionWebhookServer>,
-    server: &str,
-) -> Result<Option<(String, String, String)>> {
-    let s = servers.get(server).await?;
-    Ok(s.status
-        .unwrap_or_default()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Available")
-        .map(|c| (c.status, c.reason, c.message)))
-}
-
 /// The Warning Events about `server` with reason `PodsFailing`: each one's note and how often
 /// it was sent (the recorder counts a repeat into the first's series instead of writing
 /// another Event).
@@ -134,7 +120,10 @@ async fn scenario(
 
     let (status, message) = loop {
         ensure!(failed_at.elapsed() < WAIT, "no Available reason PodsFailing {WAIT:?} after a Pod failed");
-        if let Some((s, _, m)) = available(servers, server).await?.filter(|(_, r, _)| r == "PodsFailing") {
+        if let Some((s, _, m)) = dco_tests::server_condition(servers, server, "Available")
+            .await?
+            .filter(|(_, r, _)| r == "PodsFailing")
+        {
             break (s, m);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -182,7 +171,8 @@ async fn scenario(
     .await?;
     eprintln!("first Warning Event {:?} after the first exit: {}", failed_at.elapsed(), notes[0].0);
     tokio::time::sleep(Duration::from_secs(25)).await;
-    let (_, reason, later) = available(servers, server).await?.unwrap_or_default();
+    let (_, reason, later) =
+        dco_tests::server_condition(servers, server, "Available").await?.unwrap_or_default();
     ensure!(reason == "PodsFailing", "Available reason {reason} while the port is still taken: {later}");
     ensure!(later != message, "the message did not follow the restarts in 25 s: {later}");
     let notes = warnings(&t.client, server).await?;
@@ -232,7 +222,8 @@ async fn scenario(
                 pods_ready = Some(freed.elapsed());
             }
         }
-        let (status, reason, message) = available(servers, server).await?.unwrap_or_default();
+        let (status, reason, message) =
+            dco_tests::server_condition(servers, server, "Available").await?.unwrap_or_default();
         if status == "True" && first_available.is_none() {
             first_available = Some(freed.elapsed());
         }

@@ -91,32 +91,8 @@ async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_servi
                     "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}})).await?;
     }
 
-    let args = vec![
-        format!("--instance={instance}"),
-        "--listen=$(POD_IP):9443".to_string(),
-        "--admin-listen=$(POD_IP):8080".to_string(),
-        "--tls-cert-file=/etc/dco/tls/tls.crt".to_string(),
-        "--tls-key-file=/etc/dco/tls/tls.key".to_string(),
-        "--lease-renew-interval=2s".to_string(),
-        "--shutdown-delay=1s".to_string(),
-        "--shutdown-timeout=5s".to_string(),
-    ];
     let deployments = t.api::<Deployment>();
-    MANAGER.apply(&deployments, &instance, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": instance}},
-            "template": {"metadata": {"labels": {"app": instance}}, "spec": {
-                "serviceAccountName": "dco-webhook",
-                "terminationGracePeriodSeconds": 10,
-                "containers": [{"name": "webhook", "image": "dco-webhook:e2e", "args": args,
-                    "env": [
-                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                        {"name": "RUST_LOG", "value": "info"}],
-                    "ports": [{"name": "https", "containerPort": 9443}],
-                    "readinessProbe": {"httpGet": {"scheme": "HTTPS", "path": "/readyz", "port": "https"}, "periodSeconds": 1},
-                    "volumeMounts": [{"name": "tls", "mountPath": "/etc/dco/tls", "readOnly": true}]}],
-                "volumes": [{"name": "tls", "secret": {"secretName": "dco-webhook-tls"}}]}}}})).await?;
+    MANAGER.apply(&deployments, &instance, dco_tests::hand_run_webhook_deployment(&instance, 1, &[])).await?;
     wait_deployment_available(&deployments, &instance, 1, Duration::from_secs(120)).await?;
 
     let widgets = |policy: &str, v: &str| -> Api<DynamicObject> {

@@ -24,7 +24,6 @@ use serde_json::json;
 
 use dco_tests::{ClusterScoped, Manager, TestEnv, ar, b64, wait_deployment_available, wait_for};
 
-const IMAGE: &str = "dco-webhook:e2e";
 const MANAGER: Manager = Manager("dco-webhook-e2e");
 
 /// The served-target reports of an instance's Leases, by Lease name.
@@ -138,35 +137,9 @@ async fn webhook_replicas_serve_publish_leases_and_hold_during_a_move() -> Resul
 
     // The Deployment the operator would make.
     let deployment = |cap: Option<u32>| {
-        let mut args = vec![
-            format!("--instance={instance}"),
-            "--listen=$(POD_IP):9443".to_string(),
-            "--admin-listen=$(POD_IP):8080".to_string(),
-            "--tls-cert-file=/etc/dco/tls/tls.crt".to_string(),
-            "--tls-key-file=/etc/dco/tls/tls.key".to_string(),
-            "--lease-renew-interval=2s".to_string(),
-            "--drain-period=2s".to_string(),
-            "--shutdown-delay=1s".to_string(),
-            "--shutdown-timeout=5s".to_string(),
-        ];
-        if let Some(cap) = cap {
-            args.push(format!("--served-targets-max-bytes={cap}"));
-        }
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": instance}},
-                "template": {"metadata": {"labels": {"app": instance}}, "spec": {
-                    "serviceAccountName": "dco-webhook",
-                    "terminationGracePeriodSeconds": 10,
-                    "containers": [{"name": "webhook", "image": IMAGE, "args": args,
-                        "env": [
-                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                            {"name": "RUST_LOG", "value": "info"}],
-                        "ports": [{"name": "https", "containerPort": 9443}],
-                        "readinessProbe": {"httpGet": {"scheme": "HTTPS", "path": "/readyz", "port": "https"}, "periodSeconds": 1},
-                        "volumeMounts": [{"name": "tls", "mountPath": "/etc/dco/tls", "readOnly": true}]}],
-                    "volumes": [{"name": "tls", "secret": {"secretName": "dco-webhook-tls"}}]}}}})
+        let mut extra = vec!["--drain-period=2s".to_string()];
+        extra.extend(cap.map(|cap| format!("--served-targets-max-bytes={cap}")));
+        dco_tests::hand_run_webhook_deployment(&instance, 2, &extra)
     };
     let deployments = t.api::<Deployment>();
     MANAGER.apply(&deployments, &instance, deployment(None)).await?;
