@@ -295,7 +295,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ..OperatorSettings::default()
     };
     let status_metrics = Arc::new(crate::status_metrics::StatusMetrics::default());
-    let metrics = Arc::new(Metrics::new(Some(Box::new(status_metrics.clone()))));
+    let sharding_metrics = Arc::new(crate::sharding::metrics::ShardingMetrics::default());
+    let admission_metrics = Arc::new(crate::admission::metrics::AdmissionMetrics::default());
+    let metrics = Arc::new(Metrics::new(&[&*sharding_metrics, &*admission_metrics, &status_metrics]));
     let readiness = Arc::new(Readiness::default());
     let stop = Shutdown::start(readiness.clone(), args.shutdown_drain);
 
@@ -319,19 +321,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         coordination,
         args.replica_id(),
         leases::PodRef::from_env(&lease_ns),
-        metrics.clone(),
+        sharding_metrics.clone(),
     )
     .await?;
     let gate = coordinator.gate.clone();
 
     // The config watches ask for this replica's shards only, through a client whose layer adds
     // the selector when the apiserver applies it (sharding/sharded_watch.rs).
-    let selector = SelectorLayer::new(shards, coordinator.owned.clone(), metrics.clone())
+    let selector = SelectorLayer::new(shards, coordinator.owned.clone(), sharding_metrics.clone())
         .shard::<CRDConversionConfig>()
         .shard::<XRDConversionConfig>();
     let supported = sharded_watch::probe(&client, &lease_ns, shards).await;
     selector.set_supported(supported);
-    metrics.sharded_watch.set(i64::from(supported));
+    sharding_metrics.sharded_watch.set(i64::from(supported));
     if supported {
         tracing::info!(
             "the apiserver filters by shardSelector (KEP-5866): the config watches carry this replica's shards only"
@@ -358,14 +360,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         scoped(&args.selector),
         gate.clone(),
         coordinator.owned.clone(),
-        metrics.clone(),
+        sharding_metrics.clone(),
     ));
     let (xccs, xcc_sub, xcc_trigger_tx, xcc_events) = shared(sharded_watch::watch(
         Api::<XRDConversionConfig>::all(watch_client.clone()),
         scoped(&args.selector),
         gate.clone(),
         coordinator.owned.clone(),
-        metrics.clone(),
+        sharding_metrics.clone(),
     ));
     // Secrets and Leases trigger no controller of their own: a deleted serving Secret wakes
     // its server through `dispatch`, which sees deletions too. Both, like the Deployments and
@@ -525,7 +527,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             client: client.clone(),
             servers: servers.clone(),
             selector: args.selector.clone(),
-            metrics: metrics.clone(),
+            metrics: admission_metrics.clone(),
         };
         let router = crate::admission::serve::router(adm);
         let listener = bound.admission.context("the admission listener is bound with --admission-service")?;
@@ -537,7 +539,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             reg,
             certs.clone(),
             ctx.settings.cert_lifetimes,
-            metrics.admission_registration.clone(),
+            admission_metrics.registration.clone(),
         ));
         while !certs.loaded() {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;

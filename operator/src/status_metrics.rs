@@ -307,6 +307,13 @@ fn server_name(s: &ConversionWebhookServer) -> String {
     s.meta().name.clone().unwrap_or_default()
 }
 
+/// Registered as a collector: read at each scrape.
+impl crate::observability::metrics::Register for Arc<StatusMetrics> {
+    fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register_collector(Box::new(self.clone()));
+    }
+}
+
 impl Collector for StatusMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         use dco_api::metrics::encode_family;
@@ -655,14 +662,17 @@ mod exposition_tests {
     use std::time::Duration;
 
     use super::StatusMetrics;
-    use crate::observability::metrics::{KindLabel, Metrics, ResultLabel, TransitionLabels};
+    use crate::admission::metrics::AdmissionMetrics;
+    use crate::observability::metrics::{Metrics, TransitionLabels};
+    use crate::sharding::metrics::{KindLabel, ResultLabel, ShardingMetrics};
     use dco_api::metrics::{compare_with_docs, convention_problems, documented, parse_exposition};
 
     /// Every family with samples where it has labels: the status collector on its fixture,
     /// each counter and histogram touched once.
     fn exercised() -> String {
         let status = Arc::new(StatusMetrics::default());
-        let m = Metrics::new(Some(Box::new(status.clone())));
+        let (sharding, admission) = (ShardingMetrics::default(), AdmissionMetrics::default());
+        let m = Metrics::new(&[&sharding, &admission, &status]);
         status.set_source(super::tests::fixture_source().0);
         m.reconciled("crdconversionconfig", Duration::from_millis(3));
         m.failed(
@@ -670,10 +680,12 @@ mod exposition_tests {
             &crate::error::Error::NotReady("the destination is not ready".into()),
         );
         m.skipped("conversionwebhookserver");
-        m.admission("CRDConversionConfig", false, Duration::from_millis(2));
+        admission.review("CRDConversionConfig", false, Duration::from_millis(2));
         m.handover_transitions.get_or_create(&TransitionLabels { reason: "Patched".into() }).inc();
-        m.coordinator_ticks.get_or_create(&ResultLabel { result: "ok" }).inc();
-        for f in [&m.watch_bytes, &m.watch_events, &m.watch_dropped, &m.watch_restarts] {
+        sharding.coordinator_ticks.get_or_create(&ResultLabel { result: "ok" }).inc();
+        for f in
+            [&sharding.watch_bytes, &sharding.watch_events, &sharding.watch_dropped, &sharding.watch_restarts]
+        {
             f.get_or_create(&KindLabel { kind: "CRDConversionConfig" }).inc();
         }
         m.encode()
@@ -698,7 +710,8 @@ mod exposition_tests {
 
     #[test]
     fn families_without_samples_are_listed() {
-        let text = Metrics::new(Some(Box::new(Arc::new(StatusMetrics::default())))).encode();
+        let (sharding, admission) = (ShardingMetrics::default(), AdmissionMetrics::default());
+        let text = Metrics::new(&[&sharding, &admission, &Arc::new(StatusMetrics::default())]).encode();
         for f in
             ["dco_operator_reconcile_errors", "dco_operator_admission_reviews", "dco_operator_config_phase"]
         {

@@ -13,6 +13,7 @@
 //! here also surfaces as a condition when it slips through.
 
 pub mod config;
+pub mod metrics;
 pub mod registration;
 pub mod serve;
 pub mod server;

@@ -33,10 +33,10 @@ use serde_json::{Value, json};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
+use super::metrics::RegistrationLabels;
 use super::serve::{CertResolver, certified_key};
 use crate::cli::Owner;
 use crate::names::FIELD_MANAGER;
-use crate::observability::metrics::RegistrationLabels;
 use crate::pki::{self, Current, Lifetimes};
 
 /// How often each replica re-checks the registration (and a rotation becomes due).

@@ -34,9 +34,9 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use super::config::{ConfigFacts, OtherConfig, TargetLookup};
+use super::metrics::AdmissionMetrics;
 use super::server::{ConfigPin, ServerFacts};
 use super::{Operation, Validate, Verdict};
-use crate::observability::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// An AdmissionReview holds the object and the old one; the apiserver limits each to 3 MiB.
@@ -95,7 +95,7 @@ pub struct Admission {
     pub servers: Store<ConversionWebhookServer>,
     /// `--selector`: the configs whose servers this operator manages.
     pub selector: Option<String>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<AdmissionMetrics>,
 }
 
 fn op(o: &KubeOp) -> Option<Operation> {
@@ -303,7 +303,7 @@ impl Admission {
             message: Some(format!("{kind} {}: cannot read the object under review: {e}", req.name)),
             warnings: vec![],
         });
-        self.metrics.admission(&kind, verdict.allowed, started.elapsed());
+        self.metrics.review(&kind, verdict.allowed, started.elapsed());
         tracing::debug!(kind, name = %req.name, operation = ?req.operation, allowed = verdict.allowed,
             message = verdict.message.as_deref().unwrap_or_default(), "admission review");
         let mut resp = AdmissionResponse::from(&req);
@@ -542,7 +542,7 @@ mod tests {
             client: ctx.client.clone(),
             servers: ctx.stores.servers.clone(),
             selector: None,
-            metrics: ctx.metrics.clone(),
+            metrics: Arc::new(AdmissionMetrics::default()),
         };
         let app = router(adm);
         let req = |body: Vec<u8>| {

@@ -1,8 +1,10 @@
-//! Prometheus metrics of the reconcilers, served on `/metrics`: every family, with its type
-//! and labels, is in docs/operations.md, "Metrics" (a test below holds the two together).
-//! Families are listed before their first sample (`dco_api::metrics::register`); what the
-//! alerts read from the caches is computed at each scrape by a collector runtime.rs hands to
-//! [`Metrics::new`] (status_metrics.rs).
+//! Prometheus metrics served on `/metrics`: every family, with its type and labels, is in
+//! docs/operations.md, "Metrics" (a test in status_metrics.rs holds the two together).
+//! Families are listed before their first sample (`dco_api::metrics::register`). This module
+//! holds the registry and the reconcilers' families; each subsystem defines its own families
+//! and registers them ([`Register`]): the shard coordinator and watches
+//! (sharding/metrics.rs), admission (admission/metrics.rs) and the series read from the
+//! caches at each scrape (status_metrics.rs).
 
 use std::time::Duration;
 
@@ -14,7 +16,10 @@ use prometheus_client::registry::Registry;
 
 use dco_api::metrics::register;
 
-use prometheus_client::collector::Collector;
+/// A subsystem's families, registered once into the operator's registry.
+pub trait Register {
+    fn register(&self, registry: &mut Registry);
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
@@ -32,6 +37,7 @@ pub struct TransitionLabels {
     pub reason: String,
 }
 
+/// The registry, and the families of the reconcilers.
 pub struct Metrics {
     pub registry: Registry,
     pub reconciles: Family<ControllerLabel, Counter>,
@@ -41,59 +47,17 @@ pub struct Metrics {
     pub target_patches: Counter,
     /// Reconciles the shard gate stopped: another replica owns the object's shard.
     pub skipped: Family<ControllerLabel, Counter>,
-    /// Coordinator ticks by result, and its shard takes and frees.
-    pub coordinator_ticks: Family<ResultLabel, Counter>,
-    pub shard_takes: Counter,
-    pub shard_frees: Counter,
-    /// Shards this replica owns now.
-    pub owned_shards: prometheus_client::metrics::gauge::Gauge,
-    /// 1 when the apiserver applies `shardSelector` and the config watches send it.
-    pub sharded_watch: prometheus_client::metrics::gauge::Gauge,
-    /// The shard-scoped watches, by kind: response bytes of their lists and watches, objects
-    /// received, objects the client-side check dropped, restarts on ownership change.
-    pub watch_bytes: Family<KindLabel, Counter>,
-    pub watch_events: Family<KindLabel, Counter>,
-    pub watch_dropped: Family<KindLabel, Counter>,
-    pub watch_restarts: Family<KindLabel, Counter>,
-    /// Admission reviews answered (admission/serve.rs), by kind and verdict, and how long.
-    pub admission_reviews: Family<AdmissionLabels, Counter>,
-    pub admission_duration: Histogram,
-    /// This replica's admission registration passes, by outcome (admission/registration.rs).
-    pub admission_registration: Family<RegistrationLabels, Counter>,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AdmissionLabels {
-    pub kind: String,
-    pub allowed: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RegistrationLabels {
-    pub outcome: &'static str,
-}
-
-/// The kind of a shard-scoped watch (sharding/sharded_watch.rs).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabel {
-    pub kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct ResultLabel {
-    pub result: &'static str,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        Metrics::new(None)
+        Metrics::new(&[])
     }
 }
 
 impl Metrics {
-    /// Every family, and `status`, the collector of the series read from the caches at each
-    /// scrape, when there is one.
-    pub fn new(status: Option<Box<dyn Collector>>) -> Self {
+    /// The reconcilers' families, then each of `parts`', then the process's.
+    pub fn new(parts: &[&dyn Register]) -> Self {
         let mut registry = Registry::with_prefix("dco_operator");
         let reconciles = Family::<ControllerLabel, Counter>::default();
         let failures = Family::<ErrorLabels, Counter>::default();
@@ -118,109 +82,17 @@ impl Metrics {
             target_patches.clone(),
         );
         let skipped = Family::<ControllerLabel, Counter>::default();
-        let coordinator_ticks = Family::<ResultLabel, Counter>::default();
-        let (shard_takes, shard_frees) = (Counter::default(), Counter::default());
-        let owned_shards = prometheus_client::metrics::gauge::Gauge::default();
         register(
             &mut registry,
             "reconciles_skipped",
             "Reconciles stopped by the shard gate: another replica owns the object's shard",
             skipped.clone(),
         );
-        register(
-            &mut registry,
-            "coordinator_ticks",
-            "Coordinator ticks, by result",
-            coordinator_ticks.clone(),
-        );
-        register(&mut registry, "shard_takes", "Shard Leases this replica took", shard_takes.clone());
-        register(&mut registry, "shard_frees", "Shard Leases this replica freed", shard_frees.clone());
-        register(&mut registry, "owned_shards", "Shards this replica owns", owned_shards.clone());
-        let sharded_watch = prometheus_client::metrics::gauge::Gauge::default();
-        register(
-            &mut registry,
-            "sharded_watch",
-            "1 when the apiserver filters the config watches by shardSelector (KEP-5866), 0 when this replica filters them alone",
-            sharded_watch.clone(),
-        );
-        let (watch_bytes, watch_events, watch_dropped, watch_restarts) =
-            (Family::default(), Family::default(), Family::default(), Family::default());
-        for (name, help, family) in [
-            (
-                "watch_received_bytes",
-                "Response bytes of the shard-scoped lists and watches, by kind",
-                &watch_bytes,
-            ),
-            (
-                "watch_received_events",
-                "Objects the shard-scoped watches received (listed, applied or deleted), by kind",
-                &watch_events,
-            ),
-            (
-                "watch_dropped_events",
-                "Objects of shards this replica does not own that reached it and were dropped client-side, by kind",
-                &watch_dropped,
-            ),
-            (
-                "watch_restarts",
-                "Restarts of the shard-scoped watches after the owned shards changed, by kind",
-                &watch_restarts,
-            ),
-        ] {
-            register(&mut registry, name, help, family.clone());
-        }
-        let admission_reviews = Family::<AdmissionLabels, Counter>::default();
-        let admission_duration = Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0]);
-        register(
-            &mut registry,
-            "admission_reviews",
-            "Admission reviews answered, by kind and verdict",
-            admission_reviews.clone(),
-        );
-        register(
-            &mut registry,
-            "admission_review_duration_seconds",
-            "Time to answer an admission review",
-            admission_duration.clone(),
-        );
-        let admission_registration = Family::<RegistrationLabels, Counter>::default();
-        register(
-            &mut registry,
-            "admission_registration_passes",
-            "Admission registration passes of this replica, by outcome: registered, no_configuration (its installer has not created it yet), nobody_answers (no Ready Pod behind the Service yet) or failed",
-            admission_registration.clone(),
-        );
-        if let Some(status) = status {
-            registry.register_collector(status);
+        for part in parts {
+            part.register(&mut registry);
         }
         dco_api::metrics::register_process(&mut registry, env!("CARGO_PKG_VERSION"));
-        Metrics {
-            registry,
-            admission_reviews,
-            admission_duration,
-            admission_registration,
-            reconciles,
-            failures,
-            duration,
-            handover_transitions,
-            target_patches,
-            skipped,
-            coordinator_ticks,
-            shard_takes,
-            shard_frees,
-            owned_shards,
-            sharded_watch,
-            watch_bytes,
-            watch_events,
-            watch_dropped,
-            watch_restarts,
-        }
-    }
-
-    pub fn admission(&self, kind: &str, allowed: bool, took: Duration) {
-        let allowed = if allowed { "true" } else { "false" };
-        self.admission_reviews.get_or_create(&AdmissionLabels { kind: kind.to_string(), allowed }).inc();
-        self.admission_duration.observe(took.as_secs_f64());
+        Metrics { registry, reconciles, failures, duration, handover_transitions, target_patches, skipped }
     }
 
     pub fn skipped(&self, controller: &str) {

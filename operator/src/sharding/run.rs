@@ -92,7 +92,7 @@ impl Thread {
         settings: CoordinatorSettings,
         me: String,
         pod: Option<PodRef>,
-        metrics: std::sync::Arc<crate::observability::metrics::Metrics>,
+        metrics: std::sync::Arc<super::metrics::ShardingMetrics>,
     ) -> anyhow::Result<Self> {
         use tokio::sync::oneshot;
         let (primed_tx, primed_rx) = oneshot::channel();
@@ -177,7 +177,7 @@ impl Thread {
 /// so a shard in transit waits for no interval (at most one nudged tick per `NUDGE_GAP`).
 pub async fn run(
     mut m: Membership,
-    metrics: std::sync::Arc<crate::observability::metrics::Metrics>,
+    metrics: std::sync::Arc<super::metrics::ShardingMetrics>,
     mut on_change: impl FnMut(),
     nudge: std::sync::Arc<tokio::sync::Notify>,
     stop: impl std::future::Future<Output = ()>,
@@ -230,16 +230,13 @@ impl Membership {
     /// due early, if it is.
     pub async fn tick_and_report(
         &mut self,
-        metrics: &crate::observability::metrics::Metrics,
+        metrics: &super::metrics::ShardingMetrics,
         on_change: &mut impl FnMut(),
     ) -> Option<Timestamp> {
         let now = Timestamp::now();
         match self.tick(now).await {
             Ok(r) => {
-                metrics
-                    .coordinator_ticks
-                    .get_or_create(&crate::observability::metrics::ResultLabel { result: "ok" })
-                    .inc();
+                metrics.coordinator_ticks.get_or_create(&super::metrics::ResultLabel { result: "ok" }).inc();
                 metrics.shard_takes.inc_by(r.taken.len() as u64);
                 metrics.shard_frees.inc_by(r.freed.len() as u64);
                 let owned = self.owned.borrow().at(now);
@@ -276,7 +273,7 @@ impl Membership {
             Err(e) => {
                 metrics
                     .coordinator_ticks
-                    .get_or_create(&crate::observability::metrics::ResultLabel { result: "error" })
+                    .get_or_create(&super::metrics::ResultLabel { result: "error" })
                     .inc();
                 tracing::warn!(error = %e, replica = %self.me,
                     "coordinator tick failed (needs get, list, create, update and delete on leases in the lease namespace); retrying next interval");

@@ -36,7 +36,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch as channel;
 use tower::{Layer, Service};
 
-use crate::observability::metrics::{KindLabel, Metrics};
+use super::metrics::{KindLabel, ShardingMetrics};
 use crate::sharding::coordinator::ShardOwnership;
 use crate::sharding::gate::Gate;
 use crate::sharding::shard::{OwnedShards, Shards};
@@ -98,7 +98,7 @@ struct Scope {
     shards: Shards,
     owned: channel::Receiver<ShardOwnership>,
     supported: AtomicBool,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ShardingMetrics>,
 }
 
 impl Scope {
@@ -133,7 +133,11 @@ pub struct SelectorLayer {
 }
 
 impl SelectorLayer {
-    pub fn new(shards: Shards, owned: channel::Receiver<ShardOwnership>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        shards: Shards,
+        owned: channel::Receiver<ShardOwnership>,
+        metrics: Arc<ShardingMetrics>,
+    ) -> Self {
         SelectorLayer {
             scope: Arc::new(Scope {
                 paths: Vec::new(),
@@ -251,7 +255,7 @@ pub fn watch<K>(
     config: watcher::Config,
     gate: Gate,
     owned: channel::Receiver<ShardOwnership>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ShardingMetrics>,
 ) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -352,7 +356,7 @@ mod tests {
     async fn the_layer_adds_the_selector_to_sharded_lists_only() {
         let shards = Shards::new(4).unwrap();
         let (tx, rx) = channel::channel(owned_of(shards, &[0, 2]));
-        let metrics = Arc::new(Metrics::default());
+        let metrics = Arc::new(ShardingMetrics::default());
         let layer = SelectorLayer::new(shards, rx, metrics.clone()).shard::<CRDConversionConfig>();
         assert_eq!(layer.current(), None, "not before the probe");
         let (_none_tx, none) = channel::channel(ShardOwnership::default());
@@ -389,7 +393,7 @@ mod tests {
         assert!(seen[0].contains(&format!("{PARAM}={}", query_escape(&want))), "{}", seen[0]);
         assert!(!seen[1].contains(PARAM), "a get by name is not sharded: {}", seen[1]);
         assert!(!seen[2].contains(PARAM), "owning every shard sends none: {}", seen[2]);
-        let text = metrics.encode();
+        let text = crate::observability::metrics::Metrics::new(&[&*metrics]).encode();
         assert!(text.contains("watch_received_bytes_total{kind=\"CRDConversionConfig\"}"), "{text}");
     }
 
