@@ -114,6 +114,20 @@ impl Load {
         self.counts.tally()
     }
 
+    /// Waits until the load made `requests` requests and checks that none failed or read a
+    /// wrong value (`when` names the moment in the error): a test disturbs nothing before its
+    /// load is clean. Returns the counts then.
+    pub async fn wait_clean(&self, requests: u64, timeout: Duration, when: &str) -> anyhow::Result<Tally> {
+        crate::wait_for(&format!("the load to make {requests} requests"), timeout, || async {
+            let t = self.tally();
+            Ok((t.ok + t.failed >= requests).then_some(()))
+        })
+        .await?;
+        let t = self.tally();
+        anyhow::ensure!(t.failed == 0 && t.wrong == 0, "load {when}: {t:?} {:?}", self.errors());
+        Ok(t)
+    }
+
     /// The first few errors, shortened.
     pub fn errors(&self) -> Vec<String> {
         self.counts.errors()

@@ -207,16 +207,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         Duration::from_millis(20),
     );
     // The load runs against the installed release first: it must already be clean.
-    wait_for("the load to make 100 requests", WAIT, || async {
-        Ok((load.tally().ok + load.tally().failed >= 100).then_some(()))
-    })
-    .await?;
-    let before = load.tally();
-    ensure!(
-        before.failed == 0 && before.wrong == 0,
-        "load before the upgrade: {before:?} {:?}",
-        load.errors()
-    );
+    let before = load.wait_clean(100, WAIT, "before the upgrade").await?;
 
     // "Rebuilt" binaries: copies, so the new Pods run another file than the old ones.
     let dir = upgrade_dir(t);

@@ -176,16 +176,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         5,
         Duration::from_millis(20),
     );
-    wait_for("the load to make 100 requests", WAIT, || async {
-        Ok((load.tally().ok + load.tally().failed >= 100).then_some(()))
-    })
-    .await?;
-    let before = load.tally();
-    ensure!(
-        before.failed == 0 && before.wrong == 0,
-        "load before the restarts: {before:?} {:?}",
-        load.errors()
-    );
+    load.wait_clean(100, WAIT, "before the restarts").await?;
 
     let with_delay = restarts(t, &load, &server, "default").await?;
     for s in &with_delay.stops {
