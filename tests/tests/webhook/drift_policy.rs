@@ -12,46 +12,19 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use dco_tests::{ClusterScoped, Manager, TestEnv, ar, b64, wait_deployment_available, wait_for};
+use dco_tests::{Manager, ar, b64, wait_deployment_available, wait_for};
 
 const MANAGER: Manager = Manager("dco-drift-e2e");
 
 #[tokio::test]
 async fn fail_closed_refuses_a_drifted_target_and_keep_serving_stale_keeps_serving() -> Result<()> {
-    dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
-    let t = TestEnv::new("drift").await?;
-    let ns = t.ns.clone();
-    let client = t.client.clone();
-    let instance = dco_tests::unique_name("drift");
-    let cluster_role = format!("dco-webhook-{ns}");
-    let mut guard = ClusterScoped(Vec::new());
-
-    // Each CRD applied and Established (serving one kind says nothing of the other's).
-    dco_tests::install_dco_crds(&client, &MANAGER).await?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let cws_ar = ar::<dco_api::ConversionWebhookServer>();
-    let ccc_ar = ar::<dco_api::CRDConversionConfig>();
-    let cws: Api<DynamicObject> = Api::all_with(client.clone(), &cws_ar);
-    let cccs: Api<DynamicObject> = Api::all_with(client.clone(), &ccc_ar);
-    guard.0.push((cws_ar.clone(), instance.clone()));
-    MANAGER
-        .apply(
-            &cws,
-            &instance,
-            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": instance}, "spec": {"namespace": ns, "replicas": 1}}),
-        )
-        .await?;
-
-    // RBAC, the serving Secret and the Service, as the operator would make them.
-    guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
-    guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
-    let ca = dco_tests::hand_run_webhook_setup(&t, &MANAGER, &instance, &cluster_role).await?;
+    let crate::World { t, instance, mut guard, crds, ccc_ar, cccs, ca } =
+        crate::world("drift", MANAGER).await?;
+    let (ns, client) = (t.ns.clone(), t.client.clone());
 
     // Two targets alike but for the policy: v2 stores spec.storageGB, v1 calls it
     // spec.storageSize.

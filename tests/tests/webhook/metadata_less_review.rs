@@ -23,14 +23,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use serde_json::{Value, json};
 
-use dco_tests::{ClusterScoped, Manager, TestEnv, ar, b64, wait_deployment_available, wait_for};
+use dco_tests::{Manager, ar, b64, wait_deployment_available, wait_for};
 
 const MANAGER: Manager = Manager("dco-metaless-e2e");
 /// The server-side applier (Flux's kustomize-controller in the reports).
@@ -48,34 +47,9 @@ fn managed(obj: &DynamicObject, manager: &str) -> Option<(String, String, Value)
 
 #[tokio::test]
 async fn server_side_apply_sends_a_fragment_without_metadata_and_it_converts() -> Result<()> {
-    dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
-    let t = TestEnv::new("metaless").await?;
-    let ns = t.ns.clone();
-    let client = t.client.clone();
-    let instance = dco_tests::unique_name("metaless");
-    let cluster_role = format!("dco-webhook-{ns}");
-    let mut guard = ClusterScoped(Vec::new());
-
-    dco_tests::install_dco_crds(&client, &MANAGER).await?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let cws_ar = ar::<dco_api::ConversionWebhookServer>();
-    let ccc_ar = ar::<dco_api::CRDConversionConfig>();
-    let cws: Api<DynamicObject> = Api::all_with(client.clone(), &cws_ar);
-    let cccs: Api<DynamicObject> = Api::all_with(client.clone(), &ccc_ar);
-    guard.0.push((cws_ar.clone(), instance.clone()));
-    MANAGER
-        .apply(
-            &cws,
-            &instance,
-            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": instance}, "spec": {"namespace": ns, "replicas": 1}}),
-        )
-        .await?;
-
-    // RBAC, the serving Secret and the Service, as the operator would make them.
-    guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
-    guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
-    let ca = dco_tests::hand_run_webhook_setup(&t, &MANAGER, &instance, &cluster_role).await?;
+    let crate::World { t, instance, mut guard, crds, ccc_ar, cccs, ca } =
+        crate::world("metaless", MANAGER).await?;
+    let (ns, client) = (t.ns.clone(), t.client.clone());
 
     // v2 (storage, hub) calls it spec.storageGB, v1 spec.storageSize; spec.color and status
     // (a plain field: no status subresource) are alike.
