@@ -139,19 +139,12 @@ impl Context {
     /// still serve the operator's leaf until it loads cert-manager's.
     pub fn ca_bundle(&self, server: &ConversionWebhookServer) -> Option<String> {
         let names = self.names(server);
-        let pem_of = |name: &str| {
+        let ca_of = |name: &str| {
             let secret = self.stores.secrets.get(&ObjectRef::new(name).within(&names.namespace))?;
-            let pem = secret.data.as_ref()?.get(pki::CA_CRT)?;
-            String::from_utf8(pem.0.clone()).ok().filter(|s| s.contains("BEGIN CERTIFICATE"))
+            Some(secret.data.as_ref()?.get(pki::CA_CRT)?.0.clone())
         };
-        let mut bundle = pem_of(&names.tls_secret)?;
-        if server.spec.certificate.is_some()
-            && let Some(ca) = pem_of(&names.ca_secret)
-            && !bundle.contains(ca.trim())
-        {
-            bundle = format!("{}\n{}", bundle.trim_end(), ca.trim_end()) + "\n";
-        }
-        Some(bundle)
+        let kept = if server.spec.certificate.is_some() { ca_of(&names.ca_secret) } else { None };
+        pki::ca_bundle(ca_of(&names.tls_secret).as_deref(), kept.as_deref())
     }
 
     /// Which server's Service is `(namespace, name)`.

@@ -309,6 +309,21 @@ pub fn ensure(
     Ok(Outcome { write_ca: write_ca.then_some(ca_data), write_tls, ca_bundle, leaf_not_after, reasons })
 }
 
+/// The PEM bundle the apiserver must trust to call a server: the `ca.crt` of its serving
+/// Secret, and `kept_ca`, the self-managed CA still kept while cert-manager issues
+/// (server/cert_manager.rs `keep_self_managed_ca`), when the bundle lacks it. `None` while
+/// the serving Secret holds no certificate.
+pub fn ca_bundle(serving_ca: Option<&[u8]>, kept_ca: Option<&[u8]>) -> Option<String> {
+    let pem = |b: &[u8]| String::from_utf8(b.to_vec()).ok().filter(|s| s.contains("BEGIN CERTIFICATE"));
+    let mut bundle = pem(serving_ca?)?;
+    if let Some(ca) = kept_ca.and_then(pem)
+        && !bundle.contains(ca.trim())
+    {
+        bundle = format!("{}\n{}", bundle.trim_end(), ca.trim_end()) + "\n";
+    }
+    Some(bundle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
