@@ -1,5 +1,5 @@
 //! Crossplane installed or removed while dco runs (docs/webhook.md, "Watches"): dco-webhook on
-//! the local cluster (a Deployment of one replica, made by the test as the operator would)
+//! the local cluster (one replica of `dco_tests::hand_run_webhook_deployment`)
 //! follows Crossplane's CRD `compositeresourcedefinitions.apiextensions.crossplane.io` with a
 //! watch (`dco_api::crossplane`). Proves, by the replica's `/metrics`: without the CRD no XRD
 //! is watched and the replica is ready; once a CRD of that name exists the XRD watch starts
@@ -24,7 +24,6 @@ use serde_json::json;
 use dco_api::target::{XRD_CRD_NAME, xrd_resource};
 use dco_tests::{ClusterScoped, Manager, TestEnv, ar, wait_deployment_available, wait_for};
 
-const IMAGE: &str = "dco-webhook:e2e";
 const MANAGER: Manager = Manager("dco-crossplane-detection");
 
 /// A minimal stand-in for Crossplane's CRD: the name, group and kind dco watches; any spec.
@@ -125,34 +124,8 @@ async fn the_webhook_watches_xrds_while_crossplane_is_installed() -> Result<()> 
     guard.0.push((ar::<ClusterRole>(), cluster_role.clone()));
     guard.0.push((ar::<ClusterRoleBinding>(), cluster_role.clone()));
     dco_tests::hand_run_webhook_setup(&t, MANAGER.0, &instance, &cluster_role).await?;
-    let args = [
-        format!("--instance={instance}"),
-        "--listen=$(POD_IP):9443".to_string(),
-        "--admin-listen=$(POD_IP):8080".to_string(),
-        "--tls-cert-file=/etc/dco/tls/tls.crt".to_string(),
-        "--tls-key-file=/etc/dco/tls/tls.key".to_string(),
-        "--lease-renew-interval=2s".to_string(),
-        "--shutdown-delay=1s".to_string(),
-        "--shutdown-timeout=5s".to_string(),
-    ];
     let deployments = t.api::<Deployment>();
-    MANAGER
-        .apply(&deployments, &instance, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": instance},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": instance}},
-                "template": {"metadata": {"labels": {"app": instance}}, "spec": {
-                    "serviceAccountName": "dco-webhook",
-                    "terminationGracePeriodSeconds": 10,
-                    "containers": [{"name": "webhook", "image": IMAGE, "args": args,
-                        "env": [
-                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                            {"name": "RUST_LOG", "value": "info"}],
-                        "ports": [{"name": "https", "containerPort": 9443}],
-                        "readinessProbe": {"httpGet": {"scheme": "HTTPS", "path": "/readyz", "port": "https"}, "periodSeconds": 1},
-                        "volumeMounts": [{"name": "tls", "mountPath": "/etc/dco/tls", "readOnly": true}]}],
-                    "volumes": [{"name": "tls", "secret": {"secretName": "dco-webhook-tls"}}]}}}}))
-        .await?;
+    MANAGER.apply(&deployments, &instance, dco_tests::hand_run_webhook_deployment(&instance, 1, &[])).await?;
     wait_deployment_available(&deployments, &instance, 1, Duration::from_secs(120)).await?;
     let pods = t.api::<Pod>();
     let (addr, pod) = admin(&pods, &instance).await?;
