@@ -2,9 +2,10 @@
 //! `compositeresourcedefinitions.apiextensions.crossplane.io` (a field selector on its name),
 //! so installing Crossplane, or removing it, is seen one watch event later instead of at the
 //! next poll. The operator watches XRDs and the webhook reads them only while it is there.
-//! Installed means Established and not being deleted: before, the apiserver does not serve
-//! the kind yet (a list is a 404); from the delete on, it is deleting every XRD and about to
-//! stop serving it.
+//! Installed means Established: before, the apiserver does not serve the kind yet (a list is
+//! a 404). A CRD being deleted still counts until it is gone: XRDs may outlive the delete
+//! (their finalizers wait for Crossplane) and the CRDs Crossplane made from them still call
+//! their conversion webhooks, so what serves them must not stop before the kind is gone.
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -79,14 +80,12 @@ where
     }
 }
 
-/// Established and not being deleted.
+/// Established (being deleted or not).
 fn served(crd: &CustomResourceDefinition) -> bool {
-    let established = crd
-        .status
+    crd.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
-    established && crd.metadata.deletion_timestamp.is_none()
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
 }
 
 fn publish(tx: &watch::Sender<Option<bool>>, installed: bool) {
@@ -97,7 +96,9 @@ fn publish(tx: &watch::Sender<Option<bool>>, installed: bool) {
         if installed {
             tracing::info!("Crossplane is installed ({XRD_CRD_NAME} is established)");
         } else {
-            tracing::info!("Crossplane is not installed ({XRD_CRD_NAME} is not there, not established yet or being deleted)");
+            tracing::info!(
+                "Crossplane is not installed ({XRD_CRD_NAME} is not there or not established yet)"
+            );
         }
         *cur = Some(installed);
         true
@@ -133,7 +134,8 @@ mod tests {
         deleting.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
         let mut seen = Vec::new();
-        // Created, not yet Established: not installed yet.
+        // Absent; created, not yet Established; Established; updated; being deleted (still
+        // installed); gone; back.
         for ev in [None, Some(created), Some(crd.clone()), Some(crd.clone()), Some(deleting), None, Some(crd)]
         {
             events_tx.unbounded_send(Ok(ev)).unwrap();

@@ -427,8 +427,8 @@ impl XrdWatch {
     }
 }
 
-/// Watch XRDs while Crossplane's CRD exists (`crossplane`, `dco_api::crossplane`): start when
-/// it appears, stop and drop the XRD targets when it goes; while it is absent there are no
+/// Watch XRDs while Crossplane's CRD is established (`crossplane`, `dco_api::crossplane`):
+/// start when it appears, stop and drop the XRD targets once it is gone; while it is absent there are no
 /// XRDs to serve and nothing fails. `settled` turns true once Crossplane is known absent or
 /// the XRD watch listed once, so readiness waits for XRDs only where they exist.
 async fn watch_xrds_while_installed(
