@@ -89,14 +89,7 @@ pub fn render(
         let msg = facts::target_not_established(desc);
         set(&mut st, condition::TARGET_HEALTHY, false, "NotEstablished", msg);
     }
-    let server_msg = match (&o.dest_wiring, &o.resolved) {
-        (Ok(_), Ok(a)) => {
-            format!("ConversionWebhookServer {} is available (assigned by {:?})", a.server, a.by)
-        }
-        (Err(e), _) | (Ok(_), Err(e)) => e.clone(),
-    };
-    let available = o.dest_wiring.is_ok();
-    let reason = if available { "Available" } else { "NotAvailable" };
+    let (available, reason, server_msg) = server_ready(o);
     set(&mut st, condition::WEBHOOK_SERVER_READY, available, reason, server_msg);
 
     match &compiled.outcome {
@@ -152,6 +145,18 @@ pub fn render(
     }
     st.message = Some(summary(o, &settled.state));
     st
+}
+
+/// `WebhookServerReady`: whether the destination can be wired to, its reason and message.
+fn server_ready(o: &Observed) -> (bool, &'static str, String) {
+    let msg = match (&o.dest_wiring, &o.resolved) {
+        (Ok(_), Ok(a)) => {
+            format!("ConversionWebhookServer {} is available (assigned by {:?})", a.server, a.by)
+        }
+        (Err(e), _) | (Ok(_), Err(e)) => e.clone(),
+    };
+    let available = o.dest_wiring.is_ok();
+    (available, if available { "Available" } else { "NotAvailable" }, msg)
 }
 
 /// `Applied`'s reason while the target names a server that is gone.
