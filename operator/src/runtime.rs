@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, PartialObjectMeta};
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use crate::cli::Args;
-use crate::config::{self, target};
+use crate::config;
 use crate::context::{Context, OperatorSettings, Stores};
 use crate::kinds::ConfigKind;
 use crate::kinds::ConfigRef;
@@ -35,7 +35,7 @@ use crate::sharding::shard::Shards;
 use crate::sharding::sharded_watch::{self, SelectorLayer};
 use crate::sharding::{leases, run};
 use crate::shutdown::{Readiness, Shutdown};
-use dco_api::target::{TARGET_PAGE, XRD_CRD_NAME, slim};
+use dco_api::target::{TARGET_PAGE, slim};
 use k8s_openapi::jiff::SignedDuration;
 use kube::client::ClientBuilder;
 
@@ -582,30 +582,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .run(config::reconcile::<CRDConversionConfig>, config::error_policy, ctx.clone())
         .for_each(log_results("crdconversionconfig"));
 
-    let xrds_installed = Api::<CustomResourceDefinition>::all(client.clone())
-        .get_metadata_opt(XRD_CRD_NAME)
-        .await
-        .map(|c| c.is_some())
-        .unwrap_or(false);
-    let xcc_store = xccs.clone();
-    let mut xcc_ctl =
-        Controller::for_shared_stream(xcc_sub, xccs).reconcile_on(rebalance::paced(xcc_rx, pacer));
-    if xrds_installed {
-        let ar = target::xrd_resource();
-        xcc_ctl = xcc_ctl.watches_with(
-            Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &ar),
-            ar,
-            watcher::Config::default().page_size(TARGET_PAGE),
-            move |xrd| {
-                crate::observability::memory::touched();
-                configs_of_target(&xcc_store, &xrd.name_any())
-            },
-        );
-    } else {
-        tracing::info!(
-            "Crossplane is not installed ({XRD_CRD_NAME} not found); XRDConversionConfigs are re-checked every --resync"
-        );
-    }
+    // XRDs are watched while Crossplane is installed, followed from start to stop
+    // (config/xrds.rs): installing or removing it re-reconciles every XRDConversionConfig.
+    let crossplane = dco_api::crossplane::Detector::start(client.clone());
+    let xrd_events = config::xrds::triggers(client.clone(), crossplane.subscribe(), xccs.clone())
+        .inspect(|_| crate::observability::memory::touched());
+    let xcc_ctl = Controller::for_shared_stream(xcc_sub, xccs)
+        .reconcile_on(rebalance::paced(xcc_rx, pacer))
+        .reconcile_on(xrd_events);
     let xcc_run = xcc_ctl
         .shutdown_on_signal()
         .run(config::reconcile::<XRDConversionConfig>, config::error_policy, ctx.clone())

@@ -1,36 +1,35 @@
 //! Two configs for one target (docs/configuration.md, "XRDConversionConfig and
 //! CRDConversionConfig"): admission refuses them, but it can be bypassed or raced, so the
-//! controllers decide too, and the same way as every webhook replica
-//! (webhook/src/sync.rs, `Syncer::pass`): of the configs naming one target name, across both
-//! kinds, the first by (kind, name) is chosen. The chosen one proceeds; the others never write
-//! the target, and both sides say so in a `Conflict` condition. Pure, over the configs naming
-//! the target, read from the apiserver by their selectable target field
-//! (`kinds::configs_naming`; this replica's caches hold only its shards).
+//! controllers decide too, by the rule every webhook replica applies (`dco_api::conflict`:
+//! of the configs naming one target name, across both kinds, the first by (kind, name) is
+//! chosen). The chosen one proceeds; the others never write the target, and both sides say
+//! so in a `Conflict` condition. Pure, over the configs naming the target, read from the
+//! apiserver by their selectable target field (`kinds::configs_naming`; this replica's
+//! caches hold only its shards).
 
 use crate::kinds::ConfigRef;
 
 /// Where one config stands among the configs naming its target.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ConflictStanding {
-    /// The only config naming its target.
-    Alone,
-    /// Chosen; these others (`Kind/name`) name the same target and are ignored.
-    Chosen { ignored: Vec<String> },
-    /// Not chosen: this one (`Kind/name`) is.
-    Ignored { chosen: String },
+pub use dco_api::conflict::Standing as ConflictStanding;
+
+/// What the operator says of a standing: the handover machine's fact and the `Conflict`
+/// condition.
+pub trait Said {
+    /// The handover machine's fact: only an ignored config is held back.
+    fn fact(&self, target_desc: &str) -> Result<(), String>;
+    /// `(reason, message)` of the `Conflict` condition, `None` when there is no conflict.
+    fn condition(&self, target_desc: &str) -> Option<(&'static str, String)>;
 }
 
-impl ConflictStanding {
-    /// The handover machine's fact: only an ignored config is held back.
-    pub fn fact(&self, target_desc: &str) -> Result<(), String> {
+impl Said for ConflictStanding {
+    fn fact(&self, target_desc: &str) -> Result<(), String> {
         match self {
             ConflictStanding::Ignored { chosen } => Err(ignored_message(chosen, target_desc)),
             _ => Ok(()),
         }
     }
 
-    /// `(reason, message)` of the `Conflict` condition, `None` when there is no conflict.
-    pub fn condition(&self, target_desc: &str) -> Option<(&'static str, String)> {
+    fn condition(&self, target_desc: &str) -> Option<(&'static str, String)> {
         match self {
             ConflictStanding::Alone => None,
             ConflictStanding::Chosen { ignored } => Some((
@@ -61,26 +60,23 @@ fn ignored_message(chosen: &str, target_desc: &str) -> String {
     )
 }
 
-/// The verdict for config `kind`/`name` naming `target`, among `configs` (either kind; the
+impl dco_api::conflict::Claim for ConfigRef {
+    fn kind(&self) -> &str {
+        self.kind
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn target(&self) -> &str {
+        &self.target
+    }
+}
+
+/// The standing of config `kind`/`name` naming `target`, among `configs` (either kind; the
 /// config itself may or may not be among them). Deleting configs count, as they do for the
 /// webhook replicas: a chosen config being deleted keeps the target until it is gone.
 pub fn judge(kind: &str, name: &str, target: &str, configs: &[ConfigRef]) -> ConflictStanding {
-    let mut others: Vec<(&str, &str)> = configs
-        .iter()
-        .filter(|c| c.target == target && !(c.kind == kind && c.name == name))
-        .map(|c| (c.kind, c.name.as_str()))
-        .collect();
-    if others.is_empty() {
-        return ConflictStanding::Alone;
-    }
-    others.sort_unstable();
-    others.dedup();
-    let first = others[0];
-    if (kind, name) < first {
-        ConflictStanding::Chosen { ignored: others.iter().map(|(k, n)| format!("{k} {n}")).collect() }
-    } else {
-        ConflictStanding::Ignored { chosen: format!("{} {}", first.0, first.1) }
-    }
+    dco_api::conflict::standing(kind, name, target, configs)
 }
 
 #[cfg(test)]

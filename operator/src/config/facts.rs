@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::conflict::{self, ConflictStanding};
+use super::conflict::{self, ConflictStanding, Said};
 use super::target::{self, Wiring};
 use crate::context::Context;
 use crate::kinds::ConfigRef;

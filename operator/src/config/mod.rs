@@ -27,6 +27,7 @@ pub mod driver;
 pub mod facts;
 pub mod status;
 pub mod target;
+pub mod xrds;
 #[cfg(test)]
 mod tests;
 

@@ -11,7 +11,7 @@ use dco_state::handover::{self, Action};
 use dco_state::machine::Settled;
 
 use super::condition;
-use super::conflict::ConflictStanding;
+use super::conflict::{ConflictStanding, Said};
 use super::facts::{self, Observed};
 
 /// How often an unsettled handover is looked at without an event.

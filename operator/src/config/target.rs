@@ -17,25 +17,17 @@ use crate::error::{Error, Result};
 use crate::names::FIELD_MANAGER;
 
 /// Read the target from the apiserver (authoritative: the wiring the handover reads must not
-/// lag behind the operator's own last patch). `None` when it does not exist — including XRDs
-/// on a cluster without Crossplane.
+/// lag behind the operator's own last patch), as every webhook replica reads it
+/// (`dco_api::cluster`). `None` when it does not exist — including XRDs on a cluster without
+/// Crossplane.
 pub async fn fetch(client: &Client, kind: TargetKind, name: &str) -> Result<Option<Value>> {
     let read = Error::kube("read", kind.kind_name(), name);
-    match kind {
-        TargetKind::Crd => {
-            let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-            api.get_opt(name).await.map_err(read)?.map(|crd| to_json(kind, name, crd)).transpose()
-        }
-        TargetKind::Xrd => {
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &xrd_resource());
-            match api.get_opt(name).await {
-                Ok(o) => o.map(|xrd| to_json(kind, name, xrd)).transpose(),
-                // No Crossplane: the kind itself is unknown.
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-                Err(e) => Err(read(e)),
-            }
-        }
-    }
+    let Some(o) = dco_api::cluster::fetch_target(client, kind, name).await.map_err(read)? else {
+        return Ok(None);
+    };
+    dco_api::cluster::target_json(kind, o)
+        .map(Some)
+        .map_err(|source| Error::Serialize { what: format!("{} {name}", kind.kind_name()), source })
 }
 
 fn to_json(kind: TargetKind, name: &str, o: impl serde::Serialize) -> Result<Value> {
