@@ -317,8 +317,12 @@ pub fn trace_id(traceparent: &str) -> Option<&str> {
 /// Handover spans captured in memory.
 #[cfg(test)]
 pub(crate) mod testing {
+    use std::sync::OnceLock;
+
     use opentelemetry::Value;
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SimpleSpanProcessor, SpanData};
+    use tracing::Dispatch;
+    use tracing::subscriber::NoSubscriber;
     use tracing_subscriber::layer::SubscriberExt as _;
 
     /// Makes this thread's subscriber one that sends handover spans through the layer and
@@ -326,6 +330,13 @@ pub(crate) mod testing {
     /// spans before dropping the guard: the exporter forgets them when the provider shuts
     /// down.
     pub fn capture() -> (tracing::subscriber::DefaultGuard, InMemorySpanExporter) {
+        // tracing-core caches, process-wide, whether a callsite is enabled when one thread
+        // first reaches it. While at most one dispatcher is registered it asks only that
+        // thread's default: another test's thread, with none, would cache "never" for the
+        // handover spans and hide them from this thread's subscriber. With a second
+        // dispatcher registered for good, it asks every registered one, this one included.
+        static EVERY_DISPATCHER_ASKED: OnceLock<Dispatch> = OnceLock::new();
+        EVERY_DISPATCHER_ASKED.get_or_init(|| Dispatch::new(NoSubscriber::default()));
         let exporter = InMemorySpanExporter::default();
         let provider = super::provider(SimpleSpanProcessor::new(exporter.clone()));
         let subscriber = tracing_subscriber::registry().with(super::handover_layer(&provider));
