@@ -803,6 +803,30 @@ pub fn ar<K: kube::Resource<DynamicType = ()>>() -> kube::api::ApiResource {
     kube::api::ApiResource::erase::<K>(&())
 }
 
+/// A minimal stand-in for Crossplane's CRD `compositeresourcedefinitions.apiextensions.crossplane.io`:
+/// the name, group and kind dco watches (`dco_api::crossplane`), any spec. Cluster-wide, so
+/// one test at a time may install it.
+pub fn crossplane_xrd_crd() -> serde_json::Value {
+    serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": dco_api::target::XRD_CRD_NAME},
+        "spec": {"group": "apiextensions.crossplane.io", "scope": "Cluster",
+            "names": {"plural": "compositeresourcedefinitions", "singular": "compositeresourcedefinition",
+                "kind": "CompositeResourceDefinition", "listKind": "CompositeResourceDefinitionList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+}
+
+/// An XRD `xwidgets.<group>` (an XWidget, hub v2, spoke v1) for [`crossplane_xrd_crd`]'s kind:
+/// enough for dco to read it as a target.
+pub fn crossplane_xrd(group: &str) -> (String, serde_json::Value) {
+    let name = format!("xwidgets.{group}");
+    let xrd = serde_json::json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {"group": group, "names": {"kind": "XWidget", "plural": "xwidgets"},
+            "versions": [{"name": "v2", "served": true, "referenceable": true}, {"name": "v1", "served": true, "referenceable": false}]}});
+    (name, xrd)
+}
+
 /// Standard base64 of a string (Secret data, caBundles).
 pub fn b64(s: &str) -> String {
     use base64::Engine;

@@ -25,17 +25,6 @@ use dco_tests::{ClusterScoped, Manager, TestEnv, ar, wait_for};
 
 const MANAGER: Manager = Manager("dco-crossplane-operator");
 
-/// A minimal stand-in for Crossplane's CRD: the name, group and kind dco watches; any spec.
-fn xrd_crd() -> serde_json::Value {
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": XRD_CRD_NAME},
-        "spec": {"group": "apiextensions.crossplane.io", "scope": "Cluster",
-            "names": {"plural": "compositeresourcedefinitions", "singular": "compositeresourcedefinition",
-                "kind": "CompositeResourceDefinition", "listKind": "CompositeResourceDefinitionList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
-}
-
 /// The reason of the config's `TargetHealthy` condition.
 async fn target_healthy(xccs: &Api<XRDConversionConfig>, name: &str) -> Result<Option<String>> {
     let c = xccs.get(name).await?;
@@ -59,7 +48,7 @@ async fn the_operator_watches_xrds_while_crossplane_is_installed() -> Result<()>
 
     let xccs: Api<XRDConversionConfig> = Api::all(client.clone());
     let config = format!("{}-xwidgets", t.ns);
-    let xrd_name = format!("xwidgets.{}.e2e.dco.rs", t.ns);
+    let (xrd_name, xrd) = dco_tests::crossplane_xrd(&format!("{}.e2e.dco.rs", t.ns));
     let mut guard = ClusterScoped(vec![(ar::<XRDConversionConfig>(), config.clone())]);
     wait_for("the dco CRDs to be served", Duration::from_secs(30), || async {
         Ok(xccs.list(&Default::default()).await.ok().map(|_| ()))
@@ -75,18 +64,13 @@ async fn the_operator_watches_xrds_while_crossplane_is_installed() -> Result<()>
     wait_for("the config to say its XRD does not exist", Duration::from_secs(60), missing).await?;
 
     guard.0.push((ar::<CustomResourceDefinition>(), XRD_CRD_NAME.to_string()));
-    MANAGER.apply(&crds, XRD_CRD_NAME, xrd_crd()).await?;
+    MANAGER.apply(&crds, XRD_CRD_NAME, dco_tests::crossplane_xrd_crd()).await?;
     dco_tests::wait_crd_established(&crds, XRD_CRD_NAME, Duration::from_secs(30)).await?;
     // The operator sees Crossplane and looks at the config again (still missing) first.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let xrds: Api<DynamicObject> = Api::all_with(client.clone(), &xrd_resource());
     let created = Instant::now();
-    MANAGER
-        .apply(&xrds, &xrd_name, json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
-            "metadata": {"name": xrd_name},
-            "spec": {"group": format!("{}.e2e.dco.rs", t.ns), "names": {"kind": "XWidget", "plural": "xwidgets"},
-                "versions": [{"name": "v2", "served": true, "referenceable": true}, {"name": "v1", "served": true, "referenceable": false}]}}))
-        .await?;
+    MANAGER.apply(&xrds, &xrd_name, xrd).await?;
     wait_for("the config to find its XRD", Duration::from_secs(10), || async {
         Ok(target_healthy(&xccs, &config).await?.filter(|r| r != "TargetNotFound").map(|_| ()))
     })

@@ -26,17 +26,6 @@ use dco_tests::{ClusterScoped, Manager, TestEnv, ar, wait_deployment_available, 
 
 const MANAGER: Manager = Manager("dco-crossplane-detection");
 
-/// A minimal stand-in for Crossplane's CRD: the name, group and kind dco watches; any spec.
-fn xrd_crd() -> serde_json::Value {
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": XRD_CRD_NAME},
-        "spec": {"group": "apiextensions.crossplane.io", "scope": "Cluster",
-            "names": {"plural": "compositeresourcedefinitions", "singular": "compositeresourcedefinition",
-                "kind": "CompositeResourceDefinition", "listKind": "CompositeResourceDefinitionList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
-}
-
 /// The one replica's metrics endpoint.
 async fn admin(pods: &Api<Pod>, app: &str) -> Result<(String, Pod)> {
     let pod = pods
@@ -80,7 +69,7 @@ async fn the_webhook_watches_xrds_while_crossplane_is_installed() -> Result<()> 
     let client = t.client.clone();
     let instance = dco_tests::unique_name("xpd");
     let cluster_role = format!("dco-webhook-{ns}");
-    let xrd_name = format!("xwidgets.{ns}.e2e.dco.rs");
+    let (xrd_name, xrd) = dco_tests::crossplane_xrd(&format!("{ns}.e2e.dco.rs"));
     let config = format!("{instance}-xwidgets");
     let mut guard = ClusterScoped(Vec::new());
 
@@ -135,15 +124,11 @@ async fn the_webhook_watches_xrds_while_crossplane_is_installed() -> Result<()> 
     until(&addr, 0.0, 0.0, "the replica without Crossplane: no XRD watch").await?;
 
     let xrds: Api<DynamicObject> = Api::all_with(client.clone(), &xrd_resource());
-    let xrd = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
-        "metadata": {"name": xrd_name},
-        "spec": {"group": format!("{ns}.e2e.dco.rs"), "names": {"kind": "XWidget", "plural": "xwidgets"},
-            "versions": [{"name": "v2", "served": true, "referenceable": true}, {"name": "v1", "served": true, "referenceable": false}]}});
     guard.0.push((ar::<CustomResourceDefinition>(), XRD_CRD_NAME.to_string()));
     for round in 1..=2 {
         // Crossplane appears: the XRD watch starts and the named XRD is read whole.
         let installed = Instant::now();
-        MANAGER.apply(&crds, XRD_CRD_NAME, xrd_crd()).await?;
+        MANAGER.apply(&crds, XRD_CRD_NAME, dco_tests::crossplane_xrd_crd()).await?;
         dco_tests::wait_crd_established(&crds, XRD_CRD_NAME, Duration::from_secs(30)).await?;
         let established = installed.elapsed();
         let watching = until(&addr, 1.0, 0.0, "the XRD watch to start").await? + established;
