@@ -18,6 +18,7 @@ pub(crate) mod namespaces;
 pub mod observability;
 pub(crate) mod pki;
 pub(crate) mod rebalance;
+pub(crate) mod reconcile;
 pub mod runtime;
 pub(crate) mod served;
 pub(crate) mod server;

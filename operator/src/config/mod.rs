@@ -3,8 +3,7 @@
 //! through [`driver::ConfigDriver`]: observe (`facts.rs`) → settle → execute the wiring
 //! (`target.rs`) → render status (`status.rs`). Deletion reverts the target (`revert`).
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::marker::PhantomData;
 
 use dco_api::config::Phase;
 use dco_api::{ANNOTATION_ALLOW_UNSAFE_DELETE, ConfigStatus, FINALIZER_SAFE_REVERT};
@@ -13,23 +12,21 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use tracing::instrument;
 
 use self::facts::wired_server;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::kinds::ConfigKind;
-use crate::names::FIELD_MANAGER;
+use crate::reconcile::{Wing, write_status};
 
 pub mod conflict;
 pub mod driver;
 pub mod facts;
 pub mod status;
 pub mod target;
-pub mod xrds;
 #[cfg(test)]
 mod tests;
+pub mod xrds;
 
 pub mod condition {
     pub const VALIDATED: &str = "Validated";
@@ -42,62 +39,56 @@ pub mod condition {
     pub const CONFLICT: &str = "Conflict";
 }
 
-fn controller_name<K: ConfigKind>() -> String {
-    K::kind(&()).to_lowercase()
-}
+/// The config wing of kind `K` in the one reconcile shape (`crate::reconcile`): runtime.rs
+/// runs `reconcile::<ConfigWing<K>>` for each config kind.
+pub struct ConfigWing<K>(PhantomData<K>);
 
-#[instrument(skip(cfg, ctx), fields(kind = K::KIND, config = %cfg.name_any(), target = %cfg.target_name()))]
-pub async fn reconcile<K: ConfigKind>(cfg: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
-    if let Some(skip) = ctx.not_ours(&controller_name::<K>(), cfg.as_ref()) {
-        return Ok(skip);
+impl<K: ConfigKind> Wing for ConfigWing<K> {
+    type Object = K;
+    type Status = ConfigStatus;
+    const KIND: &'static str = K::KIND;
+    const FINALIZER: &'static str = FINALIZER_SAFE_REVERT;
+
+    fn controller() -> String {
+        K::kind(&()).to_lowercase()
     }
-    let started = Instant::now();
-    let api: Api<K> = Api::all(ctx.client.clone());
-    let name = cfg.name_any();
-    let out = finalizer(&api, FINALIZER_SAFE_REVERT, cfg, |event| async {
-        match event {
-            Finalizer::Apply(c) => apply(c.as_ref(), &ctx).await,
-            Finalizer::Cleanup(c) => revert(c.as_ref(), &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer { kind: K::KIND, name, source: Box::new(e) });
-    ctx.metrics.reconciled(&controller_name::<K>(), started.elapsed());
-    out
-}
 
-pub fn error_policy<K: ConfigKind>(cfg: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed(&controller_name::<K>(), error);
-    let blocked = matches!(error, Error::Finalizer { source, .. }
-        if matches!(source.as_ref(), kube::runtime::finalizer::Error::CleanupFailed(Error::DeletionBlocked(_))));
-    if blocked {
-        tracing::info!(config = %cfg.name_any(), "{error}");
-        Action::requeue(Duration::from_secs(15))
-    } else {
-        tracing::warn!(config = %cfg.name_any(), "reconcile failed: {error}");
-        Action::requeue(Duration::from_secs(10))
+    fn span(cfg: &K) -> tracing::Span {
+        tracing::info_span!("reconcile", kind = K::KIND, config = %cfg.name_any(), target = %cfg.target_name())
+    }
+
+    async fn apply(cached: &K, ctx: &Context) -> Result<Action> {
+        // The persisted handover state must be the latest: a reconcile woken by our own target
+        // patch may run before the cache has our last status write, and stepping the machine
+        // from a stale state would start a bogus move (with the new server as its "source").
+        let api: Api<K> = Api::all(ctx.client.clone());
+        let name = cached.name_any();
+        let Some(fresh) = api.get_opt(&name).await.map_err(Error::kube("read", K::KIND, name))? else {
+            return Ok(Action::await_change());
+        };
+        let driven = dco_state::drive::drive(&mut driver::ConfigDriver::<K>::new(ctx), &fresh).await?;
+        Ok(Action::requeue(driven.requeue))
+    }
+
+    async fn cleanup(cfg: &K, ctx: &Context) -> Result<Action> {
+        revert(cfg, ctx).await
     }
 }
 
-async fn write_status<K: ConfigKind>(ctx: &Context, cfg: &K, status: &ConfigStatus) -> Result<()> {
-    dco_state::status::apply(&ctx.client, cfg, status, FIELD_MANAGER).await.map_err(Error::kube(
-        "write status of",
-        K::KIND,
-        cfg.name_any(),
-    ))
+// Until runtime's controller wiring names `crate::reconcile::reconcile::<ConfigWing<K>>`.
+pub async fn reconcile<K: ConfigKind>(
+    cfg: std::sync::Arc<K>,
+    ctx: std::sync::Arc<Context>,
+) -> Result<Action> {
+    crate::reconcile::reconcile::<ConfigWing<K>>(cfg, ctx).await
 }
 
-async fn apply<K: ConfigKind>(cached: &K, ctx: &Context) -> Result<Action> {
-    // The persisted handover state must be the latest: a reconcile woken by our own target
-    // patch may run before the cache has our last status write, and stepping the machine
-    // from a stale state would start a bogus move (with the new server as its "source").
-    let api: Api<K> = Api::all(ctx.client.clone());
-    let name = cached.name_any();
-    let Some(fresh) = api.get_opt(&name).await.map_err(Error::kube("read", K::KIND, name))? else {
-        return Ok(Action::await_change());
-    };
-    let driven = dco_state::drive::drive(&mut driver::ConfigDriver::<K>::new(ctx), &fresh).await?;
-    Ok(Action::requeue(driven.requeue))
+pub fn error_policy<K: ConfigKind>(
+    cfg: std::sync::Arc<K>,
+    error: &Error,
+    ctx: std::sync::Arc<Context>,
+) -> Action {
+    crate::reconcile::error_policy::<ConfigWing<K>>(cfg, error, ctx)
 }
 
 async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
@@ -150,12 +141,12 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
             cfg.meta().generation,
             now,
         );
-        write_status(ctx, cfg, &st).await?;
+        write_status::<ConfigWing<K>>(ctx, cfg, &st).await?;
         ctx.event(cfg, true, "DeletionBlocked", "Delete", msg.clone()).await;
         return Err(Error::DeletionBlocked(format!("{} {}: {msg}", K::KIND, cfg.name_any())));
     }
     st.phase = Some(Phase::Reverting);
-    write_status(ctx, cfg, &st).await?;
+    write_status::<ConfigWing<K>>(ctx, cfg, &st).await?;
     target::unwire(&ctx.client, tkind, &tname).await?;
     ctx.metrics.target_patches.inc();
     ctx.event(

@@ -7,9 +7,10 @@ use http::Method;
 use kube::Resource;
 use serde_json::{Value, json};
 
-use crate::config;
+use crate::config::ConfigWing;
 use crate::context::Context;
 use crate::context::testing::test_context;
+use crate::reconcile::reconcile;
 use crate::testing::*;
 use k8s_openapi::jiff::Timestamp;
 
@@ -21,7 +22,7 @@ async fn run_config(
     ctx: Arc<Context>,
     cfg: CRDConversionConfig,
 ) -> tokio::task::JoinHandle<crate::error::Result<kube::runtime::controller::Action>> {
-    tokio::spawn(config::reconcile(Arc::new(cfg), ctx))
+    tokio::spawn(reconcile::<ConfigWing<CRDConversionConfig>>(Arc::new(cfg), ctx))
 }
 
 /// A first wiring to server `a`, driven through the API: the Event reasons in order and

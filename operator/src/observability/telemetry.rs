@@ -30,7 +30,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// The `tracing` target of handover spans: the only spans sent to the collector (the
-/// reconcilers' `#[instrument]` spans in `config/mod.rs` stay in the logs).
+/// reconcile spans of `crate::reconcile` stay in the logs).
 const TARGET: &str = "dco::handover";
 
 /// The Event reasons of a move's first transition (every start and restart gets a fresh

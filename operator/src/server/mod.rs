@@ -7,8 +7,7 @@
 //! aggregate and assignments from the caches (and, while replicas are missing, one page of
 //! the server's Pods) → the status (`status::render`, pure) → one status write.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dco_api::{ANNOTATION_ALLOW_FORCE_DELETE, ConversionWebhookServer, FINALIZER_IN_USE, ServerStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
@@ -17,16 +16,15 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
-use tracing::instrument;
 
 use self::owned::OwnedObjects;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::kinds::{self, ConfigRef};
-use crate::names::{FIELD_MANAGER, ServerNames};
+use crate::names::ServerNames;
 use crate::pki::{self, Current};
+use crate::reconcile::{Wing, write_status};
 use crate::served;
 
 pub const CONTROLLER: &str = "conversionwebhookserver";
@@ -51,43 +49,47 @@ pub mod condition {
 /// least this often.
 const ASSIGNED_RECHECK: Duration = Duration::from_secs(60);
 
-#[instrument(skip(cws, ctx), fields(server = %cws.name_any()))]
-pub async fn reconcile(cws: Arc<ConversionWebhookServer>, ctx: Arc<Context>) -> Result<Action> {
-    if let Some(skip) = ctx.not_ours(CONTROLLER, cws.as_ref()) {
-        return Ok(skip);
+/// The server wing in the one reconcile shape (`crate::reconcile`): runtime.rs runs
+/// `reconcile::<ServerWing>`.
+pub struct ServerWing;
+
+impl Wing for ServerWing {
+    type Object = ConversionWebhookServer;
+    type Status = ServerStatus;
+    const KIND: &'static str = "ConversionWebhookServer";
+    const FINALIZER: &'static str = FINALIZER_IN_USE;
+
+    fn controller() -> String {
+        CONTROLLER.to_string()
     }
-    let started = Instant::now();
-    let api: Api<ConversionWebhookServer> = Api::all(ctx.client.clone());
-    let name = cws.name_any();
-    let out = finalizer(&api, FINALIZER_IN_USE, cws, |event| async {
-        match event {
-            Finalizer::Apply(c) => apply(&c, &ctx).await,
-            Finalizer::Cleanup(c) => cleanup(&c, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer { kind: "ConversionWebhookServer", name, source: Box::new(e) });
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    out
+
+    fn span(cws: &ConversionWebhookServer) -> tracing::Span {
+        tracing::info_span!("reconcile", server = %cws.name_any())
+    }
+
+    async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
+        apply(cws, ctx).await
+    }
+
+    async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
+        cleanup(cws, ctx).await
+    }
 }
 
-pub fn error_policy(cws: Arc<ConversionWebhookServer>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error);
-    match error {
-        Error::Finalizer { source, .. }
-            if matches!(
-                source.as_ref(),
-                kube::runtime::finalizer::Error::CleanupFailed(Error::DeletionBlocked(_))
-            ) =>
-        {
-            tracing::info!(server = %cws.name_any(), "{error}");
-            Action::requeue(Duration::from_secs(15))
-        }
-        _ => {
-            tracing::warn!(server = %cws.name_any(), "reconcile failed: {error}");
-            Action::requeue(Duration::from_secs(10))
-        }
-    }
+// Until runtime's controller wiring names `crate::reconcile::reconcile::<ServerWing>`.
+pub async fn reconcile(
+    cws: std::sync::Arc<ConversionWebhookServer>,
+    ctx: std::sync::Arc<Context>,
+) -> Result<Action> {
+    crate::reconcile::reconcile::<ServerWing>(cws, ctx).await
+}
+
+pub fn error_policy(
+    cws: std::sync::Arc<ConversionWebhookServer>,
+    error: &Error,
+    ctx: std::sync::Arc<Context>,
+) -> Action {
+    crate::reconcile::error_policy::<ServerWing>(cws, error, ctx)
 }
 
 async fn read_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>> {
@@ -178,7 +180,7 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     let mut f = facts(cws, ctx, &names, now, &configs, Some(applied), None);
     f.pod_failures = pod_failures;
     let rendered = status::render(cws.status.as_ref(), &f);
-    write_status(ctx, cws, &rendered.status).await?;
+    write_status::<ServerWing>(ctx, cws, &rendered.status).await?;
     // After the status write: a failed write sends nothing, and the retry says it then.
     for f in &rendered.events {
         pod_failing_event(ctx, cws, f).await;
@@ -265,7 +267,7 @@ async fn refuse_namespace(
         cws.metadata.generation,
         now,
     );
-    write_status(ctx, cws, &rendered.status).await?;
+    write_status::<ServerWing>(ctx, cws, &rendered.status).await?;
     if said.is_none() {
         ctx.event(cws, true, NAMESPACE_NOT_WATCHED, "Apply", message.clone()).await;
     }
@@ -365,14 +367,6 @@ fn facts<'a>(
     }
 }
 
-async fn write_status(ctx: &Context, cws: &ConversionWebhookServer, status: &ServerStatus) -> Result<()> {
-    dco_state::status::apply(&ctx.client, cws, status, FIELD_MANAGER).await.map_err(Error::kube(
-        "write status of",
-        "ConversionWebhookServer",
-        cws.name_any(),
-    ))
-}
-
 async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     let server = cws.name_any();
     let now = Timestamp::now();
@@ -406,7 +400,7 @@ async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action>
         cws.status.as_ref(),
         &facts(cws, ctx, &names, now, &configs, None, Some(message.clone())),
     );
-    write_status(ctx, cws, &rendered.status).await?;
+    write_status::<ServerWing>(ctx, cws, &rendered.status).await?;
     ctx.event(cws, true, "DeletionBlocked", "Delete", message.clone()).await;
     Err(Error::DeletionBlocked(format!("ConversionWebhookServer {server}: {message}")))
 }

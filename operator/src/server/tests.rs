@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::context::testing::test_context;
-use crate::server;
+use crate::server::ServerWing;
 use crate::testing::*;
 
 const NS: &str = "/api/v1/namespaces/dco-system";
@@ -123,7 +123,7 @@ fn spawn(
 ) -> (ApiServerVerifier, tokio::task::JoinHandle<crate::error::Result<kube::runtime::controller::Action>>) {
     let (ctx, api, mut w) = test_context();
     w.server(cws.clone());
-    (api, tokio::spawn(server::reconcile(Arc::new(cws.clone()), ctx)))
+    (api, tokio::spawn(crate::reconcile::reconcile::<ServerWing>(Arc::new(cws.clone()), ctx)))
 }
 
 async fn reconcile(cws: ConversionWebhookServer, lists: BTreeMap<String, Vec<Value>>) -> Played {
@@ -524,7 +524,7 @@ async fn a_server_outside_the_watched_namespaces_is_refused_in_its_status() {
             ctx.metrics.clone(),
             ctx.gate.clone(),
         ));
-        let task = tokio::spawn(server::reconcile(Arc::new(cws.clone()), ctx));
+        let task = tokio::spawn(crate::reconcile::reconcile::<ServerWing>(Arc::new(cws.clone()), ctx));
         let mut events = Vec::new();
         let status = loop {
             let x = api.events_then(&mut events).await;
@@ -605,7 +605,7 @@ async fn server_reconcile_applies_the_workload_issues_certs_and_aggregates_lease
     w.lease(lease("a-1", "a", &["t1", "t2"]));
     w.lease(lease("a-2", "a", &["t2", "t3"]));
     w.lease(lease("b-1", "b", &["t9"]));
-    let task = tokio::spawn(server::reconcile(Arc::new(cws.clone()), ctx));
+    let task = tokio::spawn(crate::reconcile::reconcile::<ServerWing>(Arc::new(cws.clone()), ctx));
 
     let ns = "/api/v1/namespaces/dco-system";
     let rbac = "/apis/rbac.authorization.k8s.io/v1";

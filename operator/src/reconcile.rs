@@ -1,0 +1,102 @@
+//! The one Kubernetes-side shape of a reconcile, for both wings (docs/operator.md, "two wings
+//! on one framework"): the shard gate, the timer, the finalizer, the reconcile metric, the
+//! error policy and the status write are written here once; a [`Wing`] brings its kind and
+//! what it does on apply and on cleanup (the config wing drives its handover machine there,
+//! the server wing applies its workload).
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ClusterResourceScope;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{self, Event as Finalizer};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::Instrument as _;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::names::FIELD_MANAGER;
+
+/// What one controller brings to [`reconcile`], [`error_policy`] and [`write_status`].
+pub(crate) trait Wing: 'static {
+    type Object: Resource<DynamicType = (), Scope = ClusterResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static;
+    /// What [`write_status`] writes.
+    type Status: Serialize + Sync;
+    /// The object's kind, in errors.
+    const KIND: &'static str;
+    /// The finalizer that holds the object until [`Wing::cleanup`] lets it go.
+    const FINALIZER: &'static str;
+
+    /// The controller's name: the gate's and the metrics' label.
+    fn controller() -> String;
+    /// The span of one reconcile (its log lines' fields), also around the error policy's line.
+    fn span(obj: &Self::Object) -> tracing::Span;
+    /// The object exists and is not being deleted.
+    fn apply(obj: &Self::Object, ctx: &Context) -> impl Future<Output = Result<Action>> + Send;
+    /// The object is being deleted: `Ok` lets the finalizer go.
+    fn cleanup(obj: &Self::Object, ctx: &Context) -> impl Future<Output = Result<Action>> + Send;
+}
+
+/// One reconcile of a `W` object: the shard gate (another replica's objects stop here), then
+/// apply or cleanup under `W::FINALIZER`, timed into the reconcile metric.
+pub(crate) async fn reconcile<W: Wing>(obj: Arc<W::Object>, ctx: Arc<Context>) -> Result<Action> {
+    let span = W::span(&obj);
+    async move {
+        let controller = W::controller();
+        if let Some(skip) = ctx.not_ours(&controller, obj.as_ref()) {
+            return Ok(skip);
+        }
+        let started = Instant::now();
+        let api: Api<W::Object> = Api::all(ctx.client.clone());
+        let name = obj.name_any();
+        let out = finalizer::finalizer(&api, W::FINALIZER, obj, |event| async {
+            match event {
+                Finalizer::Apply(o) => W::apply(&o, &ctx).await,
+                Finalizer::Cleanup(o) => W::cleanup(&o, &ctx).await,
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer { kind: W::KIND, name, source: Box::new(e) });
+        ctx.metrics.reconciled(&controller, started.elapsed());
+        out
+    }
+    .instrument(span)
+    .await
+}
+
+/// A held deletion (`DeletionBlocked`, the object says how to release it) is looked at again
+/// in 15 s and logged at info; any other failure in 10 s, as a warning.
+pub(crate) fn error_policy<W: Wing>(obj: Arc<W::Object>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed(&W::controller(), error);
+    let _in = W::span(&obj).entered();
+    let blocked = matches!(error, Error::Finalizer { source, .. }
+        if matches!(source.as_ref(), finalizer::Error::CleanupFailed(Error::DeletionBlocked(_))));
+    if blocked {
+        tracing::info!("{error}");
+        Action::requeue(Duration::from_secs(15))
+    } else {
+        tracing::warn!("reconcile failed: {error}");
+        Action::requeue(Duration::from_secs(10))
+    }
+}
+
+/// The whole status of `obj`, by forced server-side apply under the operator's field manager.
+pub(crate) async fn write_status<W: Wing>(ctx: &Context, obj: &W::Object, status: &W::Status) -> Result<()> {
+    dco_state::status::apply(&ctx.client, obj, status, FIELD_MANAGER).await.map_err(Error::kube(
+        "write status of",
+        W::KIND,
+        obj.name_any(),
+    ))
+}
