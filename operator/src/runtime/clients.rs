@@ -1,0 +1,39 @@
+//! The clients and the settings every step starts from.
+
+use anyhow::Context as _;
+use kube::Client;
+
+use crate::cli::Args;
+use crate::context::OperatorSettings;
+
+/// The cluster's client config (in-cluster or KUBECONFIG) and the client built from it; the
+/// Coordinator and the shard-scoped watches build their own from `config`.
+pub struct Clients {
+    pub config: kube::Config,
+    pub client: Client,
+}
+
+impl Clients {
+    pub async fn infer() -> anyhow::Result<Self> {
+        let config = kube::Config::infer()
+            .await
+            .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
+        let client = Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
+        Ok(Clients { config, client })
+    }
+}
+
+/// What every reconcile reads of the flags.
+pub fn settings(args: &Args) -> OperatorSettings {
+    OperatorSettings {
+        namespace: args.namespace.clone(),
+        webhook_image: args.webhook_image.clone(),
+        webhook_listen: args.webhook_listen.clone(),
+        webhook_admin_port: args.webhook_admin_port,
+        webhook_args: args.webhook_args.clone(),
+        resync: args.resync,
+        selector: args.selector.clone(),
+        server_namespaces: args.server_namespaces.with(&args.namespace),
+        ..OperatorSettings::default()
+    }
+}

@@ -1,0 +1,131 @@
+//! The three controllers on the shared caches: each reads its primary stream and the queue
+//! the fan-out feeds, the configs' paced at their share of `--rebalance-qps`.
+
+use std::sync::Arc;
+
+use dco_api::target::TARGET_PAGE;
+use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
+use futures::{Future, Stream, StreamExt, future, stream};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Resource, ResourceExt};
+use tokio::sync::mpsc;
+
+use super::wakes::Queues;
+use super::watches::{Primaries, Primary, managed};
+use crate::config;
+use crate::context::Context;
+use crate::namespaces;
+use crate::rebalance::{self, Pacer};
+use crate::server;
+use crate::sharding::leases::Snapshot;
+
+/// Runs the three controllers until the stop signal.
+pub async fn run(
+    ctx: &Arc<Context>,
+    primaries: Primaries,
+    queues: Queues,
+    rebalance_qps: u32,
+    membership: tokio::sync::watch::Receiver<Snapshot>,
+) {
+    let servers = servers(ctx, primaries.servers, queues.servers);
+    // One budget for both config controllers, divided among the live members.
+    let pacer = Arc::new(Pacer::new(rebalance_qps, move || membership.borrow().live.len()));
+    let cccs = crd_configs(ctx, primaries.cccs, rebalance::paced(queues.cccs, pacer.clone()));
+    // Held until the controllers stop: dropping it ends the detection.
+    let crossplane = dco_api::crossplane::Detector::start(ctx.client.clone());
+    let xccs = xrd_configs(ctx, primaries.xccs, rebalance::paced(queues.xccs, pacer), crossplane.subscribe());
+    tokio::join!(servers, cccs, xccs);
+}
+
+/// The server controller, also woken by the Deployments and Services it owns.
+fn servers(
+    ctx: &Arc<Context>,
+    primary: Primary<ConversionWebhookServer>,
+    queue: mpsc::Receiver<ObjectRef<ConversionWebhookServer>>,
+) -> impl Future<Output = ()> {
+    let client = &ctx.client;
+    let mut ctl = Controller::for_shared_stream(primary, ctx.stores.servers.clone());
+    for scope in ctx.settings.server_namespaces.scopes() {
+        ctl = ctl
+            .watches(namespaces::api::<Deployment>(client, &scope), managed(), |d| rebalance::owner_of(&d))
+            .watches(namespaces::api::<Service>(client, &scope), managed(), |s| rebalance::owner_of(&s));
+    }
+    ctl.reconcile_on(stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
+        .shutdown_on_signal()
+        .run(server::reconcile, server::error_policy, ctx.clone())
+        .for_each(log_results("conversionwebhookserver"))
+}
+
+/// The CRDConversionConfig controller, also woken by its target CRDs. Targets are watched as
+/// metadata only: an event names the CRD, and the reconcile reads the one it needs
+/// (config/driver.rs), so the schemas of every CRD in the cluster never reach the operator;
+/// the list is read in small pages (`TARGET_PAGE`).
+fn crd_configs(
+    ctx: &Arc<Context>,
+    primary: Primary<CRDConversionConfig>,
+    paced: impl Stream<Item = ObjectRef<CRDConversionConfig>> + Send + 'static,
+) -> impl Future<Output = ()> {
+    let store = ctx.stores.cccs.clone();
+    Controller::for_shared_stream(primary, ctx.stores.cccs.clone())
+        .watches(
+            Api::<PartialObjectMeta<CustomResourceDefinition>>::all(ctx.client.clone()),
+            watcher::Config::default().page_size(TARGET_PAGE),
+            move |crd| {
+                crate::observability::memory::touched();
+                configs_of_target(&store, &crd.name_any())
+            },
+        )
+        .reconcile_on(paced)
+        .shutdown_on_signal()
+        .run(config::reconcile::<CRDConversionConfig>, config::error_policy, ctx.clone())
+        .for_each(log_results("crdconversionconfig"))
+}
+
+/// The XRDConversionConfig controller. XRDs are watched while Crossplane is installed,
+/// followed from start to stop (config/xrds.rs): installing or removing it re-reconciles
+/// every XRDConversionConfig.
+fn xrd_configs(
+    ctx: &Arc<Context>,
+    primary: Primary<XRDConversionConfig>,
+    paced: impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static,
+    crossplane: tokio::sync::watch::Receiver<Option<bool>>,
+) -> impl Future<Output = ()> {
+    let xrd_events = config::xrds::triggers(ctx.client.clone(), crossplane, ctx.stores.xccs.clone())
+        .inspect(|_| crate::observability::memory::touched());
+    Controller::for_shared_stream(primary, ctx.stores.xccs.clone())
+        .reconcile_on(paced)
+        .reconcile_on(xrd_events)
+        .shutdown_on_signal()
+        .run(config::reconcile::<XRDConversionConfig>, config::error_policy, ctx.clone())
+        .for_each(log_results("xrdconversionconfig"))
+}
+
+fn configs_of_target<K>(store: &Store<K>, target: &str) -> Vec<ObjectRef<K>>
+where
+    K: dco_api::config::ConversionConfig + Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .filter(|c| c.target_name() == target)
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+fn log_results<T: std::fmt::Debug, E: std::fmt::Display>(
+    what: &'static str,
+) -> impl FnMut(Result<T, E>) -> future::Ready<()> {
+    move |r| {
+        crate::observability::memory::touched();
+        match r {
+            Ok(o) => tracing::debug!(controller = what, object = ?o, "reconciled"),
+            Err(e) => tracing::debug!(controller = what, error = %e, "reconcile error"),
+        }
+        future::ready(())
+    }
+}

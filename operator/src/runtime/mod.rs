@@ -1,0 +1,54 @@
+//! Wiring, one step a file: the clients and settings (clients.rs), the Coordinator and the
+//! shard-scoped watch client (sharding.rs), the probes and metrics (health.rs), one watch per
+//! kind (watches.rs), who wakes whom (wakes.rs, on the rules of rebalance.rs), the admission
+//! webhook (admission.rs) and the three controllers (controllers.rs).
+
+mod admission;
+mod clients;
+mod controllers;
+mod health;
+mod sharding;
+mod wakes;
+mod watches;
+
+use std::sync::Arc;
+
+use crate::cli::Args;
+use crate::context::Context;
+use crate::shutdown::{Readiness, Shutdown};
+
+/// Readiness, and the stop the listeners drain on.
+pub struct Lifecycle {
+    pub readiness: Arc<Readiness>,
+    pub stop: Shutdown,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Bound before anything else, so a replica that cannot serve them never turns Ready.
+    let bound = crate::shutdown::bind(&args).await?;
+    crate::observability::memory::spawn_trimmer(std::time::Duration::from_secs(5));
+    let clients = clients::Clients::infer().await?;
+    let settings = clients::settings(&args);
+    let metrics = health::Instruments::new();
+    let readiness = Arc::new(Readiness::default());
+    let lifecycle = Lifecycle { stop: Shutdown::start(readiness.clone(), args.shutdown_drain), readiness };
+
+    let mut sharding = sharding::start(&args, &clients, &metrics.sharding).await?;
+    health::spawn(bound.metrics, &metrics, &lifecycle.readiness, &sharding);
+    let watches = watches::open(&args.selector, &clients.client, &settings.server_namespaces, &sharding);
+    metrics.collect(&watches.stores, &args.namespace, &sharding);
+    let stores = watches.stores.clone();
+    let ctx =
+        Arc::new(Context::new(clients.client, settings, stores, metrics.registry.clone(), sharding.gate()));
+    let queues = wakes::start(watches.roots, ctx.clone(), &mut sharding);
+    watches::synced(&ctx.stores).await?;
+    let admission = admission::start(&args, &ctx, &metrics, bound.admission, &lifecycle).await?;
+    lifecycle.readiness.mark_synced();
+    tracing::info!("caches synced; starting the controllers");
+
+    controllers::run(&ctx, watches.primaries, queues, args.rebalance_qps, sharding.membership()).await;
+    tracing::info!("controllers stopped");
+    // The shards go to the other replicas now; admission drains meanwhile (shutdown.rs).
+    sharding.coordinator.stop().await;
+    admission.stop(&ctx.client).await
+}
