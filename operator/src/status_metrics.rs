@@ -12,7 +12,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
-use dco_api::{ConfigStatus, ConversionConfig, ConversionWebhookServer, HandoverState};
+use dco_api::{ConversionWebhookServer, HandoverState};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
@@ -24,6 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use crate::admission::serve::CertResolver;
 use crate::context::Stores;
+use crate::kinds::ConfigKind;
 use crate::names::ServerNames;
 use crate::sharding::gate::Gate;
 
@@ -184,27 +185,7 @@ fn state_name(s: HandoverState) -> &'static str {
     }
 }
 
-/// Both config kinds' status, the one thing the collector needs that the trait lacks.
-pub trait WithStatus {
-    fn status(&self) -> Option<&ConfigStatus>;
-}
-
-impl WithStatus for dco_api::CRDConversionConfig {
-    fn status(&self) -> Option<&ConfigStatus> {
-        self.status.as_ref()
-    }
-}
-
-impl WithStatus for dco_api::XRDConversionConfig {
-    fn status(&self) -> Option<&ConfigStatus> {
-        self.status.as_ref()
-    }
-}
-
-fn configs<K>(s: &Source, store: &Store<K>, now: Timestamp, rows: &mut Rows)
-where
-    K: ConversionConfig + WithStatus + Resource<DynamicType = ()> + Clone + 'static,
-{
+fn configs<K: ConfigKind>(s: &Source, store: &Store<K>, now: Timestamp, rows: &mut Rows) {
     let leases = s.stores.leases.state();
     for c in store.state() {
         // The store holds the shards this replica holds (sharding/sharded_watch.rs); the check keeps a
@@ -212,7 +193,7 @@ where
         if !s.gate.holds(c.meta().uid.as_deref()) {
             continue;
         }
-        let Some(st) = c.status() else { continue };
+        let Some(st) = c.config_status() else { continue };
         let (kind, target) = (K::KIND, c.target_name().to_string());
         if let Some(p) = st.phase {
             rows.phases.push(PhaseLabels { kind, target: target.clone(), phase: format!("{p:?}") });

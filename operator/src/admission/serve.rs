@@ -37,6 +37,7 @@ use super::config::{ConfigFacts, OtherConfig, TargetLookup};
 use super::metrics::AdmissionMetrics;
 use super::server::{ConfigPin, ServerFacts};
 use super::{Operation, Validate, Verdict};
+use crate::kinds::ConfigRef;
 use crate::shutdown::Shutdown;
 
 /// An AdmissionReview holds the object and the old one; the apiserver limits each to 3 MiB.
@@ -183,12 +184,13 @@ impl Admission {
 
     /// Configs of both kinds; `labels` narrows them (the in-use check: this operator's only),
     /// `target` to those naming it, by the target name's field selector (`selectableFields`
-    /// of both CRDs, `ConversionConfig::TARGET_FIELD`): a small list, not every config.
+    /// of both CRDs, `ConversionConfig::TARGET_FIELD`): a small list, not every config. `f`
+    /// gets each as the assignment rules see it and whether it is being deleted.
     async fn configs<T>(
         &self,
         labels: Option<&str>,
         target: Option<&str>,
-        f: fn(&'static str, &dyn ConfigLike) -> T,
+        f: fn(ConfigRef, bool) -> T,
     ) -> Result<Vec<T>, String> {
         let ccc = Api::<CRDConversionConfig>::all(self.client.clone());
         let xcc = Api::<XRDConversionConfig>::all(self.client.clone());
@@ -202,11 +204,11 @@ impl Admission {
         let (ccc, xcc) = tokio::join!(
             bounded(
                 "the CRDConversionConfigs",
-                list_all(ccc, labels, cf.as_deref(), |c| f(CRDConversionConfig::KIND, c))
+                list_all(ccc, labels, cf.as_deref(), |c| f(ConfigRef::of(c), deleting(c)))
             ),
             bounded(
                 "the XRDConversionConfigs",
-                list_all(xcc, labels, xf.as_deref(), |c| f(XRDConversionConfig::KIND, c))
+                list_all(xcc, labels, xf.as_deref(), |c| f(ConfigRef::of(c), deleting(c)))
             ),
         );
         let mut out = ccc?;
@@ -236,11 +238,11 @@ impl Admission {
         let (target, others) = tokio::join!(self.target(n), async {
             if needs_others {
                 Some(
-                    self.configs(None, Some(n.target_name()), |kind, c| OtherConfig {
-                        kind,
-                        name: c.name(),
-                        target: c.target().to_string(),
-                        deleting: c.deleting(),
+                    self.configs(None, Some(n.target_name()), |c, deleting| OtherConfig {
+                        kind: c.kind,
+                        name: c.name,
+                        target: c.target,
+                        deleting,
                     })
                     .await,
                 )
@@ -265,11 +267,11 @@ impl Admission {
             && old.as_ref().is_some_and(|o| o.metadata.deletion_timestamp.is_none())
         {
             Some(
-                self.configs(self.selector.as_deref(), None, |kind, c| ConfigPin {
-                    kind,
-                    name: c.name(),
-                    target: c.target().to_string(),
-                    pin: c.pin().map(str::to_string),
+                self.configs(self.selector.as_deref(), None, |c, _| ConfigPin {
+                    kind: c.kind,
+                    name: c.name,
+                    target: c.target,
+                    pin: c.pin,
                 })
                 .await,
             )
@@ -319,31 +321,12 @@ impl Admission {
     }
 }
 
+fn deleting(o: &impl kube::Resource) -> bool {
+    o.meta().deletion_timestamp.is_some()
+}
+
 fn empty_config_facts() -> ConfigFacts {
     ConfigFacts { target: TargetLookup::Missing, others: None, servers: vec![] }
-}
-
-/// Both config kinds, for the lists.
-trait ConfigLike {
-    fn name(&self) -> String;
-    fn target(&self) -> &str;
-    fn pin(&self) -> Option<&str>;
-    fn deleting(&self) -> bool;
-}
-
-impl<K: ConversionConfig + kube::Resource> ConfigLike for K {
-    fn name(&self) -> String {
-        self.meta().name.clone().unwrap_or_default()
-    }
-    fn target(&self) -> &str {
-        self.target_name()
-    }
-    fn pin(&self) -> Option<&str> {
-        self.conversion().webhook_server_ref.as_ref().map(|r| r.name.as_str())
-    }
-    fn deleting(&self) -> bool {
-        self.meta().deletion_timestamp.is_some()
-    }
 }
 
 pub fn router(adm: Admission) -> axum::Router {
