@@ -4,7 +4,7 @@
 //!
 //! Which configs belong to which server: the assignments a server's status lists, what holds
 //! a server's deletion, and which configs a server change must re-reconcile (rebalancing;
-//! which changes count is rebalance.rs).
+//! which changes count is wake/views.rs).
 //! Pure functions over a snapshot of the configs, so the rules are tested without a cluster.
 
 use dco_api::assign::Servers;
@@ -177,7 +177,7 @@ pub fn deletion_blockers(configs: &[ConfigRef], servers: &Servers, server: &str)
 }
 
 /// The configs a change of `server` (its spec, deletion, existence or CA, never its status
-/// alone: rebalance.rs) must reconcile again: those whose resolution now differs from the
+/// alone: wake/views.rs) must reconcile again: those whose resolution now differs from the
 /// persisted one (rebalancing: a new pool member enqueues what it wins, a removed one what it
 /// held), and those involving the server (its CA is in their wiring, it may hold a move).
 pub fn affected_by(configs: &[ConfigRef], servers: &Servers, server: &str) -> Vec<String> {

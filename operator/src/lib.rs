@@ -4,7 +4,7 @@
 //!
 //! Layers, each using only those below it: `names`, `kinds`, `pki` (shared by both wings and
 //! importing nothing else of the crate but `error`) → `observability`, `sharding`, `context`
-//! → the wings `config`, `server`, `admission` → `rebalance`, `status_metrics` → `runtime`.
+//! → the wings `config`, `server`, `admission` → `wake`, `status_metrics` → `runtime`.
 
 pub(crate) mod admission;
 pub mod cli;
@@ -17,7 +17,6 @@ pub(crate) mod names;
 pub(crate) mod namespaces;
 pub mod observability;
 pub(crate) mod pki;
-pub(crate) mod rebalance;
 pub(crate) mod reconcile;
 pub mod runtime;
 pub(crate) mod served;
@@ -25,6 +24,7 @@ pub(crate) mod server;
 pub(crate) mod sharding;
 pub(crate) mod shutdown;
 pub(crate) mod status_metrics;
+pub(crate) mod wake;
 
 #[cfg(test)]
 mod testing;

@@ -20,9 +20,10 @@ use super::watches::{Primaries, Primary, managed};
 use crate::config;
 use crate::context::Context;
 use crate::namespaces;
-use crate::rebalance::{self, Pacer};
 use crate::server;
 use crate::sharding::leases::Snapshot;
+use crate::wake::pacing::{self, Pacer};
+use crate::wake::views::owner_of;
 
 /// Runs the three controllers until the stop signal.
 pub async fn run(
@@ -35,10 +36,10 @@ pub async fn run(
     let servers = servers(ctx, primaries.servers, queues.servers);
     // One budget for both config controllers, divided among the live members.
     let pacer = Arc::new(Pacer::new(rebalance_qps, move || membership.borrow().live.len()));
-    let cccs = crd_configs(ctx, primaries.cccs, rebalance::paced(queues.cccs, pacer.clone()));
+    let cccs = crd_configs(ctx, primaries.cccs, pacing::paced(queues.cccs, pacer.clone()));
     // Held until the controllers stop: dropping it ends the detection.
     let crossplane = dco_api::crossplane::Detector::start(ctx.client.clone());
-    let xccs = xrd_configs(ctx, primaries.xccs, rebalance::paced(queues.xccs, pacer), crossplane.subscribe());
+    let xccs = xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), crossplane.subscribe());
     tokio::join!(servers, cccs, xccs);
 }
 
@@ -52,8 +53,8 @@ fn servers(
     let mut ctl = Controller::for_shared_stream(primary, ctx.stores.servers.clone());
     for scope in ctx.settings.server_namespaces.scopes() {
         ctl = ctl
-            .watches(namespaces::api::<Deployment>(client, &scope), managed(), |d| rebalance::owner_of(&d))
-            .watches(namespaces::api::<Service>(client, &scope), managed(), |s| rebalance::owner_of(&s));
+            .watches(namespaces::api::<Deployment>(client, &scope), managed(), |d| owner_of(&d))
+            .watches(namespaces::api::<Service>(client, &scope), managed(), |s| owner_of(&s));
     }
     ctl.reconcile_on(stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
         .shutdown_on_signal()

@@ -1,6 +1,6 @@
 //! Wiring, one step a file: the clients and settings (clients.rs), the Coordinator and the
 //! shard-scoped watch client (sharding.rs), the probes and metrics (health.rs), one watch per
-//! kind (watches.rs), who wakes whom (wakes.rs, on the rules of rebalance.rs), the admission
+//! kind (watches.rs), who wakes whom (wakes.rs, on the rules of wake/), the admission
 //! webhook (admission.rs) and the three controllers (controllers.rs).
 
 mod admission;

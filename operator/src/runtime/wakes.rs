@@ -1,4 +1,4 @@
-//! Who wakes whom, apart from each controller's own objects (the rules are crate::rebalance's):
+//! Who wakes whom, apart from each controller's own objects (the rules are crate::wake's):
 //! a server's spec, deletion, existence and CA → the configs it affects (paced); its Leases
 //! and its served status → the unsettled configs it takes part in; a config's ConfigRef → its
 //! servers; a Secret → its server. Nothing wakes a config because a server's status listed
@@ -20,10 +20,12 @@ use super::watches::{Roots, dispatch};
 use crate::context::Context;
 use crate::kinds::{ConfigKind, ConfigRef};
 use crate::namespaces::{self, Events};
-use crate::rebalance::{self, CaView, Changes, Fanout, ServedView, ServerView, Wake};
 use crate::served::lease_triggers;
 use crate::sharding::gate::Gate;
 use crate::sharding::run;
+use crate::wake::changes::Changes;
+use crate::wake::fanout::{self, Fanout, Wake};
+use crate::wake::views::{self, CaView, ServedView, ServerView};
 
 /// What the fan-out asks of each controller, beyond its primary stream.
 pub struct Queues {
@@ -93,12 +95,12 @@ fn on_change(
 fn server_changes() -> impl FnMut(&watcher::Event<ConversionWebhookServer>) -> Vec<Wake> {
     let (mut spec, mut served) = (Changes::default(), Changes::default());
     move |ev| {
-        let mut out: Vec<Wake> = rebalance::servers_of(&spec.observe(ev, ServerView::of), |v| &v.name)
+        let mut out: Vec<Wake> = fanout::servers_of(&spec.observe(ev, ServerView::of), |v| &v.name)
             .into_iter()
-            .map(Wake::Rebalance)
+            .map(Wake::Affected)
             .collect();
         out.extend(
-            rebalance::servers_of(&served.observe(ev, ServedView::of), |v| &v.name)
+            fanout::servers_of(&served.observe(ev, ServedView::of), |v| &v.name)
                 .into_iter()
                 .map(Wake::Progress),
         );
@@ -111,12 +113,12 @@ fn server_changes() -> impl FnMut(&watcher::Event<ConversionWebhookServer>) -> V
 fn secret_changes() -> impl FnMut(&watcher::Event<Secret>) -> Vec<Wake> {
     let mut ca = Changes::default();
     move |ev| {
-        let mut out: Vec<Wake> = rebalance::servers_of(&ca.observe(ev, CaView::of), |v| &v.server)
+        let mut out: Vec<Wake> = fanout::servers_of(&ca.observe(ev, CaView::of), |v| &v.server)
             .into_iter()
-            .map(Wake::Rebalance)
+            .map(Wake::Affected)
             .collect();
         if let watcher::Event::Apply(s) | watcher::Event::Delete(s) = ev {
-            out.extend(rebalance::owner_of(s).map(Wake::Server));
+            out.extend(views::owner_of(s).map(Wake::Server));
         }
         out
     }
@@ -127,7 +129,7 @@ fn config_changes<K: ConfigKind>() -> impl FnMut(&watcher::Event<K>) -> Vec<Wake
     let mut changes = Changes::default();
     move |ev| {
         let changed = changes.observe(ev, |c: &K| Some(ConfigRef::of(c)));
-        rebalance::config_servers(&changed).into_iter().map(Wake::Server).collect()
+        fanout::config_servers(&changed).into_iter().map(Wake::Server).collect()
     }
 }
 

@@ -21,9 +21,9 @@ use tokio::sync::mpsc;
 use super::sharding::Sharding;
 use crate::context::Stores;
 use crate::namespaces::{self, Events, ServerNamespaces};
-use crate::rebalance::{Fanout, Wake};
 use crate::sharding::gate::Gate;
 use crate::sharding::sharded_watch;
+use crate::wake::fanout::{Fanout, Wake};
 use dco_api::target::slim;
 
 /// The watch config of the kinds `--selector` narrows (servers and configs).
