@@ -15,7 +15,7 @@
 #   SERVERS=2 CONFIGS=10 WINDOW=15 hack/bench/reconciles.sh target/bench/dco-operator-base
 #
 # Measured with the defaults (2 servers, 10 configs, 15 s windows), the base 1c931c7 against
-# the shared reflectors and rebalance.rs, two runs each, same numbers:
+# the shared reflectors and the fan-out (now operator/src/wake/), two runs each, same numbers:
 #   WATCH streams: 12 (servers, both config kinds and Secrets twice each) -> 8 (one per kind)
 #   crdconversionconfig reconciles after c0's phase changes: 7 (c0 and its server's other 4)
 #   -> 2 (c0 and its own status write); annotation 1 -> 1; rule 2 -> 2; idle 0 -> 0.
