@@ -103,9 +103,10 @@ impl Context {
         controller: &str,
         o: &K,
     ) -> Option<kube::runtime::controller::Action> {
-        if self.gate.owns(o.meta().uid.as_deref()) {
-            // The evidence of who reconciled what (tests/tests/operator_pods.rs reads it).
-            tracing::debug!(controller, object = %o.meta().name.as_deref().unwrap_or_default(),
+        if let Some(shard) = self.gate.owned_shard(o.meta().uid.as_deref()) {
+            // Who reconciled what, by shard (the sharding tests read it on /metrics).
+            self.metrics.let_through(controller, shard);
+            tracing::debug!(controller, object = %o.meta().name.as_deref().unwrap_or_default(), shard,
                 "reconciling: this replica owns the object's shard");
             return None;
         }

@@ -661,6 +661,7 @@ mod exposition_tests {
             &crate::error::Error::NotReady("the destination is not ready".into()),
         );
         m.skipped("conversionwebhookserver");
+        m.let_through("crdconversionconfig", 7);
         admission.review("CRDConversionConfig", false, Duration::from_millis(2));
         m.handover_transitions.get_or_create(&TransitionLabels { reason: "Patched".into() }).inc();
         sharding.coordinator_ticks.get_or_create(&ResultLabel { result: "ok" }).inc();

@@ -143,17 +143,23 @@ pub async fn shard_holders(
     Ok(out)
 }
 
-/// `(time, object)` of every reconcile of `controller` that dco-operator's shard gate let
-/// through, from the operator's log at `RUST_LOG=dco_operator::context=debug` (its
-/// `Context::not_ours` logs one line each: the evidence of who reconciled what).
-pub fn gate_reconciles(log: &str, controller: &str) -> Vec<(k8s_openapi::jiff::Timestamp, String)> {
-    log.lines()
-        .map(strip_ansi)
-        .filter(|l| l.contains("this replica owns the object's shard") && l.contains(controller))
+/// The reconciles dco-operator's shard gate let through for `controller`, by the object's
+/// shard, since the replica started: `dco_operator_shard_reconciles_total{controller,shard}`
+/// on its `/metrics` at `addr` (docs/operations.md, "Metrics"). Shards without a reconcile
+/// are absent.
+pub async fn shard_reconciles(addr: &str, controller: &str) -> Result<std::collections::BTreeMap<u32, u64>> {
+    let (code, body) = http_get(addr, "/metrics").await?;
+    anyhow::ensure!(code == 200, "GET {addr}/metrics: {code}");
+    Ok(shard_reconciles_in(&body, controller))
+}
+
+/// [`shard_reconciles`] of a scrape already read.
+pub fn shard_reconciles_in(body: &str, controller: &str) -> std::collections::BTreeMap<u32, u64> {
+    let prefix = format!("dco_operator_shard_reconciles_total{{controller=\"{controller}\",shard=\"");
+    body.lines()
         .filter_map(|l| {
-            let at = l.split_whitespace().next()?.parse().ok()?;
-            let obj = l.split(" object=").nth(1)?.split_whitespace().next()?.to_string();
-            Some((at, obj))
+            let (shard, value) = l.strip_prefix(prefix.as_str())?.split_once("\"} ")?;
+            Some((shard.parse().ok()?, value.trim().parse::<f64>().ok()? as u64))
         })
         .collect()
 }
@@ -1017,6 +1023,22 @@ mod tests {
         assert_eq!(
             query_escape("shardRange(object.metadata.uid, '0x0', '0x8')"),
             "shardRange%28object.metadata.uid%2C%20%270x0%27%2C%20%270x8%27%29"
+        );
+    }
+
+    #[test]
+    fn shard_reconciles_reads_one_controller_by_shard() {
+        let body = "# TYPE dco_operator_shard_reconciles counter\n\
+            dco_operator_shard_reconciles_total{controller=\"crdconversionconfig\",shard=\"3\"} 7\n\
+            dco_operator_shard_reconciles_total{controller=\"conversionwebhookserver\",shard=\"3\"} 2\n\
+            dco_operator_shard_reconciles_total{controller=\"crdconversionconfig\",shard=\"31\"} 1\n";
+        assert_eq!(shard_reconciles_in(body, "crdconversionconfig"), [(3, 7), (31, 1)].into());
+        assert_eq!(
+            metric_value(
+                body,
+                "dco_operator_shard_reconciles_total{controller=\"crdconversionconfig\",shard=\"31\"}"
+            ),
+            Some(1.0)
         );
     }
 

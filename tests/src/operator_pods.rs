@@ -16,7 +16,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
@@ -255,62 +254,66 @@ fn balanced(h: &BTreeMap<u32, String>, pods: &BTreeSet<String>) -> bool {
         && count.values().all(|c| *c <= SHARDS.div_ceil(n))
 }
 
-/// `(time, object)` of every reconcile the shard gate let through in a Pod's log.
-fn reconciles(env: &TestEnv, pod: &str) -> Vec<(Timestamp, String)> {
-    let text = std::fs::read_to_string(env.cluster.pod_log(&env.ns, pod, "operator")).unwrap_or_default();
-    crate::gate_reconciles(&text, "crdconversionconfig")
+/// The config reconciles a replica's shard gate let through, by shard (its metrics).
+async fn gate_counts(r: &Replica) -> Result<BTreeMap<u32, u64>> {
+    crate::shard_reconciles(&format!("{}:8080", r.ip), "crdconversionconfig").await
 }
 
-/// `(time, shards taken)` of every change of a Pod's owned set, from its log (membership.rs
-/// logs "the shards this replica owns changed" once the gate has the new set).
-fn takes(env: &TestEnv, pod: &str) -> Vec<(Timestamp, BTreeSet<u32>)> {
-    let text = std::fs::read_to_string(env.cluster.pod_log(&env.ns, pod, "operator")).unwrap_or_default();
-    text.lines()
-        .map(crate::strip_ansi)
-        .filter(|l| l.contains("the shards this replica owns changed"))
-        .filter_map(|l| {
-            let at = l.split_whitespace().next()?.parse().ok()?;
-            let list = l.split(" taken=[").nth(1)?.split(']').next()?;
-            Some((at, list.split(',').filter_map(|n| n.trim().parse().ok()).collect()))
-        })
-        .collect()
+/// What one replica said at one sample: its gate's counts by shard, then the shards its gate
+/// owned.
+#[derive(Clone, Debug)]
+struct Sample {
+    counts: BTreeMap<u32, u64>,
+    owned: BTreeSet<u32>,
 }
 
-/// Never two owners: the reconciles of one object (time, replica), in time order, form runs
-/// of one replica each; the first run's replica owned the shard at settle or took it before,
-/// and every hand-over to another replica is a take of the shard by it after the previous
-/// replica's last reconcile (and before its own first; the gate gets the set a moment
-/// before the log line, hence the slack).
-fn one_owner_at_a_time(
-    mut seq: Vec<(Timestamp, String)>,
-    shard: u32,
-    settle_owner: &str,
-    takes: &BTreeMap<String, Vec<(Timestamp, BTreeSet<u32>)>>,
-) -> Result<usize, String> {
-    let slack = k8s_openapi::jiff::SignedDuration::from_millis(500);
-    seq.sort();
-    let took = |pod: &str, after: Option<Timestamp>, by: Timestamp| {
-        takes.get(pod).into_iter().flatten().any(|(t, s)| {
-            s.contains(&shard) && after.is_none_or(|a| *t > a) && *t <= by.checked_add(slack).unwrap_or(by)
-        })
-    };
-    let Some((first_at, first)) = seq.first().cloned() else { return Err("never reconciled".into()) };
-    if first != settle_owner && !took(&first, None, first_at) {
-        return Err(format!("first reconciled by {first} at {first_at}, which never took shard {shard}"));
-    }
-    let mut handovers = 0;
-    for w in seq.windows(2) {
-        let ((prev_at, prev), (at, pod)) = (&w[0], &w[1]);
-        if prev != pod {
-            if !took(pod, Some(*prev_at), *at) {
-                return Err(format!(
-                    "reconciled by {prev} at {prev_at}, then by {pod} at {at}, which took shard {shard} in between: two owners"
-                ));
+/// Samples every replica of `rs` every 500 ms until `stop`: each replica's samples, in order.
+fn sample_gates(
+    rs: Vec<Replica>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<BTreeMap<String, Vec<Sample>>> {
+    tokio::spawn(async move {
+        let mut out: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
+        loop {
+            let last = stop.load(Ordering::SeqCst);
+            for r in &rs {
+                let Ok(counts) = gate_counts(r).await else { continue };
+                let Ok(d) = debug_shards(r).await else { continue };
+                let owned =
+                    d["owned"].as_array().into_iter().flatten().filter_map(|v| v.as_u64()).map(|v| v as u32);
+                out.entry(r.pod.clone()).or_default().push(Sample { counts, owned: owned.collect() });
             }
-            handovers += 1;
+            if last {
+                return out;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+/// Never two owners, at the samples' resolution: every reconcile a replica's gate let through
+/// between two of its samples was of a shard its gate owned at one of them (the gate's owned
+/// set is the replica's shard Leases, which no two replicas hold at once: docs/sharding.md,
+/// "Never two owners"). Returns how many shards more than one replica reconciled (hand-overs).
+fn reconciled_only_while_owned(samples: &BTreeMap<String, Vec<Sample>>) -> Result<usize, String> {
+    let mut by: BTreeMap<u32, BTreeSet<&str>> = BTreeMap::new();
+    for (pod, seq) in samples {
+        for w in seq.windows(2) {
+            let (before, after) = (&w[0], &w[1]);
+            for (shard, n) in &after.counts {
+                if *n > before.counts.get(shard).copied().unwrap_or(0) {
+                    if !before.owned.contains(shard) && !after.owned.contains(shard) {
+                        return Err(format!(
+                            "{pod} reconciled in shard {shard} between two samples, owning it at neither (owned {:?}, then {:?})",
+                            before.owned, after.owned
+                        ));
+                    }
+                    by.entry(*shard).or_default().insert(pod);
+                }
+            }
         }
     }
-    Ok(handovers)
+    Ok(by.values().filter(|p| p.len() > 1).count())
 }
 
 /// An unsharded watch of this test's configs, run by the test: the reference stream.
@@ -403,8 +406,7 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
         ]
         .map(String::from)
         .to_vec(),
-        // The shard gate logs every reconcile it lets through.
-        rust_log: "info,dco_operator::context=debug",
+        rust_log: "info",
         termination_grace_s: 10,
     };
     deployment(REPLICAS).apply(&t, &MANAGER).await?;
@@ -464,6 +466,14 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
         let dropped = metric(r, &format!("dco_operator_watch_dropped_events_total{kind}")).await?;
         before.insert(r.pod.clone(), (bytes, events, dropped));
     }
+    // Who reconciles what, from here on: each replica's gate counts by shard, now and every
+    // 500 ms (with the shards its gate owns) until they are compared.
+    let mut gates_before = BTreeMap::new();
+    for r in &rs {
+        gates_before.insert(r.pod.clone(), gate_counts(r).await?);
+    }
+    let stop_sampling = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_gates(rs.clone(), stop_sampling.clone());
 
     // A default server for the real targets, 20 targets of two versions, and 300 configs.
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
@@ -491,13 +501,19 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
         .await?;
     }
     let cfg_name = |i: usize| format!("{ns}-c{i:03}");
+    // A later stamp changes the spec too (a drift policy, moot without a drift), so that its
+    // reconcile shows in the status: `observedGeneration`.
     let config = |i: usize, stamp: &str| {
         let tgt = if i < REAL { target(i) } else { format!("missing{i}.{ns}.pods.dco.rs") };
-        json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+        let mut c = json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
             "metadata": {"name": cfg_name(i), "labels": {label_k: label_v}, "annotations": {"dco-pods-test/stamp": stamp}},
             "spec": {"targetCRD": {"name": tgt}, "hubVersion": "v2",
                 "spokes": [{"version": "v1", "rules": [
-                    {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}})
+                    {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.storageGB", "spokePath": "spec.storageSize"}}]}]}});
+        if stamp != "1" {
+            c["spec"]["driftPolicy"] = json!("FailClosed");
+        }
+        c
     };
     let created = Instant::now();
     futures::stream::iter(0..CONFIGS)
@@ -550,42 +566,56 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
 
     // Who reconciled what: every config by the owner of its shard, and by no other replica —
     // unless the shard changed hands (renewals starved past the deadline on a loaded machine
-    // lapse and lose shards, membership.rs), and then by one owner at a time.
+    // lapse and lose shards, membership), and then only while it owned it. Every config has a
+    // status, written by a reconcile, so the owner's gate let at least one through for each.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    stop_sampling.store(true, Ordering::SeqCst);
+    let samples = sampler.await?;
     let moved_during_test = transitions(&leases).await? - transitions_at_settle;
-    let mut by: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut seqs: BTreeMap<String, Vec<(Timestamp, String)>> = BTreeMap::new();
-    let mut took = BTreeMap::new();
+    let mut configs_in: BTreeMap<u32, u64> = BTreeMap::new();
+    for uid in uids.values() {
+        *configs_in.entry(shard_of(uid)).or_default() += 1;
+    }
+    // shard → replica → reconciles since the configs were applied
+    let mut by: BTreeMap<u32, BTreeMap<String, u64>> = BTreeMap::new();
     for r in &rs {
-        for (at, obj) in reconciles(&t, &r.pod) {
-            by.entry(obj.clone()).or_default().insert(r.pod.clone());
-            seqs.entry(obj).or_default().push((at, r.pod.clone()));
+        let was = &gates_before[&r.pod];
+        for (shard, n) in gate_counts(r).await? {
+            let d = n - was.get(&shard).copied().unwrap_or(0);
+            if d > 0 {
+                by.entry(shard).or_default().insert(r.pod.clone(), d);
+            }
         }
-        took.insert(r.pod.clone(), takes(&t, &r.pod));
     }
-    let mut handed_over = 0;
-    for (name, uid) in &uids {
-        let (shard, owner) = (shard_of(uid), &owners[&shard_of(uid)]);
-        let who = by.get(name).cloned().unwrap_or_default();
-        if moved_during_test == 0 {
+    if moved_during_test == 0 {
+        for shard in 0..SHARDS {
+            let (owner, n) = (&owners[&shard], configs_in.get(&shard).copied().unwrap_or(0));
+            let who = by.get(&shard).cloned().unwrap_or_default();
+            let replicas: BTreeSet<&String> = who.keys().collect();
+            if n == 0 {
+                ensure!(who.is_empty(), "shard {shard} holds no config, yet reconciles by {who:?}");
+                continue;
+            }
             ensure!(
-                who == BTreeSet::from([owner.clone()]),
-                "{name} (shard {shard}) reconciled by {who:?}, owner {owner}"
+                replicas == BTreeSet::from([owner]),
+                "shard {shard} ({n} configs) reconciled by {who:?}, owner {owner}"
             );
-        } else {
-            let seq = seqs.get(name).cloned().unwrap_or_default();
-            handed_over += one_owner_at_a_time(seq, shard, owner, &took)
-                .map_err(|e| anyhow::anyhow!("{name} (shard {shard}, owner at settle {owner}): {e}"))?;
+            ensure!(
+                who[owner] >= n,
+                "shard {shard}: {} reconciles by its owner {owner} for {n} configs",
+                who[owner]
+            );
         }
-    }
-    if moved_during_test > 0 {
+    } else {
+        let handed_over = reconciled_only_while_owned(&samples)
+            .map_err(|e| anyhow::anyhow!("shards changed hands {moved_during_test} times: {e}"))?;
         eprintln!(
-            "shards changed hands {moved_during_test} times after settling (starved renewals); {handed_over} reconcile hand-overs, each after a take"
+            "shards changed hands {moved_during_test} times after settling (starved renewals); {handed_over} shards reconciled by more than one replica, each only while it owned them"
         );
     }
-    let per_replica: Vec<(String, usize)> =
-        rs.iter().map(|r| (r.pod.clone(), by.values().filter(|w| w.contains(&r.pod)).count())).collect();
-    eprintln!("configs reconciled per replica: {per_replica:?}");
+    let per_replica: Vec<(String, u64)> =
+        rs.iter().map(|r| (r.pod.clone(), by.values().filter_map(|w| w.get(&r.pod)).sum())).collect();
+    eprintln!("config reconciles per replica: {per_replica:?}");
 
     // The sharded streams: each replica received exactly the events of its own shards' configs.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -638,55 +668,71 @@ pub async fn divide_and_survive(server_side: bool) -> Result<()> {
     ref_task.abort();
 
     // SIGSTOP one replica: it stops reconciling before its shards are taken, the others take
-    // them, a change in one of them is reconciled there, and the stopped one, resumed, does not
-    // reconcile what it no longer owns.
+    // them (their gates' counts of the shard move) and a change in one of them is reconciled
+    // there (the config's status is of the change's generation), and the stopped one, resumed,
+    // does not reconcile what it no longer owns (its gate's counts of those shards stay).
     let victim = rs[0].clone();
     let victim_shards: BTreeSet<u32> =
         owners.iter().filter(|(_, h)| **h == victim.pod).map(|(i, _)| *i).collect();
-    let (moved_name, _) = uids
+    let (moved_name, moved_uid) = uids
         .iter()
         .find(|(_, u)| victim_shards.contains(&shard_of(u)))
         .context("a config in the stopped replica's shards")?;
+    let moved_shard = shard_of(moved_uid);
     let moved_i: usize =
         moved_name.rsplit("-c").next().and_then(|s| s.parse().ok()).context("config index")?;
+    let victim_before = gate_counts(&victim).await?;
+    let others: Vec<Replica> = rs.iter().filter(|r| r.pod != victim.pod).cloned().collect();
+    let mut others_before = BTreeMap::new();
+    for r in &others {
+        others_before.insert(r.pod.clone(), gate_counts(r).await?.get(&moved_shard).copied().unwrap_or(0));
+    }
     signal(victim.pid, "STOP")?;
     let stopped = Instant::now();
-    let stopped_at = Timestamp::now();
-    MANAGER.apply(&cfgs, moved_name, config(moved_i, "2")).await?;
-    let others: Vec<Replica> = rs.iter().filter(|r| r.pod != victim.pod).cloned().collect();
-    let taker =
-        wait_for("another replica to reconcile the change in a stopped replica's shard", WAIT, || async {
-            for r in &others {
-                if reconciles(&t, &r.pod).iter().any(|(at, o)| o == moved_name && *at > stopped_at) {
-                    return Ok(Some(r.pod.clone()));
-                }
+    let changed = MANAGER.apply(&cfgs, moved_name, config(moved_i, "2")).await?;
+    let generation = changed.metadata.generation.context("the changed config's generation")?;
+    // Taken: another replica's gate lets a reconcile of the shard through (taking a shard
+    // reconciles every object in it, the changed one too).
+    let taker = wait_for("another replica to reconcile in a stopped replica's shard", WAIT, || async {
+        for r in &others {
+            if gate_counts(r).await?.get(&moved_shard).copied().unwrap_or(0) > others_before[&r.pod] {
+                return Ok(Some(r.pod.clone()));
             }
-            Ok(None)
-        })
-        .await?;
+        }
+        Ok(None)
+    })
+    .await?;
     let took = stopped.elapsed();
-    eprintln!("{taker} reconciled {moved_name} {took:?} after {} was stopped", victim.pod);
+    // And the change itself is reconciled: the config's status is of its new generation.
+    wait_for("the change in a stopped replica's shard to be reconciled", WAIT, || async {
+        let c = cfgs.get(moved_name).await?;
+        Ok(c.status.and_then(|s| s.observed_generation).filter(|g| *g >= generation).map(|_| ()))
+    })
+    .await?;
+    eprintln!(
+        "{taker} reconciled in shard {moved_shard} {took:?} after {} was stopped, and {moved_name}'s change {:?} after",
+        victim.pod,
+        stopped.elapsed()
+    );
     ensure!(
         took <= Duration::from_secs(LEASE_DURATION_S + RENEW_S + 3),
         "the change waited {took:?}, beyond the lease duration plus a renew interval (and 3 s for the ticks' writes, the relist and the reconcile)"
     );
     let h = holders(&leases).await?;
     ensure!(h.values().all(|p| *p != victim.pod), "the stopped replica still holds live shard Leases: {h:?}");
-    let resumed_at = Timestamp::now();
     signal(victim.pid, "CONT")?;
     // Resumed, it rejoins: shards come back to it only by Lease takes, at its ticks.
     settle(REPLICAS).await?;
-    let rejoined_at = Timestamp::now();
+    let victim_after = gate_counts(&victim).await?;
     let h = holders(&leases).await?;
-    for (at, obj) in reconciles(&t, &victim.pod) {
-        if at > stopped_at && at < rejoined_at {
-            let shard = shard_of(&uids[&obj]);
-            ensure!(
-                h.get(&shard) == Some(&victim.pod) && at > resumed_at,
-                "{} reconciled {obj} (shard {shard}) at {at} while stopped or before retaking it",
-                victim.pod
-            );
-        }
+    for (shard, n) in &victim_after {
+        let was = victim_before.get(shard).copied().unwrap_or(0);
+        ensure!(
+            *n == was || h.get(shard) == Some(&victim.pod),
+            "{} reconciled {} times in shard {shard} while stopped or before retaking it",
+            victim.pod,
+            n - was
+        );
     }
     let skipped =
         metric(&victim, "dco_operator_reconciles_skipped_total{controller=\"crdconversionconfig\"}").await?;
@@ -818,20 +864,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_second_owner_without_a_take_in_between_is_caught() {
-        let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
-        let seq = |v: &[(i64, &str)]| v.iter().map(|(s, p)| (at(*s), p.to_string())).collect::<Vec<_>>();
-        let takes = BTreeMap::from([
-            ("a".to_string(), vec![(at(0), BTreeSet::from([3]))]),
-            ("b".to_string(), vec![(at(20), BTreeSet::from([3, 4]))]),
+    fn a_reconcile_of_a_shard_owned_at_neither_sample_is_caught() {
+        let sample = |counts: &[(u32, u64)], owned: &[u32]| Sample {
+            counts: counts.iter().copied().collect(),
+            owned: owned.iter().copied().collect(),
+        };
+        // a reconciles shard 3 while owning it, hands it to b, which reconciles it once it owns it.
+        let ok = BTreeMap::from([
+            ("a".to_string(), vec![sample(&[], &[3]), sample(&[(3, 2)], &[3]), sample(&[(3, 2)], &[])]),
+            ("b".to_string(), vec![sample(&[], &[]), sample(&[], &[3]), sample(&[(3, 1)], &[3])]),
         ]);
-        // a, then b after b's take: one hand-over.
-        assert_eq!(one_owner_at_a_time(seq(&[(5, "a"), (10, "a"), (21, "b")]), 3, "a", &takes), Ok(1));
-        // b before its take, or of a shard it never took: two owners.
-        assert!(one_owner_at_a_time(seq(&[(5, "a"), (15, "b"), (25, "a")]), 3, "a", &takes).is_err());
-        assert!(one_owner_at_a_time(seq(&[(5, "a"), (25, "b")]), 5, "a", &takes).is_err());
-        // back to a without a new take by a.
-        assert!(one_owner_at_a_time(seq(&[(5, "a"), (21, "b"), (30, "a")]), 3, "a", &takes).is_err());
-        assert!(one_owner_at_a_time(Vec::new(), 3, "a", &takes).is_err());
+        assert_eq!(reconciled_only_while_owned(&ok), Ok(1));
+        // b reconciles shard 3 between two samples at which it owned it at neither: two owners.
+        let two = BTreeMap::from([
+            ("a".to_string(), vec![sample(&[], &[3]), sample(&[(3, 1)], &[3])]),
+            ("b".to_string(), vec![sample(&[], &[4]), sample(&[(3, 1)], &[4])]),
+        ]);
+        assert!(reconciled_only_while_owned(&two).is_err());
+        // a, having handed shard 3 over, reconciles it again without owning it.
+        let back = BTreeMap::from([(
+            "a".to_string(),
+            vec![sample(&[(3, 1)], &[3]), sample(&[(3, 1)], &[]), sample(&[(3, 2)], &[])],
+        )]);
+        assert!(reconciled_only_while_owned(&back).is_err());
     }
 }

@@ -1,16 +1,17 @@
 //! Two dco-operator replicas on the local cluster divide their work by shard Leases
-//! (docs/sharding.md): each holds half of the shard Leases, every config is reconciled by exactly
-//! one of them, a replica killed with SIGKILL has its shards taken by the other (the wait allows
-//! the lease duration plus a renew interval plus 10 s; the time is printed), after which the
-//! survivor reconciles every config, and a replica stopped with SIGTERM frees its shard Leases.
+//! (docs/sharding.md): each holds half of the shard Leases, every config is reconciled (its status
+//! is of its generation) by exactly one of them (the shard gate's counts by shard,
+//! `dco_operator_shard_reconciles_total`, never both in one shard), a replica killed with SIGKILL
+//! has its shards taken by the other (the wait allows the lease duration plus a renew interval plus
+//! 10 s; the time is printed), after which the survivor reconciles every config, and a replica
+//! stopped with SIGTERM frees its shard Leases.
 //!
 //! Needs `target/debug/dco-operator` (`cargo build -p dco-operator`). The replicas run as local
 //! processes with `--replica-id`, scoped by `--selector` to this test's configs, their Leases in
 //! the test's namespace; the configs name no existing CRD, which is still a reconcile that
 //! writes status.
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ const RENEW_S: u64 = 2;
 
 struct Replica {
     child: Child,
-    log: PathBuf,
+    /// Its `--metrics-listen` address.
     metrics: String,
 }
 
@@ -49,26 +50,42 @@ fn start(env: &TestEnv, selector: &str, id: &str) -> Result<Replica> {
         .args(["--lease-renew-interval", &format!("{RENEW_S}s")])
         .args(["--shards", &SHARDS.to_string(), "--metrics-listen", &metrics, "--resync", "300s"])
         .env("KUBECONFIG", &env.cluster.kubeconfig)
-        // The shard gate logs every reconcile it lets through at debug: the evidence of who
-        // reconciled what.
-        .env("RUST_LOG", "info,dco_operator::context=debug")
+        .env("RUST_LOG", "info")
         .stdout(Stdio::from(out.try_clone()?))
         .stderr(Stdio::from(out))
         .spawn()
         .context("starting dco-operator")?;
     eprintln!("dco-operator {id} log: {}", log.display());
-    Ok(Replica { child, log, metrics })
+    Ok(Replica { child, metrics })
 }
 
-/// The configs a replica's log shows reconciled since byte `from` of it.
-fn reconciled(r: &Replica, from: usize) -> Result<BTreeSet<String>> {
-    let text = std::fs::read_to_string(&r.log)?;
-    let since = text.get(from..).unwrap_or_default();
-    Ok(dco_tests::gate_reconciles(since, "crdconversionconfig").into_iter().map(|(_, o)| o).collect())
+/// The shards in which a replica's gate let a config reconcile through since `before` (its
+/// counts then).
+async fn reconciled_shards(r: &Replica, before: &BTreeMap<u32, u64>) -> Result<BTreeSet<u32>> {
+    let now = dco_tests::shard_reconciles(&r.metrics, "crdconversionconfig").await?;
+    Ok(now.into_iter().filter(|(s, n)| *n > before.get(s).copied().unwrap_or(0)).map(|(s, _)| s).collect())
 }
 
-fn log_len(r: &Replica) -> usize {
-    std::fs::metadata(&r.log).map(|m| m.len() as usize).unwrap_or(0)
+/// Waits until every config's status is of its current generation: each was reconciled since
+/// it last changed.
+async fn wait_all_reconciled(
+    cccs: &Api<dco_api::CRDConversionConfig>,
+    selector: &str,
+    names: &BTreeSet<String>,
+    what: &str,
+) -> Result<()> {
+    wait_for(what, Duration::from_secs(60), || async {
+        let mut done = 0;
+        for c in cccs.list(&ListParams::default().labels(selector)).await?.items {
+            let current = c.metadata.generation.is_some()
+                && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation;
+            if current && c.metadata.name.as_ref().is_some_and(|n| names.contains(n)) {
+                done += 1;
+            }
+        }
+        Ok((done == names.len()).then_some(()))
+    })
+    .await
 }
 
 /// Shard Lease holders: replica id → number of shards held ("" for those freed).
@@ -135,29 +152,36 @@ async fn two_replicas_divide_the_configs_and_the_survivor_takes_over() -> Result
         async move {
             let (k, v) = selector.split_once('=').unwrap_or_default();
             for (i, name) in names.iter().enumerate() {
-                let cfg = json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
+                let mut cfg = json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
                     "metadata": {"name": name, "labels": {k: v}, "annotations": {"dco-shards-test/stamp": stamp}},
                     "spec": {"targetCRD": {"name": format!("widgets.g{i}.{ns}.shards.dco.rs")}, "hubVersion": "v2",
                         "spokes": [{"version": "v1", "rules": []}]}});
+                // A later stamp changes the spec too (a drift policy, moot without a target),
+                // so that its reconcile shows in the status: `observedGeneration`.
+                if stamp != "1" {
+                    cfg["spec"]["driftPolicy"] = json!("FailClosed");
+                }
                 cccs.patch(name, &PatchParams::apply("dco-shards-test").force(), &Patch::Apply(&cfg)).await?;
             }
             anyhow::Ok(())
         }
     };
     let all: BTreeSet<String> = names.iter().cloned().collect();
-    let (from_a, from_b) = (log_len(&a), log_len(&b));
+    // Who reconciled: each replica's gate counts by shard (its metrics), before and after.
+    let before_a = dco_tests::shard_reconciles(&a.metrics, "crdconversionconfig").await?;
+    let before_b = dco_tests::shard_reconciles(&b.metrics, "crdconversionconfig").await?;
     apply_all("1".into()).await?;
-    wait_for("every config to be reconciled", Duration::from_secs(60), || async {
-        let got: BTreeSet<String> =
-            reconciled(&a, from_a)?.union(&reconciled(&b, from_b)?).cloned().collect();
-        Ok((got == all).then_some(()))
-    })
-    .await?;
+    wait_all_reconciled(&cccs, &selector, &all, "every config to be reconciled").await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (by_a, by_b) = (reconciled(&a, from_a)?, reconciled(&b, from_b)?);
-    let both: Vec<&String> = by_a.intersection(&by_b).collect();
-    eprintln!("op-a reconciled {} configs, op-b {}, both {}", by_a.len(), by_b.len(), both.len());
-    assert!(both.is_empty(), "configs reconciled by both replicas: {both:?}");
+    let (by_a, by_b) = (reconciled_shards(&a, &before_a).await?, reconciled_shards(&b, &before_b).await?);
+    let both: Vec<&u32> = by_a.intersection(&by_b).collect();
+    eprintln!(
+        "op-a reconciled configs in {} shards, op-b in {}, both in {}",
+        by_a.len(),
+        by_b.len(),
+        both.len()
+    );
+    assert!(both.is_empty(), "shards whose configs both replicas reconciled: {both:?}");
     assert!(!by_a.is_empty() && !by_b.is_empty(), "each replica reconciles its share");
 
     // SIGKILL op-b: op-a takes its shards within the lease duration plus a renew interval.
@@ -171,12 +195,9 @@ async fn two_replicas_divide_the_configs_and_the_survivor_takes_over() -> Result
     .await?;
     // The bound the wait allows is generous (a loaded machine); the time itself is reported.
     eprintln!("op-a owned every shard {:?} after op-b was killed", killed.elapsed());
-    let from_a = log_len(&a);
+    // op-b is gone: what reconciles the change is op-a.
     apply_all("2".into()).await?;
-    wait_for("the survivor to reconcile every config", Duration::from_secs(60), || async {
-        Ok((reconciled(&a, from_a)? == all).then_some(()))
-    })
-    .await?;
+    wait_all_reconciled(&cccs, &selector, &all, "the survivor to reconcile every config").await?;
 
     // SIGTERM: the replica frees its shard Leases on the way out.
     let pid = a.child.id();

@@ -33,6 +33,12 @@ pub struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabels {
+    pub controller: String,
+    pub shard: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TransitionLabels {
     pub reason: String,
 }
@@ -47,6 +53,8 @@ pub struct Metrics {
     pub target_patches: Counter,
     /// Reconciles the shard gate stopped: another replica owns the object's shard.
     pub skipped: Family<ControllerLabel, Counter>,
+    /// Reconciles the shard gate let through, by the object's shard: who reconciled what.
+    pub let_through: Family<ShardLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -88,15 +96,35 @@ impl Metrics {
             "Reconciles stopped by the shard gate: another replica owns the object's shard",
             skipped.clone(),
         );
+        let let_through = Family::<ShardLabels, Counter>::default();
+        register(
+            &mut registry,
+            "shard_reconciles",
+            "Reconciles the shard gate let through, by the object's shard",
+            let_through.clone(),
+        );
         for part in parts {
             part.register(&mut registry);
         }
         dco_api::metrics::register_process(&mut registry, env!("CARGO_PKG_VERSION"));
-        Metrics { registry, reconciles, failures, duration, handover_transitions, target_patches, skipped }
+        Metrics {
+            registry,
+            reconciles,
+            failures,
+            duration,
+            handover_transitions,
+            target_patches,
+            skipped,
+            let_through,
+        }
     }
 
     pub fn skipped(&self, controller: &str) {
         self.skipped.get_or_create(&ControllerLabel { controller: controller.to_string() }).inc();
+    }
+
+    pub fn let_through(&self, controller: &str, shard: u32) {
+        self.let_through.get_or_create(&ShardLabels { controller: controller.to_string(), shard }).inc();
     }
 
     pub fn reconciled(&self, controller: &str, took: Duration) {

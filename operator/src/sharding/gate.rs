@@ -7,10 +7,10 @@ use tokio::sync::watch;
 use super::coordinator::ShardOwnership;
 use super::shard::Shards;
 
-/// The shard gates over this replica's owned set. [`Gate::owns`] is the reconcile gate, read
-/// at the start of every reconcile (the correctness check); [`Gate::holds`] is what the
-/// enqueue filter and the shard-scoped watches keep, so a lapse (renewals late past the
-/// renew deadline) delays reconciles but loses no event.
+/// The shard gates over this replica's owned set. [`Gate::owned_shard`] is the reconcile gate,
+/// read at the start of every reconcile (the correctness check); [`Gate::holds`] is what the
+/// enqueue filter and the shard-scoped watches keep, so a lapse (renewals late past the renew
+/// deadline) delays reconciles but loses no event.
 #[derive(Clone)]
 pub struct Gate {
     shards: Shards,
@@ -33,9 +33,11 @@ impl Gate {
         Gate::new(shards, owned)
     }
 
-    /// Whether the object of `uid` is ours to reconcile now (no uid: not yet created, never).
-    pub fn owns(&self, uid: Option<&str>) -> bool {
-        uid.is_some_and(|u| self.owned.borrow().owns(self.shards.of_uid(u), Timestamp::now()))
+    /// The shard of the object of `uid` when it is ours to reconcile now; `None` when it is
+    /// not (no uid: not yet created, never).
+    pub fn owned_shard(&self, uid: Option<&str>) -> Option<u32> {
+        let shard = self.shards.of_uid(uid?);
+        self.owned.borrow().owns(shard, Timestamp::now()).then_some(shard)
     }
 
     /// Whether this replica holds the Lease of the object's shard, renewed in time or not.
@@ -74,13 +76,13 @@ mod tests {
         let owned = ShardOwnership::all(Shards::new(1).unwrap(), until); // shard 0 of 2 only
         let (tx, rx) = watch::channel(owned);
         let gate = Gate::new(shards, rx);
-        assert!(in_0.iter().all(|u| gate.owns(Some(u))));
-        assert!(in_1.iter().all(|u| !gate.owns(Some(u))));
-        assert!(!gate.owns(None), "an object without a uid is nobody's");
+        assert!(in_0.iter().all(|u| gate.owned_shard(Some(u)).is_some()));
+        assert!(in_1.iter().all(|u| gate.owned_shard(Some(u)).is_none()));
+        assert!(gate.owned_shard(None).is_none(), "an object without a uid is nobody's");
         // Past its deadline nothing is owned, though no tick ran since.
         tx.send_replace(ShardOwnership::all(shards, Timestamp::now() - SignedDuration::from_secs(1)));
-        assert!(uids.iter().all(|u| !gate.owns(Some(u))));
+        assert!(uids.iter().all(|u| gate.owned_shard(Some(u)).is_none()));
         assert!(uids.iter().all(|u| gate.holds(Some(u))), "lapsed, still held: the watches keep them");
-        assert!(Gate::everything().owns(Some("any")));
+        assert!(Gate::everything().owned_shard(Some("any")).is_some());
     }
 }
