@@ -57,7 +57,7 @@ impl Default for OperatorSettings {
 }
 
 /// The caches the reconcilers read instead of calling the apiserver: the stores of the one
-/// watch per kind that runtime.rs opens (the controllers and the fan-out run on the same).
+/// watch per kind that runtime/watches.rs opens (the controllers and the fan-out run on the same).
 #[derive(Clone)]
 pub struct Stores {
     pub servers: Store<ConversionWebhookServer>,

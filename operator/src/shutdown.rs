@@ -51,7 +51,7 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    /// Caches synced and, with admission, a certificate served (runtime.rs).
+    /// Caches synced and, with admission, a certificate served (runtime/mod.rs).
     pub fn mark_synced(&self) {
         self.synced.store(true, Ordering::SeqCst);
     }

@@ -28,7 +28,7 @@ use crate::kinds::ConfigKind;
 use crate::names::ServerNames;
 use crate::sharding::gate::Gate;
 
-/// What the collector reads, once runtime.rs has made it.
+/// What the collector reads, once the wiring has made it (runtime/health.rs).
 pub struct Source {
     pub stores: Stores,
     pub gate: Gate,
@@ -44,7 +44,7 @@ pub struct AdmissionCertificate {
     pub certs: Arc<CertResolver>,
 }
 
-/// The collector (registered and fed by runtime.rs).
+/// The collector (registered and fed by runtime/health.rs).
 #[derive(Default)]
 pub struct StatusMetrics {
     source: OnceLock<Source>,

@@ -17,11 +17,10 @@ use tokio::sync::mpsc;
 
 use super::wakes::Queues;
 use super::watches::{Primaries, Primary, managed};
-use crate::config::{self, ConfigWing};
+use crate::config;
 use crate::context::Context;
 use crate::namespaces;
-use crate::reconcile::{error_policy, reconcile};
-use crate::server::ServerWing;
+use crate::server;
 use crate::sharding::leases::Snapshot;
 use crate::wake::pacing::{self, Pacer};
 use crate::wake::views::owner_of;
@@ -59,7 +58,7 @@ fn servers(
     }
     ctl.reconcile_on(stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
         .shutdown_on_signal()
-        .run(reconcile::<ServerWing>, error_policy::<ServerWing>, ctx.clone())
+        .run(server::reconcile, server::error_policy, ctx.clone())
         .for_each(log_results("conversionwebhookserver"))
 }
 
@@ -84,11 +83,7 @@ fn crd_configs(
         )
         .reconcile_on(paced)
         .shutdown_on_signal()
-        .run(
-            reconcile::<ConfigWing<CRDConversionConfig>>,
-            error_policy::<ConfigWing<CRDConversionConfig>>,
-            ctx.clone(),
-        )
+        .run(config::reconcile::<CRDConversionConfig>, config::error_policy, ctx.clone())
         .for_each(log_results("crdconversionconfig"))
 }
 
@@ -107,11 +102,7 @@ fn xrd_configs(
         .reconcile_on(paced)
         .reconcile_on(xrd_events)
         .shutdown_on_signal()
-        .run(
-            reconcile::<ConfigWing<XRDConversionConfig>>,
-            error_policy::<ConfigWing<XRDConversionConfig>>,
-            ctx.clone(),
-        )
+        .run(config::reconcile::<XRDConversionConfig>, config::error_policy, ctx.clone())
         .for_each(log_results("xrdconversionconfig"))
 }
 

@@ -172,7 +172,7 @@ pub fn desired(spec: &CertificateSpec, names: &ServerNames, owner: &OwnerReferen
     };
     let mut cert_spec = json!({
         "secretName": names.tls_secret,
-        // The operator's Secret watch is scoped by these labels (runtime.rs `managed()`), and
+        // The operator's Secret watch is scoped by these labels (runtime/watches.rs `managed()`), and
         // the config controller finds the server of a Secret by them (wake/views.rs `CaView`).
         "secretTemplate": {"labels": labels},
         "dnsNames": dns_names(names, spec),

@@ -3,7 +3,7 @@
 //! actions — renewing `dco-operator-member-<replicaId>`, taking, renewing and freeing
 //! `dco-operator-shard-<i>` with resourceVersion-guarded updates (a conflict is the other
 //! replica winning; the next tick decides again), deleting long-gone members — then publishes
-//! the shards this replica owns from what its writes returned. `runtime.rs` starts it on a
+//! the shards this replica owns from what its writes returned. `runtime/sharding.rs` starts it on a
 //! thread of its own (`run.rs`) and hands its snapshot to the reconcile gates (`gate.rs`) and
 //! the sharded watches.
 
