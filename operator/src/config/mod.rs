@@ -39,8 +39,8 @@ pub mod condition {
     pub const CONFLICT: &str = "Conflict";
 }
 
-/// The config wing of kind `K` in the one reconcile shape (`crate::reconcile`): runtime.rs
-/// runs `reconcile::<ConfigWing<K>>` for each config kind.
+/// The config wing of kind `K` in the one reconcile shape (`crate::reconcile`):
+/// runtime/controllers.rs runs `reconcile::<ConfigWing<K>>` for each config kind.
 pub struct ConfigWing<K>(PhantomData<K>);
 
 impl<K: ConfigKind> Wing for ConfigWing<K> {
@@ -73,22 +73,6 @@ impl<K: ConfigKind> Wing for ConfigWing<K> {
     async fn cleanup(cfg: &K, ctx: &Context) -> Result<Action> {
         revert(cfg, ctx).await
     }
-}
-
-// Until runtime's controller wiring names `crate::reconcile::reconcile::<ConfigWing<K>>`.
-pub async fn reconcile<K: ConfigKind>(
-    cfg: std::sync::Arc<K>,
-    ctx: std::sync::Arc<Context>,
-) -> Result<Action> {
-    crate::reconcile::reconcile::<ConfigWing<K>>(cfg, ctx).await
-}
-
-pub fn error_policy<K: ConfigKind>(
-    cfg: std::sync::Arc<K>,
-    error: &Error,
-    ctx: std::sync::Arc<Context>,
-) -> Action {
-    crate::reconcile::error_policy::<ConfigWing<K>>(cfg, error, ctx)
 }
 
 async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {

@@ -17,10 +17,11 @@ use tokio::sync::mpsc;
 
 use super::wakes::Queues;
 use super::watches::{Primaries, Primary, managed};
-use crate::config;
+use crate::config::{self, ConfigWing};
 use crate::context::Context;
 use crate::namespaces;
-use crate::server;
+use crate::reconcile::{error_policy, reconcile};
+use crate::server::ServerWing;
 use crate::sharding::leases::Snapshot;
 use crate::wake::pacing::{self, Pacer};
 use crate::wake::views::owner_of;
@@ -58,7 +59,7 @@ fn servers(
     }
     ctl.reconcile_on(stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
         .shutdown_on_signal()
-        .run(server::reconcile, server::error_policy, ctx.clone())
+        .run(reconcile::<ServerWing>, error_policy::<ServerWing>, ctx.clone())
         .for_each(log_results("conversionwebhookserver"))
 }
 
@@ -83,7 +84,11 @@ fn crd_configs(
         )
         .reconcile_on(paced)
         .shutdown_on_signal()
-        .run(config::reconcile::<CRDConversionConfig>, config::error_policy, ctx.clone())
+        .run(
+            reconcile::<ConfigWing<CRDConversionConfig>>,
+            error_policy::<ConfigWing<CRDConversionConfig>>,
+            ctx.clone(),
+        )
         .for_each(log_results("crdconversionconfig"))
 }
 
@@ -102,7 +107,11 @@ fn xrd_configs(
         .reconcile_on(paced)
         .reconcile_on(xrd_events)
         .shutdown_on_signal()
-        .run(config::reconcile::<XRDConversionConfig>, config::error_policy, ctx.clone())
+        .run(
+            reconcile::<ConfigWing<XRDConversionConfig>>,
+            error_policy::<ConfigWing<XRDConversionConfig>>,
+            ctx.clone(),
+        )
         .for_each(log_results("xrdconversionconfig"))
 }
 

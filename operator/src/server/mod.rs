@@ -49,8 +49,8 @@ pub mod condition {
 /// least this often.
 const ASSIGNED_RECHECK: Duration = Duration::from_secs(60);
 
-/// The server wing in the one reconcile shape (`crate::reconcile`): runtime.rs runs
-/// `reconcile::<ServerWing>`.
+/// The server wing in the one reconcile shape (`crate::reconcile`): runtime/controllers.rs
+/// runs `reconcile::<ServerWing>`.
 pub struct ServerWing;
 
 impl Wing for ServerWing {
@@ -74,22 +74,6 @@ impl Wing for ServerWing {
     async fn cleanup(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
         cleanup(cws, ctx).await
     }
-}
-
-// Until runtime's controller wiring names `crate::reconcile::reconcile::<ServerWing>`.
-pub async fn reconcile(
-    cws: std::sync::Arc<ConversionWebhookServer>,
-    ctx: std::sync::Arc<Context>,
-) -> Result<Action> {
-    crate::reconcile::reconcile::<ServerWing>(cws, ctx).await
-}
-
-pub fn error_policy(
-    cws: std::sync::Arc<ConversionWebhookServer>,
-    error: &Error,
-    ctx: std::sync::Arc<Context>,
-) -> Action {
-    crate::reconcile::error_policy::<ServerWing>(cws, error, ctx)
 }
 
 async fn read_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>> {
