@@ -5,7 +5,7 @@
 //! the hash falls in: shard i of S covers `[floor(i·2^64/S), floor((i+1)·2^64/S))`. Ranges, not
 //! `hash mod S`, because KEP-5866's `shardSelector` can only name ranges of that same hash
 //! (`dco_api::hash::fnv1a64`, checked against the apiserver's own filtering in
-//! tests/tests/cluster_sharded_list.rs). Pure: no time, no I/O.
+//! tests/tests/harness/sharded_list.rs). Pure: no time, no I/O.
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
@@ -172,7 +172,7 @@ mod tests {
         let sh = shards(4);
         let sel = |owned: &[u32]| OwnedShards::new(sh, owned.iter().copied()).selector();
         assert_eq!(sel(&[]), None);
-        // The two halves are the selectors tests/tests/cluster_sharded_list.rs sends to the
+        // The two halves are the selectors tests/tests/harness/sharded_list.rs sends to the
         // local cluster's apiserver, which echoes and applies them.
         assert_eq!(
             sel(&[0, 1]).unwrap(),

@@ -64,7 +64,7 @@ fn limiter(rate: u32) -> Arc<governor::DefaultDirectRateLimiter> {
 /// configs at once), each config once while it waits for its permit: a request for a config
 /// already waiting keeps the first one's place. Every Lease change of a server wakes all the
 /// configs moving with it (`fanout::progressing`), so during a rebalance the same configs arrive again and
-/// again; passed on one by one, the copies used the budget up (e2e_rebalance at 10 qps: 73
+/// again; passed on one by one, the copies used the budget up (sharding_rebalance at 10 qps: 73
 /// moves started at 1.8/s over 39 s; once each, at 8.6/s over 8 s).
 pub fn paced<K>(
     rx: mpsc::Receiver<ObjectRef<K>>,
