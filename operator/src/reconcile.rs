@@ -100,3 +100,50 @@ pub(crate) async fn write_status<W: Wing>(ctx: &Context, obj: &W::Object, status
         obj.name_any(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use dco_api::CRDConversionConfig;
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::ConfigWing;
+    use crate::context::testing::test_context;
+    use crate::server::ServerWing;
+    use crate::testing::{config, server};
+
+    type Ccc = ConfigWing<CRDConversionConfig>;
+
+    fn in_finalizer(source: finalizer::Error<Error>) -> Error {
+        Error::Finalizer { kind: "CRDConversionConfig", name: "widgets".into(), source: Box::new(source) }
+    }
+
+    #[tokio::test]
+    async fn a_held_deletion_is_looked_at_again_in_15_s_any_other_failure_in_10_s() {
+        let (ctx, _api, _) = test_context();
+        let cfg = Arc::new(config(None, json!({})));
+        let blocked = in_finalizer(finalizer::Error::CleanupFailed(Error::DeletionBlocked("held".into())));
+        assert_eq!(
+            error_policy::<Ccc>(cfg.clone(), &blocked, ctx.clone()),
+            Action::requeue(Duration::from_secs(15))
+        );
+        let failed = in_finalizer(finalizer::Error::ApplyFailed(Error::NotReady("not yet".into())));
+        assert_eq!(error_policy::<Ccc>(cfg, &failed, ctx.clone()), Action::requeue(Duration::from_secs(10)));
+        // Only the finalizer's cleanup holds a deletion.
+        let cws = Arc::new(server("a", true, 1, &[]));
+        let bare = Error::DeletionBlocked("held".into());
+        assert_eq!(
+            error_policy::<ServerWing>(cws, &bare, ctx.clone()),
+            Action::requeue(Duration::from_secs(10))
+        );
+        // Each counted under its controller and error.
+        let metrics = ctx.metrics.encode();
+        for want in [
+            r#"dco_operator_reconcile_errors_total{controller="crdconversionconfig",error="deletion_blocked"} 1"#,
+            r#"dco_operator_reconcile_errors_total{controller="crdconversionconfig",error="not_ready"} 1"#,
+            r#"dco_operator_reconcile_errors_total{controller="conversionwebhookserver",error="deletion_blocked"} 1"#,
+        ] {
+            assert!(metrics.contains(want), "no {want} in {metrics}");
+        }
+    }
+}
