@@ -486,7 +486,7 @@ impl World {
     pub async fn config_owner(&self) -> Result<String> {
         let uid = self.cfgs.get(&self.cfg).await?.metadata.uid.unwrap_or_default();
         let shard = fnv1a64(uid.as_bytes()) >> 59;
-        // `dco-operator[-<hash of --selector>]-shard-<i>` (operator/src/membership.rs `LeaseNames`)
+        // `dco-operator[-<hash of --selector>]-shard-<i>` (operator/src/sharding/leases.rs `LeaseNames`)
         let suffix = format!("-shard-{shard}");
         let leases = self.leases.list(&ListParams::default().labels("sharding.dco.rs/role=shard")).await?;
         let lease = leases

@@ -371,7 +371,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     // A graceful stop (a rollout, a drained node): the Pod deleted, the replica turns not
-    // Ready at SIGTERM and keeps answering for a drain period (runtime.rs), so nothing fails.
+    // Ready at SIGTERM and keeps answering for a drain period (operator/src/shutdown.rs), so nothing fails.
     let rs = ready(2).await?;
     let gone = rs[0].metadata.name.clone().unwrap_or_default();
     let deleted = Instant::now();

@@ -3,7 +3,7 @@
 //! Leases. Each registers a ValidatingWebhookConfiguration of its own whose `objectSelector`
 //! is its selector, each refuses a second default among its own servers while the other's
 //! default does not count, each divides all its shards among its own replicas (no Lease
-//! shared with the other: operator/src/membership.rs `LeaseNames`), and each reconciles its
+//! shared with the other: operator/src/sharding/leases.rs `LeaseNames`), and each reconciles its
 //! own servers only.
 //!
 //! Needs `target/debug/dco-operator` (the testenv's `dco-operator` image).

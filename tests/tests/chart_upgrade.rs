@@ -227,7 +227,7 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     let operators_rolled = started.elapsed();
     // Every shard Lease is held by a new replica within a renew interval (10 s) of the old
     // replicas being gone: a stopping replica leaves (its member Lease deleted, its shard Leases
-    // freed, operator/src/membership.rs `free_all`), so no shard waits out the 30 s lease
+    // freed, operator/src/sharding/leases.rs `free_all`), so no shard waits out the 30 s lease
     // duration without an owner.
     let new_ids: BTreeSet<String> =
         pods_of(&pods, OPERATORS, "operator").await?.into_iter().map(|(r, _)| r.name).collect();

@@ -1,5 +1,5 @@
 //! Crossplane installed or removed while dco-operator runs (docs/operator.md, the watches of
-//! `runtime.rs`): the operator follows Crossplane's CRD
+//! operator/src/runtime/): the operator follows Crossplane's CRD
 //! `compositeresourcedefinitions.apiextensions.crossplane.io` with a watch
 //! (`dco_api::crossplane`, operator/src/config/xrds.rs). Proves, by an XRDConversionConfig's
 //! `TargetHealthy` condition, with one operator started before the CRD exists: the config

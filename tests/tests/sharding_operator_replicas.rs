@@ -132,7 +132,7 @@ async fn two_replicas_divide_the_configs_and_the_survivor_takes_over() -> Result
         let on = |id: &str| {
             list.items.iter().any(|e| {
                 e.reason.as_deref() == Some("ShardsChanged")
-                    // `dco-operator[-<hash of --selector>]-member-<id>` (membership.rs `LeaseNames`)
+                    // `dco-operator[-<hash of --selector>]-member-<id>` (operator/src/sharding/leases.rs `LeaseNames`)
                     && e.regarding
                         .as_ref()
                         .and_then(|r| r.name.as_deref())

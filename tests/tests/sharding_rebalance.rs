@@ -16,7 +16,7 @@
 //! webhook replica's resident memory (VmRSS of its local process, docs/testenv.md) with 0,
 //! 100 and 200 targets in the cluster, and the targets it holds; the time until every moved
 //! target is settled on C; the rate at which moves started (from the `HandoverStarted`
-//! Events, paced by operator/src/rebalance.rs `Pacer` at `--rebalance-qps`, which the
+//! Events, paced by operator/src/wake/pacing.rs `Pacer` at `--rebalance-qps`, which the
 //! operator also reads from `DCO_REBALANCE_QPS`); the load's counts.
 //!
 //! Needs `target/debug/dco-operator` and `target/debug/dco-webhook`
