@@ -645,6 +645,7 @@ mod exposition_tests {
     use super::StatusMetrics;
     use crate::admission::metrics::AdmissionMetrics;
     use crate::observability::metrics::{Metrics, TransitionLabels};
+    use crate::observability::watch_metrics::{WatchErrorLabels, WatchMetrics};
     use crate::sharding::metrics::{KindLabel, ResultLabel, ShardingMetrics};
     use dco_api::metrics::{compare_with_docs, convention_problems, documented, parse_exposition};
 
@@ -653,7 +654,9 @@ mod exposition_tests {
     fn exercised() -> String {
         let status = Arc::new(StatusMetrics::default());
         let (sharding, admission) = (ShardingMetrics::default(), AdmissionMetrics::default());
-        let m = Metrics::new(&[&sharding, &admission, &status]);
+        let watches = WatchMetrics::default();
+        let m = Metrics::new(&[&sharding, &watches, &admission, &status]);
+        watches.errors.get_or_create(&WatchErrorLabels { kind: "Secret", reason: "forbidden" }).inc();
         status.set_source(super::tests::fixture_source().0);
         m.reconciled("crdconversionconfig", Duration::from_millis(3));
         m.failed(

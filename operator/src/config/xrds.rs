@@ -14,15 +14,18 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::{mpsc, watch};
 
+use crate::observability::watch_metrics::WatchMetrics;
+
 /// The configs to reconcile because of XRDs or of Crossplane itself; ends when the returned
 /// stream is dropped.
 pub fn triggers(
     client: Client,
     installed: watch::Receiver<Option<bool>>,
     configs: Store<XRDConversionConfig>,
+    errors: WatchMetrics,
 ) -> impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static {
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(follow(client, installed, configs, tx));
+    tokio::spawn(follow(client, installed, configs, tx, errors));
     futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) })
 }
 
@@ -40,6 +43,7 @@ async fn follow(
     mut installed: watch::Receiver<Option<bool>>,
     configs: Store<XRDConversionConfig>,
     tx: mpsc::UnboundedSender<ObjectRef<XRDConversionConfig>>,
+    errors: WatchMetrics,
 ) {
     let send = |refs: Vec<ObjectRef<XRDConversionConfig>>| refs.into_iter().all(|r| tx.send(r).is_ok());
     let mut known = None;
@@ -59,9 +63,8 @@ async fn follow(
         tracing::info!("watching CompositeResourceDefinitions for XRDConversionConfigs");
         let ar = xrd_resource();
         let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &ar);
-        let events = watcher(api, watcher::Config::default().page_size(TARGET_PAGE))
-            .default_backoff()
-            .touched_objects();
+        let xrds = watcher(api, watcher::Config::default().page_size(TARGET_PAGE));
+        let events = errors.counted("CompositeResourceDefinition", xrds).default_backoff().touched_objects();
         let mut events = std::pin::pin!(events);
         let gone = installed.wait_for(|i| *i == Some(false));
         let mut gone = std::pin::pin!(gone);

@@ -3,8 +3,8 @@
 //! Families are listed before their first sample (`dco_api::metrics::register`). This module
 //! holds the registry and the reconcilers' families; each subsystem defines its own families
 //! and registers them ([`Register`]): the shard coordinator and watches
-//! (sharding/metrics.rs), admission (admission/metrics.rs) and the series read from the
-//! caches at each scrape (status_metrics.rs).
+//! (sharding/metrics.rs), every watch's errors (watch_metrics.rs), admission
+//! (admission/metrics.rs) and the series read from the caches at each scrape (status_metrics.rs).
 
 use std::time::Duration;
 

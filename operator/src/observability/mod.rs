@@ -1,6 +1,7 @@
 //! What the operator tells about itself: logs and handover traces (`telemetry`), the
-//! `/metrics` registry (`metrics`) and the allocator's trimming (`memory`).
+//! `/metrics` registry (`metrics`), the watches' errors (`watch_metrics`) and the allocator's trimming (`memory`).
 
 pub(crate) mod memory;
 pub(crate) mod metrics;
 pub mod telemetry;
+pub(crate) mod watch_metrics;

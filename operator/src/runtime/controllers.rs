@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
@@ -20,6 +20,7 @@ use super::watches::{Primaries, Primary, managed};
 use crate::config::{self, ConfigWing};
 use crate::context::Context;
 use crate::namespaces;
+use crate::observability::watch_metrics::WatchMetrics;
 use crate::reconcile::{error_policy, reconcile};
 use crate::server::ServerWing;
 use crate::sharding::leases::Snapshot;
@@ -33,29 +34,35 @@ pub async fn run(
     queues: Queues,
     rebalance_qps: u32,
     membership: tokio::sync::watch::Receiver<Snapshot>,
+    errors: &WatchMetrics,
 ) {
-    let servers = servers(ctx, primaries.servers, queues.servers);
+    let servers = servers(ctx, primaries.servers, queues.servers, errors);
     // One budget for both config controllers, divided among the live members.
     let pacer = Arc::new(Pacer::new(rebalance_qps, move || membership.borrow().live.len()));
-    let cccs = crd_configs(ctx, primaries.cccs, pacing::paced(queues.cccs, pacer.clone()));
+    let cccs = crd_configs(ctx, primaries.cccs, pacing::paced(queues.cccs, pacer.clone()), errors);
     // Held until the controllers stop: dropping it ends the detection.
     let crossplane = dco_api::crossplane::Detector::start(ctx.client.clone());
-    let xccs = xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), crossplane.subscribe());
+    let xccs =
+        xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), crossplane.subscribe(), errors);
     tokio::join!(servers, cccs, xccs);
 }
 
-/// The server controller, also woken by the Deployments and Services it owns.
+/// The server controller, also woken by the Deployments and Services it owns. Their watches
+/// are kube-runtime's `watches` (a watcher's touched objects), with their errors counted.
 fn servers(
     ctx: &Arc<Context>,
     primary: Primary<ConversionWebhookServer>,
     queue: mpsc::Receiver<ObjectRef<ConversionWebhookServer>>,
+    errors: &WatchMetrics,
 ) -> impl Future<Output = ()> {
     let client = &ctx.client;
     let mut ctl = Controller::for_shared_stream(primary, ctx.stores.servers.clone());
     for scope in ctx.settings.server_namespaces.scopes() {
+        let deployments = watcher(namespaces::api::<Deployment>(client, &scope), managed()).touched_objects();
+        let services = watcher(namespaces::api::<Service>(client, &scope), managed()).touched_objects();
         ctl = ctl
-            .watches(namespaces::api::<Deployment>(client, &scope), managed(), |d| owner_of(&d))
-            .watches(namespaces::api::<Service>(client, &scope), managed(), |s| owner_of(&s));
+            .watches_stream(errors.counted("Deployment", deployments), |d| owner_of(&d))
+            .watches_stream(errors.counted("Service", services), |s| owner_of(&s));
     }
     ctl.reconcile_on(stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
         .shutdown_on_signal()
@@ -71,17 +78,19 @@ fn crd_configs(
     ctx: &Arc<Context>,
     primary: Primary<CRDConversionConfig>,
     paced: impl Stream<Item = ObjectRef<CRDConversionConfig>> + Send + 'static,
+    errors: &WatchMetrics,
 ) -> impl Future<Output = ()> {
     let store = ctx.stores.cccs.clone();
+    let crds = watcher(
+        Api::<PartialObjectMeta<CustomResourceDefinition>>::all(ctx.client.clone()),
+        watcher::Config::default().page_size(TARGET_PAGE),
+    )
+    .touched_objects();
     Controller::for_shared_stream(primary, ctx.stores.cccs.clone())
-        .watches(
-            Api::<PartialObjectMeta<CustomResourceDefinition>>::all(ctx.client.clone()),
-            watcher::Config::default().page_size(TARGET_PAGE),
-            move |crd| {
-                crate::observability::memory::touched();
-                configs_of_target(&store, &crd.name_any())
-            },
-        )
+        .watches_stream(errors.counted("CustomResourceDefinition", crds), move |crd| {
+            crate::observability::memory::touched();
+            configs_of_target(&store, &crd.name_any())
+        })
         .reconcile_on(paced)
         .shutdown_on_signal()
         .run(
@@ -100,9 +109,11 @@ fn xrd_configs(
     primary: Primary<XRDConversionConfig>,
     paced: impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static,
     crossplane: tokio::sync::watch::Receiver<Option<bool>>,
+    errors: &WatchMetrics,
 ) -> impl Future<Output = ()> {
-    let xrd_events = config::xrds::triggers(ctx.client.clone(), crossplane, ctx.stores.xccs.clone())
-        .inspect(|_| crate::observability::memory::touched());
+    let xrd_events =
+        config::xrds::triggers(ctx.client.clone(), crossplane, ctx.stores.xccs.clone(), errors.clone())
+            .inspect(|_| crate::observability::memory::touched());
     Controller::for_shared_stream(primary, ctx.stores.xccs.clone())
         .reconcile_on(paced)
         .reconcile_on(xrd_events)

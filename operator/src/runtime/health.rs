@@ -6,6 +6,7 @@ use super::sharding::Sharding;
 use crate::admission::metrics::AdmissionMetrics;
 use crate::context::Stores;
 use crate::observability::metrics::Metrics;
+use crate::observability::watch_metrics::WatchMetrics;
 use crate::sharding::leases;
 use crate::sharding::metrics::ShardingMetrics;
 use crate::sharding::sharded_watch::SelectorLayer;
@@ -17,6 +18,8 @@ pub struct Instruments {
     pub status: Arc<StatusMetrics>,
     pub sharding: Arc<ShardingMetrics>,
     pub admission: Arc<AdmissionMetrics>,
+    /// The errors of every watch (watches.rs, controllers.rs, config/xrds.rs).
+    pub watches: WatchMetrics,
     pub registry: Arc<Metrics>,
 }
 
@@ -25,8 +28,9 @@ impl Instruments {
         let status = Arc::new(StatusMetrics::default());
         let sharding = Arc::new(ShardingMetrics::default());
         let admission = Arc::new(AdmissionMetrics::default());
-        let registry = Arc::new(Metrics::new(&[&*sharding, &*admission, &status]));
-        Instruments { status, sharding, admission, registry }
+        let watches = WatchMetrics::default();
+        let registry = Arc::new(Metrics::new(&[&*sharding, &watches, &*admission, &status]));
+        Instruments { status, sharding, admission, watches, registry }
     }
 
     /// The status gauges read the caches at scrape time, once they exist.

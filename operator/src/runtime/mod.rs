@@ -35,7 +35,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let mut sharding = sharding::start(&args, &clients, &metrics.sharding).await?;
     health::spawn(bound.metrics, &metrics, &lifecycle.readiness, &sharding);
-    let watches = watches::open(&args.selector, &clients.client, &settings.server_namespaces, &sharding);
+    let watches = watches::open(
+        &args.selector,
+        &clients.client,
+        &settings.server_namespaces,
+        &sharding,
+        &metrics.watches,
+    );
     metrics.collect(&watches.stores, &args.namespace, &sharding);
     let stores = watches.stores.clone();
     let ctx =
@@ -46,7 +52,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     lifecycle.readiness.mark_synced();
     tracing::info!("caches synced; starting the controllers");
 
-    controllers::run(&ctx, watches.primaries, queues, args.rebalance_qps, sharding.membership()).await;
+    let membership = sharding.membership();
+    controllers::run(&ctx, watches.primaries, queues, args.rebalance_qps, membership, &metrics.watches).await;
     tracing::info!("controllers stopped");
     // The shards go to the other replicas now; admission drains meanwhile (shutdown.rs).
     sharding.coordinator.stop().await;

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use super::sharding::Sharding;
 use crate::context::Stores;
 use crate::namespaces::{self, Events, ServerNamespaces};
+use crate::observability::watch_metrics::WatchMetrics;
 use crate::sharding::gate::Gate;
 use crate::sharding::sharded_watch;
 use crate::wake::fanout::{Fanout, Wake};
@@ -75,24 +76,31 @@ pub struct Watches {
 /// Opens one watch per kind; none moves before its root stream is driven. The stores the
 /// reconcilers read are these reflectors' own. Servers are watched whole: every config's
 /// assignment resolves against the whole pool; the configs through the shard-scoped watch.
+/// Every watch's errors are counted in `errors`.
 pub fn open(
     selector: &Option<String>,
     client: &Client,
     server_ns: &ServerNamespaces,
     sharding: &Sharding,
+    errors: &WatchMetrics,
 ) -> Watches {
+    let server_watch = watcher(Api::<ConversionWebhookServer>::all(client.clone()), scoped(selector));
     let (servers, server_primary, server_root) =
-        shared(watcher(Api::<ConversionWebhookServer>::all(client.clone()), scoped(selector)));
-    let (cccs, ccc_primary, ccc_root) = shared(sharded::<CRDConversionConfig>(selector, sharding));
-    let (xccs, xcc_primary, xcc_root) = shared(sharded::<XRDConversionConfig>(selector, sharding));
+        shared(errors.counted("ConversionWebhookServer", server_watch));
+    let ccc_watch = errors.counted("CRDConversionConfig", sharded::<CRDConversionConfig>(selector, sharding));
+    let (cccs, ccc_primary, ccc_root) = shared(ccc_watch);
+    let xcc_watch = errors.counted("XRDConversionConfig", sharded::<XRDConversionConfig>(selector, sharding));
+    let (xccs, xcc_primary, xcc_root) = shared(xcc_watch);
     // Secrets and Leases trigger no controller of their own: a deleted serving Secret wakes
     // its server through `dispatch`, which sees deletions too. Both, like the Deployments and
     // Services of the server controller, are watched only where servers may run
     // (`--server-namespaces`, namespaces.rs), the Leases in the coordinator's namespace too.
     let (secrets, secret_events) = namespaces::watch::<Secret>(client, server_ns, managed());
+    let secret_events = secret_events.into_iter().map(|e| errors.counted("Secret", e).boxed()).collect();
     // Leases are facts, read whole, through `lease_triggers`.
     let lease_ns = server_ns.with(&sharding.lease_namespace);
     let (leases, lease_events) = namespaces::watch::<Lease>(client, &lease_ns, managed());
+    let lease_events = lease_events.into_iter().map(|e| errors.counted("Lease", e).boxed()).collect();
     tracing::info!(namespaces = %server_ns.render(), "watching Secrets, Deployments, Services and Leases");
     Watches {
         stores: Stores { servers, leases, secrets, xccs, cccs },
