@@ -164,24 +164,6 @@ pub fn shard_reconciles_in(body: &str, controller: &str) -> std::collections::BT
         .collect()
 }
 
-/// A log line without its terminal colour codes.
-pub fn strip_ansi(l: &str) -> String {
-    let mut out = String::with_capacity(l.len());
-    let mut chars = l.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// A binary of this workspace's debug build (`target/debug/<name>`), which the end-to-end
 /// tests run as local processes.
 pub fn workspace_binary(name: &str) -> Result<PathBuf> {

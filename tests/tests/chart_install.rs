@@ -376,12 +376,51 @@ async fn converts(client: &kube::Client, group: &str, ns: &str, gb: i64) -> Resu
     .await
 }
 
-fn operator_logs(t: &TestEnv, pods: &[Pod]) -> String {
-    pods.iter()
-        .filter_map(|p| p.metadata.name.as_deref())
-        .map(|name| std::fs::read_to_string(t.cluster.pod_log(&t.ns, name, "operator")).unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("\n")
+/// The chart's `operator.metricsPort`: each operator Pod serves `/metrics` there on its address.
+const OPERATOR_METRICS_PORT: u16 = 8080;
+
+/// Each of `pods`' (name, `/metrics` text), each Pod Ready and in its first container start.
+/// An operator turns Ready only once its caches synced, right before it starts its controllers
+/// (operator/src/runtime/mod.rs, shutdown.rs), so Ready with no restart means the one process
+/// whose counters are read started its controllers.
+async fn operator_scrapes(pods_api: &Api<Pod>, pods: &[Pod]) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for p in pods {
+        let name = p.metadata.name.clone().context("an operator Pod without a name")?;
+        let p = pods_api.get(&name).await?;
+        let restarts: i32 = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+            .unwrap_or(0);
+        ensure!(
+            dco_tests::pod_ready(&p) && restarts == 0,
+            "operator Pod {name}: Ready {}, {restarts} restarts: its controllers did not start in one process",
+            dco_tests::pod_ready(&p)
+        );
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).context("an operator Pod without an IP")?;
+        let (code, body) = dco_tests::http_get(&format!("{ip}:{OPERATOR_METRICS_PORT}"), "/metrics").await?;
+        ensure!(code == 200, "GET {name}'s /metrics: {code}");
+        out.push((name, body));
+    }
+    Ok(out)
+}
+
+/// The samples of `dco_operator_watch_errors_total` (docs/operations.md, "Metrics") in a
+/// scrape, as (labels, value); the family itself must be there, so "no sample" is a reading.
+fn watch_errors(body: &str) -> Result<Vec<(String, f64)>> {
+    ensure!(
+        body.lines().any(|l| l == "# TYPE dco_operator_watch_errors counter"),
+        "the operator exports no dco_operator_watch_errors family"
+    );
+    Ok(body
+        .lines()
+        .filter_map(|l| {
+            let (labels, value) = l.strip_prefix("dco_operator_watch_errors_total{")?.split_once("} ")?;
+            Some((labels.to_string(), value.trim().parse().ok()?))
+        })
+        .collect())
 }
 
 /// Lines of a helm command's stderr that warn: none on a clean install or upgrade. Both helms
@@ -623,15 +662,17 @@ async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
     let svc = dco_tests::conversion_service(&wired);
     ensure!(svc == Some((ns.clone(), workload.clone())), "the target is wired to {svc:?}");
     converts(&client, &group, &ns, 7).await?;
-    let logs = operator_logs(t, &operators);
-    ensure!(
-        logs.matches("caches synced; starting the controllers").count() == 2,
-        "both replicas' logs: {logs}"
-    );
-    let forbidden: Vec<String> =
-        logs.lines().filter(|l| l.to_lowercase().contains("forbidden")).map(str::to_string).collect();
-    ensure!(forbidden.is_empty(), "the operator was refused by RBAC:\n{}", forbidden.join("\n"));
-    eprintln!("target {target} wired to {workload} and converting; no RBAC refusal in the operator logs");
+    // Both replicas started their controllers, and no watch of either was refused by RBAC.
+    let scrapes = operator_scrapes(&pods, &operators).await?;
+    ensure!(scrapes.len() == 2, "{} operator replicas scraped", scrapes.len());
+    for (name, body) in &scrapes {
+        let errors = watch_errors(body)?;
+        eprintln!("operator {name}: Ready, no restart; watch errors {errors:?}");
+        let forbidden: Vec<_> =
+            errors.iter().filter(|(l, v)| l.contains("reason=\"forbidden\"") && *v > 0.0).collect();
+        ensure!(forbidden.is_empty(), "the operator {name} was refused by RBAC: {forbidden:?}");
+    }
+    eprintln!("target {target} wired to {workload} and converting; no watch of the operator refused by RBAC");
 
     // A server in a namespace the chart gave the operator no rights in: refused in its status
     // before any write there (tests/tests/chart_rbac.rs has the Event too). Then it deletes cleanly.
@@ -867,6 +908,20 @@ async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
     columns.retain(|c| c["name"] != "Endpoint");
     columns.push(json!({"name": "Upgraded", "type": "string", "jsonPath": ".metadata.name"}));
     std::fs::write(&file, serde_yaml::to_string(&doc)?)?;
+    // What the pre-upgrade Job is given: the chart's crds/, every one of dco's CRDs.
+    let mut given = BTreeSet::new();
+    for f in std::fs::read_dir(copy.join("crds"))? {
+        for d in documents(&std::fs::read_to_string(f?.path())?)? {
+            given.insert(d["metadata"]["name"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    ensure!(
+        given == before.keys().cloned().collect::<BTreeSet<_>>(),
+        "the chart's crds/ holds {given:?}, dco's CRDs are {:?}",
+        before.keys()
+    );
+    // managedFields times are whole seconds.
+    let upgrade_wall = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(1);
     let started = Instant::now();
     let upgraded_values = json!({"webhook": {"args": ["--drain-period=5s"]}, "defaultServer": {"name": server}, "operator": {"resync": "4m"}});
     let out =
@@ -875,34 +930,35 @@ async fn lifecycle_in(helm: Helm, t: &TestEnv) -> Result<()> {
     ensure!(warnings(&out).is_empty(), "{helm:?} helm upgrade warned: {:?}", warnings(&out));
     watch_end_lines += watch_ends(&out);
     let live = crds.get(cws_crd).await?;
-    // The Job's own account of it (its Pod is gone with the hook; its log stays).
-    let job_log = std::fs::read_dir(t.cluster.dir.join("logs"))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            let f = p.file_name().and_then(|f| f.to_str()).unwrap_or_default();
-            f.starts_with(&format!("{ns}_{release}-crds-")) && f.ends_with("_apply-crds.log")
-        })
-        .context("the CRD Job's log")?;
-    let outcomes: Vec<String> = std::fs::read_to_string(&job_log)?
-        .lines()
-        .map(dco_tests::strip_ansi)
-        .filter(|l| l.contains("CRD applied and Established"))
-        .map(|l| {
-            let field = |k: &str| {
-                l.split(&format!(" {k}="))
-                    .nth(1)
-                    .map(|r| r.split(" file=").next().unwrap_or(r).trim().to_string())
-            };
-            format!("{} {}", field("crd").unwrap_or_default(), field("outcome").unwrap_or_default())
-        })
-        .collect();
+    // The Job (gone with its hook) succeeded, or helm's upgrade would have failed; it exits
+    // only once each CRD it was given is applied and Established. So all three are Established,
+    // and the changed one was written by the Job's field manager during this upgrade.
+    let mut outcomes = Vec::new();
+    for name in before.keys() {
+        let crd = crds.get(name).await?;
+        let established = crd
+            .status
+            .as_ref()
+            .and_then(|st| st.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        let by_job = crd
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| m.manager.as_deref() == Some("dco-operator-crds"))
+            .filter_map(|m| m.time.as_ref().map(|t| t.0))
+            .max();
+        outcomes.push(format!("{name}: Established {established}, written by the Job at {by_job:?}"));
+        ensure!(established, "{name} is not Established after the upgrade: {outcomes:?}");
+        if name == cws_crd {
+            ensure!(
+                by_job.is_some_and(|at| at >= upgrade_wall),
+                "{name} was not written by the CRD Job during the upgrade (from {upgrade_wall}): {outcomes:?}"
+            );
+        }
+    }
     eprintln!("the CRD Job: {outcomes:?}");
-    ensure!(outcomes.len() == 3, "the Job applied {} CRDs: {outcomes:?}", outcomes.len());
-    ensure!(
-        outcomes.iter().filter(|o| o.contains("Updated")).count() == 1
-            && outcomes.iter().any(|o| o.starts_with(cws_crd) && o.contains("Updated")),
-        "one CRD updated, {cws_crd}: {outcomes:?}"
-    );
     let names: Vec<String> =
         live.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect();
     ensure!(

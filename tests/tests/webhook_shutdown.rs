@@ -14,14 +14,9 @@
 //! `--shutdown-delay=0s` (the server's `extraArgs`): the failures are counted and printed, not
 //! asserted (whether a request meets the closing listener is a race).
 //!
-//! Each stopped replica logs what its delay saw (webhook/src/serve.rs): requests answered and
-//! connections accepted after the signal, and the connections still open at its end; the test
-//! prints that per Pod.
-//!
 //! Needs `target/debug/dco-operator` and `target/debug/dco-webhook`, and helm
 //! (`hack/testenv up` without `DCO_TESTENV_HELM=0`).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -29,7 +24,7 @@ use dco_api::{CRDConversionConfig, ConversionWebhookServer, LABEL_INSTANCE};
 use dco_tests::chart::{helm, helm_install_dco, release_label, widget_config, widget_crd, widget_spec};
 use dco_tests::load::{Load, Target};
 use dco_tests::moves::Tally;
-use dco_tests::{Manager, TestEnv, pod_ready, strip_ansi, wait_for};
+use dco_tests::{Manager, TestEnv, pod_ready, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -60,32 +55,18 @@ async fn webhook_pods(pods: &Api<Pod>, server: &str) -> Result<Vec<Pod>> {
     Ok(pods.list(&ListParams::default().labels(&format!("{LABEL_INSTANCE}={server}"))).await?.items)
 }
 
-/// What a stopped replica's log says about its stop: the fields of its "shutdown delay over"
-/// line (webhook/src/serve.rs).
-fn delay_report(log: &str) -> Option<BTreeMap<String, u64>> {
-    let line = log.lines().map(strip_ansi).find(|l| l.contains("shutdown delay over"))?;
-    Some(
-        line.split_whitespace()
-            .filter_map(|w| w.split_once('='))
-            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
-            .collect(),
-    )
-}
-
 struct Phase {
     load: Tally,
     took: Duration,
-    stops: Vec<String>,
 }
 
 /// `RESTARTS` rollouts of `server`'s webhook Deployment under `load`, each to its end (the old
-/// Pods gone, `REPLICAS` new ones Ready); the load meanwhile and each stopped Pod's report.
+/// Pods gone, `REPLICAS` new ones Ready); the load meanwhile.
 async fn restarts(t: &TestEnv, load: &Load, server: &str, phase: &str) -> Result<Phase> {
     let pods: Api<Pod> = t.api();
     let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
     let mark = load.tally();
     let started = Instant::now();
-    let mut stopped = Vec::new();
     for i in 0..RESTARTS {
         let before: Vec<String> =
             webhook_pods(&pods, server).await?.iter().filter_map(|p| p.metadata.name.clone()).collect();
@@ -104,25 +85,10 @@ async fn restarts(t: &TestEnv, load: &Load, server: &str, phase: &str) -> Result
             "{phase} restart {i}: both webhook Pods replaced and the old ones gone in {:?}",
             at.elapsed()
         );
-        stopped.extend(before);
     }
     let took = started.elapsed();
     let load_meanwhile = load.tally() - mark;
-    let mut stops = Vec::new();
-    for pod in &stopped {
-        let log = std::fs::read_to_string(t.cluster.pod_log(&t.ns, pod, "webhook")).unwrap_or_default();
-        stops.push(match delay_report(&log) {
-            Some(f) => format!(
-                "{pod}: during the delay {} requests answered, {} connections accepted (the last {} ms after the signal); {} connections open at its end",
-                f.get("requests").copied().unwrap_or(0),
-                f.get("connections").copied().unwrap_or(0),
-                f.get("last_accept_ms").copied().unwrap_or(0),
-                f.get("open").copied().unwrap_or(0),
-            ),
-            None => format!("{pod}: no delay report in its log"),
-        });
-    }
-    Ok(Phase { load: load_meanwhile, took, stops })
+    Ok(Phase { load: load_meanwhile, took })
 }
 
 async fn scenario(t: &TestEnv) -> Result<()> {
@@ -179,9 +145,6 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     load.wait_clean(100, WAIT, "before the restarts").await?;
 
     let with_delay = restarts(t, &load, &server, "default").await?;
-    for s in &with_delay.stops {
-        eprintln!("  {s}");
-    }
     let errors = load.errors();
     eprintln!(
         "default --shutdown-delay, {RESTARTS} rolling restarts in {:?}: {} requests ok, {} failed, {} wrong {:?}",
@@ -219,9 +182,6 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     .await
     .context("rolling out --shutdown-delay=0s")?;
     let without = restarts(t, &load, &server, "no-delay").await?;
-    for s in &without.stops {
-        eprintln!("  {s}");
-    }
     let errors = load.errors();
     let total = load.stop().await?;
     eprintln!(
