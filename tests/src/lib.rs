@@ -20,6 +20,7 @@
 pub mod apiservers;
 pub mod cert_manager;
 pub mod chart;
+pub mod crossplane;
 pub mod load;
 pub mod moves;
 pub mod operator_pods;
