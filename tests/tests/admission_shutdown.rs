@@ -10,8 +10,8 @@
 //!
 //! The test also follows the Pods every 50 ms and prints, per stopped Pod, when it was seen
 //! deleting and not Ready against its deletion as the apiserver recorded it
-//! (`deletionTimestamp` less the grace period: when the kubelet was told to stop it): how long
-//! the apiserver may still route to it.
+//! (`deletionTimestamp` less the grace period, whole seconds: when the kubelet was told to stop
+//! it): how long the apiserver may still route to it.
 //!
 //! Needs `target/debug/dco-operator` (the testenv's `dco-operator` image).
 
