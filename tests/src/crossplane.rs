@@ -46,7 +46,7 @@ const CLIENT_SECRET: &str = "crossplane-tls-client";
 /// Attempts at free ports: another process may take one between the probe and Crossplane's bind.
 const PORT_ATTEMPTS: usize = 3;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
-const UNINSTALL_TIMEOUT: Duration = Duration::from_secs(60);
+const UNINSTALL_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// A running Crossplane; killed when dropped.
 pub struct Crossplane {
@@ -336,10 +336,33 @@ async fn uninstall_crds(client: &Client, crds_dir: &Path) -> Result<()> {
         }
         names.push(name);
     }
-    for name in &names {
-        crate::wait_deleted(&crds, name, UNINSTALL_TIMEOUT).await?;
+    // The apiserver's CRD finalizer gives up on a CRD while its storage is (re)initializing
+    // ("storage is (re)initializing") and retries with an exponential back-off that reached
+    // minutes when first measured; any update of the CRD enqueues it again at once.
+    let started = Instant::now();
+    let mut nudge = 0u32;
+    loop {
+        let mut left = Vec::new();
+        for name in &names {
+            if crds.get_opt(name).await?.is_some() {
+                left.push(name);
+            }
+        }
+        if left.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() > UNINSTALL_TIMEOUT {
+            bail!("Crossplane's CRDs were not deleted within {UNINSTALL_TIMEOUT:?}: {left:?}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        nudge += 1;
+        if nudge.is_multiple_of(5) {
+            let patch = serde_json::json!({"metadata": {"annotations": {"dco.rs/tests-uninstall": nudge.to_string()}}});
+            for name in left {
+                let _ = crds.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+            }
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]
