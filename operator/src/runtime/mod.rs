@@ -47,7 +47,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let ctx =
         Arc::new(Context::new(clients.client, settings, stores, metrics.registry.clone(), sharding.gate()));
     let queues = wakes::start(watches.roots, ctx.clone(), &mut sharding);
-    watches::synced(&ctx.stores).await?;
+    // A replica that cannot list (no rights yet, no apiserver) must still stop on SIGTERM.
+    tokio::select! {
+        synced = watches::synced(&ctx.stores) => synced?,
+        () = lifecycle.stop.stopping() => {
+            tracing::info!("termination signal before the caches synced: stopping without starting the controllers");
+            sharding.coordinator.stop().await;
+            return Ok(());
+        }
+    }
     let admission = admission::start(&args, &ctx, &metrics, bound.admission, &lifecycle).await?;
     lifecycle.readiness.mark_synced();
     tracing::info!("caches synced; starting the controllers");
