@@ -1,6 +1,7 @@
 //! A replica that cannot bind a listener it is configured to serve never turns Ready: it exits
-//! non-zero, and its log names the listener, the flag and the likely fix (docs/operations.md,
-//! "Listeners"). On the local cluster every Pod shares the host's network namespace, so the
+//! non-zero, and its termination message (what `kubectl describe pod` shows: the tail of its log,
+//! by `terminationMessagePolicy: FallbackToLogsOnError`) names the listener, the flag and the
+//! likely fix (docs/operations.md, "Listeners"). On the local cluster every Pod shares the host's network namespace, so the
 //! test takes a port on 127.0.0.1 (an address no Pod gets) and points one listener of each
 //! replica at it, the others at the Pod's own address:
 //!
@@ -39,6 +40,7 @@ fn operator_pod(name: &str, args: &[String]) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
         "spec": {"serviceAccountName": "dco-operator", "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
             "containers": [{"name": "operator", "image": "dco-operator:dev", "args": args, "env": env(),
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1}}]}})
 }
 
@@ -46,6 +48,7 @@ fn webhook_pod(name: &str, listen: &str, admin: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
             "containers": [{"name": "webhook", "image": "dco-webhook:dev", "env": env(),
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "args": ["--static-dir=/static", "--tls-cert-file=/etc/tls/tls.crt", "--tls-key-file=/etc/tls/tls.key",
                     format!("--listen={listen}"), format!("--admin-listen={admin}")],
                 "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1},
@@ -54,7 +57,7 @@ fn webhook_pod(name: &str, listen: &str, admin: &str) -> Value {
 }
 
 /// Follows Pod `name` until its container ended: never Ready on the way, ended non-zero, and
-/// its log holds every one of `expect`. Returns the time from creation to the exit.
+/// its termination message holds every one of `expect`. Returns the time from creation to the exit.
 async fn never_ready_and_exits(
     t: &TestEnv,
     name: &str,
@@ -64,7 +67,7 @@ async fn never_ready_and_exits(
     let pods: Api<Pod> = t.api();
     let started = Instant::now();
     let mut seen = 0;
-    let code = loop {
+    let (code, message) = loop {
         ensure!(started.elapsed() < WAIT, "{name} still running after {WAIT:?}");
         let p = pods.get(name).await?;
         seen += 1;
@@ -76,17 +79,16 @@ async fn never_ready_and_exits(
             .and_then(|cs| cs.iter().find(|c| c.name == container))
             .and_then(|c| c.state.as_ref()?.terminated.clone());
         if let Some(term) = terminated {
-            break term.exit_code;
+            break (term.exit_code, term.message.unwrap_or_default());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let took = started.elapsed();
     ensure!(code != 0, "{name} exited {code}, not an error");
-    let log = std::fs::read_to_string(t.cluster.pod_log(&t.ns, name, container))?;
     for e in expect {
-        ensure!(log.contains(e.as_str()), "{name}'s log lacks {e:?}:\n{log}");
+        ensure!(message.contains(e.as_str()), "{name}'s termination message lacks {e:?}:\n{message}");
     }
-    let line = log.lines().find(|l| l.contains("cannot listen on")).unwrap_or_default();
+    let line = message.lines().find(|l| l.contains("cannot listen on")).unwrap_or_default();
     eprintln!(
         "{name}: never Ready ({seen} looks), exit code {code} {took:?} after creation: {}",
         line.trim()

@@ -5,11 +5,12 @@
 //! every webhook Pod exits 1 on "cannot listen on ... address in use" and crash-loops.
 //!
 //! The server must then say `Available=False`, reason `PodsFailing`, with a message naming a
-//! Pod, its exit code, its restarts and the `kubectl logs ... --previous` to read (whose log
-//! holds the listener and the flag), and one Warning Event per failing Pod however many
-//! reconciles and restarts pass. The local cluster's process-kubelet writes no termination
-//! message, so the message's quote of the log's last line is proven by the unit tests
-//! (`operator/src/server/status.rs`), not here. Once the port is free, the Pods come up on
+//! Pod, its exit code, its restarts and the `kubectl logs ... --previous` to read, and one
+//! Warning Event per failing Pod however many reconciles and restarts pass. Each named Pod's
+//! termination message (the tail of its log, by the webhook container's
+//! `terminationMessagePolicy: FallbackToLogsOnError`; what `kubectl describe pod` shows) names
+//! the listener, the flag and the fix; the status message's quote of its last line is proven by
+//! the unit tests (`operator/src/server/status.rs`). Once the port is free, the Pods come up on
 //! their next restart and the server turns `Available` with reason `ReplicasReady`.
 //!
 //! Needs `target/debug/dco-operator` and `dco-webhook`.
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use dco_api::ConversionWebhookServer;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -40,15 +41,20 @@ async fn warnings(client: &kube::Client, server: &str) -> Result<Vec<(String, i3
         .collect())
 }
 
-/// A container of `p` that has ended non-zero (now or in its last run): its exit code and restarts.
-fn exited(p: &Pod) -> Option<(i32, i32)> {
+/// The webhook container of `p` ended (now or in its last run): that end and its restarts.
+fn ended(p: &Pod) -> Option<(&ContainerStateTerminated, i32)> {
     let cs = p.status.as_ref()?.container_statuses.as_ref()?.iter().find(|c| c.name == "webhook")?;
     let term = cs
         .state
         .as_ref()
         .and_then(|s| s.terminated.as_ref())
         .or_else(|| cs.last_state.as_ref().and_then(|s| s.terminated.as_ref()))?;
-    (term.exit_code != 0).then_some((term.exit_code, cs.restart_count))
+    Some((term, cs.restart_count))
+}
+
+/// The webhook container of `p` has ended non-zero (now or in its last run): its exit code and restarts.
+fn exited(p: &Pod) -> Option<(i32, i32)> {
+    ended(p).filter(|(term, _)| term.exit_code != 0).map(|(term, restarts)| (term.exit_code, restarts))
 }
 
 #[tokio::test]
@@ -138,7 +144,7 @@ async fn scenario(
         "{message}"
     );
     // Every failing Pod named in the message comes with its exit code, restarts and the
-    // command to read its log; that log holds the listener, the flag and the fix.
+    // command to read its log; its termination message holds the listener, the flag and the fix.
     let list = pods.list(&by_server).await?;
     let named: Vec<&Pod> = list
         .items
@@ -154,11 +160,11 @@ async fn scenario(
         );
         let logs = format!("kubectl logs -n {} {name} -c webhook --previous", t.ns);
         ensure!(message.contains(&logs), "no {logs:?} in {message}");
-        let log = std::fs::read_to_string(t.cluster.pod_log(&t.ns, name, "webhook"))?;
+        let said = ended(p).and_then(|(term, _)| term.message.clone()).unwrap_or_default();
         ensure!(
-            log.contains(&format!(":{port} for conversion reviews (--listen)"))
-                && log.contains("set bindPodIP=true"),
-            "{name}'s log does not name the listener, the flag and the fix:\n{log}"
+            said.contains(&format!(":{port} for conversion reviews (--listen)"))
+                && said.contains("set bindPodIP=true"),
+            "{name}'s termination message does not name the listener, the flag and the fix:\n{said}"
         );
     }
     ensure!(message.contains(" restart"), "no restart count in {message}");
