@@ -14,7 +14,10 @@ static ALLOCATOR: dco_webhook::alloc::Counting = dco_webhook::alloc::Counting;
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    // Colour only on a terminal: `kubectl logs` and the termination messages built from the
+    // log's tail would show escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(ansi);
     if format == "json" {
         builder.json().init();
     } else {

@@ -117,7 +117,10 @@ where
 {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube_runtime=warn"));
-    let layer = tracing_subscriber::fmt::layer().with_target(false);
+    // Colour only on a terminal: `kubectl logs` and the termination messages built from the
+    // log's tail would show escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let layer = tracing_subscriber::fmt::layer().with_target(false).with_ansi(ansi);
     let layer = if format == "json" { layer.json().boxed() } else { layer.boxed() };
     layer.with_filter(filter)
 }
