@@ -13,11 +13,25 @@ use dco_api::server::AssignedConfig;
 use dco_api::{CRDConversionConfig, HandoverState, XRDConversionConfig};
 use k8s_openapi::ClusterResourceScope;
 use kube::api::{Api, ListParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
+
+/// The configs in `store` that name target `target` (a CRD's or an XRD's events wake them).
+pub(crate) fn configs_of_target<K>(store: &Store<K>, target: &str) -> Vec<ObjectRef<K>>
+where
+    K: ConversionConfig + Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .filter(|c| c.target_name() == target)
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
 
 /// Everything a config kind must be for the generic reconciler, with the status access both
 /// kinds share.

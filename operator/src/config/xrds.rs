@@ -5,7 +5,6 @@
 //! each re-reads its target at once (found, or gone) instead of at the next `--resync`.
 
 use dco_api::XRDConversionConfig;
-use dco_api::config::ConversionConfig;
 use dco_api::target::{TARGET_PAGE, xrd_resource};
 use futures::{Stream, StreamExt};
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
@@ -14,6 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::{mpsc, watch};
 
+use crate::kinds::configs_of_target;
 use crate::observability::watch_metrics::WatchMetrics;
 
 /// The configs to reconcile because of XRDs or of Crossplane itself; ends when the returned
@@ -29,15 +29,6 @@ pub fn triggers(
     futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) })
 }
 
-fn naming(configs: &Store<XRDConversionConfig>, xrd: Option<&str>) -> Vec<ObjectRef<XRDConversionConfig>> {
-    configs
-        .state()
-        .iter()
-        .filter(|c| xrd.is_none_or(|x| c.target_name() == x))
-        .map(|c| ObjectRef::from_obj(c.as_ref()))
-        .collect()
-}
-
 async fn follow(
     client: Client,
     mut installed: watch::Receiver<Option<bool>>,
@@ -49,7 +40,9 @@ async fn follow(
     let mut known = None;
     loop {
         let Some(now) = dco_api::crossplane::wait_known(&mut installed).await else { return };
-        if known.is_some_and(|k| k != now) && !send(naming(&configs, None)) {
+        if known.is_some_and(|k| k != now)
+            && !send(configs.state().iter().map(|c| ObjectRef::from_obj(c.as_ref())).collect())
+        {
             return;
         }
         known = Some(now);
@@ -74,7 +67,7 @@ async fn follow(
                 () = tx.closed() => return,
                 ev = events.next() => match ev {
                     Some(Ok(xrd)) => {
-                        if !send(naming(&configs, Some(&xrd.name_any()))) {
+                        if !send(configs_of_target(&configs, &xrd.name_any())) {
                             return;
                         }
                     }

@@ -9,10 +9,10 @@ use futures::{Future, Stream, StreamExt, future, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use kube::api::{Api, PartialObjectMeta};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
 use super::wakes::Queues;
@@ -89,7 +89,7 @@ fn crd_configs(
     Controller::for_shared_stream(primary, ctx.stores.cccs.clone())
         .watches_stream(errors.counted("CustomResourceDefinition", crds), move |crd| {
             crate::observability::memory::touched();
-            configs_of_target(&store, &crd.name_any())
+            crate::kinds::configs_of_target(&store, &crd.name_any())
         })
         .reconcile_on(paced)
         .shutdown_on_signal()
@@ -124,18 +124,6 @@ fn xrd_configs(
             ctx.clone(),
         )
         .for_each(log_results("xrdconversionconfig"))
-}
-
-fn configs_of_target<K>(store: &Store<K>, target: &str) -> Vec<ObjectRef<K>>
-where
-    K: dco_api::config::ConversionConfig + Resource<DynamicType = ()> + Clone + 'static,
-{
-    store
-        .state()
-        .iter()
-        .filter(|c| c.target_name() == target)
-        .map(|c| ObjectRef::from_obj(c.as_ref()))
-        .collect()
 }
 
 fn log_results<T: std::fmt::Debug, E: std::fmt::Display>(
