@@ -50,6 +50,9 @@ impl Report {
 struct Settings<'a> {
     policy: UnmappedFieldPolicy,
     hub_version: &'a str,
+    /// An XRD's scope and claim: Crossplane's fields are refused to rules and left out of
+    /// the schemas (`crate::crossplane`).
+    composite: Option<&'a crate::crossplane::Composite>,
 }
 
 /// Compiles `spec` against `target`.
@@ -183,7 +186,12 @@ pub fn compile(spec: &ConversionSpec, target: &Target) -> Compiled {
     let mut spoke_plans = Vec::new();
     let mut overall = true;
     if let Some(hub) = hub {
-        let hub_fs = FlatSchema::object(&hub.schema);
+        let composite = target.composite();
+        let flatten = |schema: &serde_json::Value| match composite {
+            Some(c) => FlatSchema::object(&c.strip(schema)),
+            None => FlatSchema::object(schema),
+        };
+        let hub_fs = flatten(&hub.schema);
         if hub.schema.is_null() {
             diags.push(warning(
                 None,
@@ -193,7 +201,7 @@ pub fn compile(spec: &ConversionSpec, target: &Target) -> Compiled {
                 ),
             ));
         }
-        let settings = Settings { policy: spec.unmapped_field_policy, hub_version: &hub.name };
+        let settings = Settings { policy: spec.unmapped_field_policy, hub_version: &hub.name, composite };
         for s in &spec.spokes {
             let Some(sv) = target.version(&s.version) else { continue };
             if s.version == spec.hub_version {
@@ -208,7 +216,7 @@ pub fn compile(spec: &ConversionSpec, target: &Target) -> Compiled {
                     ),
                 ));
             }
-            let spoke_fs = FlatSchema::object(&sv.schema);
+            let spoke_fs = flatten(&sv.schema);
             let start = diags.len();
             let out = compile_scope(&settings, &s.version, &s.rules, &hub_fs, &spoke_fs, &[], 0, &mut diags);
             let status = spoke_status(&s.version, &s.rules, &out, &diags[start..]);
@@ -327,6 +335,12 @@ fn compile_scope(
     let mut rule_facts = BTreeMap::new();
 
     for (i, rule) in rules.iter().enumerate() {
+        if prefix.is_empty()
+            && let Some(d) = settings.composite.and_then(|c| c.check_rule(spoke, i, rule))
+        {
+            diags.push(d);
+            continue;
+        }
         let mut index = prefix.to_vec();
         index.push(i);
         let mut cx = RuleCx {
@@ -1039,7 +1053,8 @@ mod tests {
         let t = Target::from_value(&json!({
             "apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
             "metadata": {"name": "xdbs.example.org"},
-            "spec": {"group": "example.org", "names": {"kind": "XDB", "plural": "xdbs"}, "versions": [
+            // The kind of the objects `obj` builds: a plan converts only its target's kinds.
+            "spec": {"group": "example.org", "names": {"kind": "DB", "plural": "xdbs"}, "versions": [
                 {"name": "v0", "served": true, "referenceable": false, "schema": {"openAPIV3Schema": v0}},
                 {"name": "v1", "served": true, "referenceable": false, "schema": {"openAPIV3Schema": v1}},
                 {"name": "v2", "served": true, "referenceable": true, "schema": {"openAPIV3Schema": hub}}]}}))

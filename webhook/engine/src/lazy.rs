@@ -227,7 +227,7 @@ impl Plan {
             // The fast paths copy metadata through; an object without it (a server-side apply
             // fragment) takes the full path, which gives it the `metadata` the apiserver
             // requires. Sorted keys put it right after `kind`: two keys, read on a copy.
-            let from = from.filter(|_| has_metadata_next(probe, fields.clone()));
+            let from = from.filter(|_| has_metadata_next(self, probe, fields.clone()));
             if let Some((from, route)) = from.and_then(|f| self.route(&f, desired).map(|r| (f, r))) {
                 let stream = route.spoke.stream(route.dir).filter(|_| via == Via::Fastest);
                 let done = match stream {
@@ -290,14 +290,17 @@ impl Plan {
     }
 }
 
-/// Whether the next members are `kind` and then a non-null `metadata` (the apiserver's key
-/// order); anything else is left to the full path.
-fn has_metadata_next(mut s: Scanner<'_>, mut fields: crate::scan::Fields) -> bool {
+/// Whether the next members are `kind`, one of the plan's kinds, and then a non-null
+/// `metadata` (the apiserver's key order); anything else is left to the full path, which
+/// also words the error for a kind the plan does not convert.
+fn has_metadata_next(plan: &Plan, mut s: Scanner<'_>, mut fields: crate::scan::Fields) -> bool {
     (|| -> Result<bool, ScanError> {
         if s.next_key(&mut fields)?.as_deref() != Some("kind") {
             return Ok(false);
         }
-        s.value()?;
+        if s.peek() != Some(b'"') || !plan.accepts_kind(&s.string()?) {
+            return Ok(false);
+        }
         Ok(s.next_key(&mut fields)?.as_deref() == Some("metadata") && s.peek() == Some(b'{'))
     })()
     .unwrap_or(false)

@@ -11,6 +11,7 @@
 pub mod cel;
 pub mod compile;
 pub mod convert;
+pub mod crossplane;
 pub mod diagnostic;
 pub mod duration;
 mod lazy;

@@ -15,6 +15,8 @@ pub struct Plan {
     pub(crate) target: String,
     pub(crate) group: String,
     pub(crate) resource_kind: String,
+    /// An XRD's claim kind: the apiserver sends claims to the XR's path too.
+    pub(crate) claim_kind: Option<String>,
     pub(crate) hub_version: String,
     pub(crate) spokes: Vec<SpokePlan>,
     pub(crate) lossless: bool,
@@ -191,10 +193,20 @@ impl Plan {
         h.update(target.schema_hash().as_bytes());
         h.update([0]);
         h.update(env!("CARGO_PKG_VERSION").as_bytes());
+        // The kinds a review may carry are part of what the plan does.
+        if let Some(c) = target.composite() {
+            h.update([0]);
+            h.update(c.scope.name().as_bytes());
+            if let Some(claim) = &c.claim {
+                h.update([0]);
+                h.update(claim.kind.as_bytes());
+            }
+        }
         Plan {
             target: target.name().to_string(),
             group: target.group().to_string(),
             resource_kind: target.resource_kind().to_string(),
+            claim_kind: target.claim_kind().map(str::to_string),
             hub_version: spec.hub_version.clone(),
             spokes,
             lossless,
@@ -214,6 +226,25 @@ impl Plan {
     /// The kind of the objects converted (`spec.names.kind`).
     pub fn resource_kind(&self) -> &str {
         &self.resource_kind
+    }
+
+    /// An XRD's claim kind, when it offers claims.
+    pub fn claim_kind(&self) -> Option<&str> {
+        self.claim_kind.as_deref()
+    }
+
+    /// Whether objects of `kind` are the target's (its kind, or an XRD's claim kind).
+    #[inline]
+    pub fn accepts_kind(&self, kind: &str) -> bool {
+        kind == self.resource_kind || self.claim_kind.as_deref() == Some(kind)
+    }
+
+    /// The kinds this plan converts, for messages: `XDB` or `XDB or DB (its claim)`.
+    pub fn expected_kinds(&self) -> String {
+        match &self.claim_kind {
+            Some(c) => format!("{} or {c} (its claim)", self.resource_kind),
+            None => self.resource_kind.clone(),
+        }
     }
 
     pub fn hub_version(&self) -> &str {

@@ -37,6 +37,21 @@ impl Plan {
                 format!("is not an object (got {})", value::type_name(obj)),
             ));
         }
+        // The apiserver sends one path's reviews for every kind wired to it (an XRD's XR and
+        // claim CRDs); an object of another kind means the wiring is wrong, and converting
+        // it by this target's rules would corrupt it.
+        if let Some(kind) = obj.get("kind").and_then(|k| k.as_str())
+            && !self.accepts_kind(kind)
+        {
+            return Err(ConvertError::object(
+                obj,
+                format!(
+                    "kind {kind} is not a kind of target {}: it converts {}; point the conversion of {kind}'s CRD at its own target's path",
+                    self.target,
+                    self.expected_kinds()
+                ),
+            ));
+        }
         let from = match obj.get("apiVersion").and_then(|v| v.as_str()) {
             Some(av) => {
                 self.version_of(av).map_err(|m| ConvertError::object(obj, format!("apiVersion: {m}")))?

@@ -6,6 +6,8 @@ use dco_api::target::{CRD_API_VERSION, CRD_KIND, XRD_GROUP, XRD_KIND};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::crossplane::{ClaimNames, Composite, Scope};
+
 /// One version of the target with its schema.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VersionSchema {
@@ -26,12 +28,15 @@ pub struct Target {
     resource_kind: String,
     versions: Vec<VersionSchema>,
     schema_hash: String,
+    /// For an XRD: its scope and claim, which decide Crossplane's fields and the kinds a
+    /// review may carry.
+    composite: Option<Composite>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
     #[error(
-        "{api_version}/{kind} is not a conversion target; give an apiextensions.k8s.io/v1 CustomResourceDefinition or an apiextensions.crossplane.io/v1 CompositeResourceDefinition"
+        "{api_version}/{kind} is not a conversion target; give an apiextensions.k8s.io/v1 CustomResourceDefinition or an apiextensions.crossplane.io/v1 or v2 CompositeResourceDefinition"
     )]
     UnknownKind { api_version: String, kind: String },
     #[error("{kind} {name}: field {field} is missing or has the wrong type")]
@@ -40,6 +45,10 @@ pub enum TargetError {
     NoVersions { kind: &'static str, name: String },
     #[error("{kind} {name} declares version {version} twice in spec.versions")]
     DuplicateVersion { kind: &'static str, name: String, version: String },
+    #[error(
+        "CompositeResourceDefinition {name}: spec.scope {scope:?} is not a scope Crossplane knows; set Namespaced, Cluster or LegacyCluster"
+    )]
+    UnknownScope { name: String, scope: String },
 }
 
 impl Target {
@@ -96,6 +105,10 @@ impl Target {
                 schema: v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null),
             });
         }
+        let composite = match tkind {
+            TargetKind::Crd => None,
+            TargetKind::Xrd => Some(composite_of(obj, api_version, &name)?),
+        };
         let schema_hash = hash_versions(&versions);
         Ok(Target {
             name,
@@ -104,7 +117,29 @@ impl Target {
             resource_kind: resource_kind.to_string(),
             versions,
             schema_hash,
+            composite,
         })
+    }
+
+    /// For an XRD: its scope (`spec.scope`, or its API version's default) and its claim.
+    pub fn composite(&self) -> Option<&Composite> {
+        self.composite.as_ref()
+    }
+
+    /// The claim's kind (`spec.claimNames.kind`) of a LegacyCluster XRD that offers claims.
+    pub fn claim_kind(&self) -> Option<&str> {
+        self.composite.as_ref().and_then(|c| c.claim.as_ref()).map(|c| c.kind.as_str())
+    }
+
+    /// The CRDs Crossplane renders from this XRD: the XR's (named like the XRD) and, with
+    /// claims, the claim's (`<claimNames.plural>.<group>`). Empty for a CRD target.
+    pub fn generated_crds(&self) -> Vec<String> {
+        let Some(c) = &self.composite else { return Vec::new() };
+        let mut out = vec![self.name.clone()];
+        if let Some(claim) = &c.claim {
+            out.push(format!("{}.{}", claim.plural, self.group));
+        }
+        out
     }
 
     pub fn name(&self) -> &str {
@@ -142,6 +177,37 @@ impl Target {
     pub fn describe(&self) -> String {
         format!("{} {}", self.kind.kind_name(), self.name)
     }
+}
+
+/// An XRD's scope and claim names. Crossplane renders a claim CRD only for LegacyCluster
+/// (its API refuses claimNames on the other scopes), so claimNames elsewhere are ignored.
+fn composite_of(obj: &Value, api_version: &str, name: &str) -> Result<Composite, TargetError> {
+    let scope = match obj.pointer("/spec/scope") {
+        None | Some(Value::Null) => Scope::default_for(api_version),
+        Some(v) => {
+            let s = v.as_str().unwrap_or_default();
+            Scope::parse(s).ok_or_else(|| TargetError::UnknownScope {
+                name: name.to_string(),
+                scope: s.chars().take(64).collect(),
+            })?
+        }
+    };
+    let claim = match (scope, obj.pointer("/spec/claimNames")) {
+        (Scope::LegacyCluster, Some(names)) if !names.is_null() => {
+            let field = |f: &str| {
+                names.get(f).and_then(Value::as_str).map(str::to_string).ok_or_else(|| {
+                    TargetError::MissingField {
+                        kind: XRD_KIND,
+                        name: name.to_string(),
+                        field: format!("spec.claimNames.{f}"),
+                    }
+                })
+            };
+            Some(ClaimNames { kind: field("kind")?, plural: field("plural")? })
+        }
+        _ => None,
+    };
+    Ok(Composite { scope, claim })
 }
 
 fn hash_versions(versions: &[VersionSchema]) -> String {
