@@ -102,6 +102,12 @@ pub struct Args {
     /// deletes it; the operator only fills in the webhooks, never creates it).
     #[arg(long, env = "DCO_ADMISSION_CONFIGURATION", value_enum, default_value = "create")]
     pub admission_configuration: Owner,
+    /// Serve and register the XRD guard (docs/admission.md, "The XRD guard"): a mutating
+    /// webhook (`failurePolicy: Ignore`) that keeps dco's spec.conversion on XRD updates by
+    /// other writers, such as Crossplane's package manager. Needs --admission-service. Off:
+    /// the operator deletes a guard configuration it created earlier.
+    #[arg(long, env = "DCO_XRD_GUARD", default_value_t = false)]
+    pub xrd_guard: bool,
     /// Apply dco's CRDs from the YAML files in this directory, wait until each is Established,
     /// and exit without starting the operator (crds.rs): the chart's pre-upgrade hook, since
     /// helm never upgrades a chart's `crds/`.

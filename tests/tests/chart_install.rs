@@ -198,7 +198,9 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
     ] {
         ensure!(k.get(kind) == Some(&n), "default render: {n} {kind} expected, got {k:?}");
     }
-    for absent in ["ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy"] {
+    for absent in
+        ["ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy", "MutatingWebhookConfiguration"]
+    {
         ensure!(!k.contains_key(absent), "default render has a {absent}: {k:?}");
     }
     let deploy = default.iter().find(|d| d["kind"] == "Deployment").context("Deployment")?;
@@ -229,6 +231,7 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
         vwc.get("webhooks").is_none(),
         "the chart's ValidatingWebhookConfiguration carries no webhooks: {vwc}"
     );
+    ensure!(!args.contains(&"--xrd-guard"), "the XRD guard is off by default: {args:?}");
     // The CRD Job's rights are dco's three CRDs by name.
     let crd_role = default
         .iter()
@@ -267,6 +270,9 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
         // Workloads in the release namespace, the default server's (default) and
         // rbac.serverNamespaces' (kube-public); Leases, admission, Events.
         ("RoleBinding", 6),
+        // The admission configurations: validating, and the XRD guard's (admission.xrdGuard).
+        ("ValidatingWebhookConfiguration", 1),
+        ("MutatingWebhookConfiguration", 1),
     ] {
         ensure!(k.get(kind) == Some(&n), "full render: {n} {kind} expected, got {k:?}");
     }
@@ -277,6 +283,31 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
             ensure!(api == "monitoring.coreos.com/v1", "{kind} is {api}");
         }
     }
+    // admission.xrdGuard: the flag, the guard's configuration without webhooks (the operator
+    // fills it in), and the right to patch that one configuration.
+    let mwc = full_docs.iter().find(|d| d["kind"] == "MutatingWebhookConfiguration").context("MWC")?;
+    ensure!(
+        mwc["metadata"]["name"] == "dco-operator-admission-xrd-guard" && mwc.get("webhooks").is_none(),
+        "the XRD guard's configuration is named after the VWC and carries no webhooks: {mwc}"
+    );
+    let full_deploy = full_docs.iter().find(|d| d["kind"] == "Deployment").context("Deployment")?;
+    ensure!(
+        full_deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "--xrd-guard")),
+        "admission.xrdGuard.enabled passes --xrd-guard"
+    );
+    let guard_rule = full_docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+        .find(|r| r["resources"] == json!(["mutatingwebhookconfigurations"]))
+        .context("a ClusterRole rule on mutatingwebhookconfigurations")?;
+    ensure!(
+        guard_rule["resourceNames"] == json!(["dco-operator-admission-xrd-guard"])
+            && guard_rule["verbs"] == json!(["get", "patch"]),
+        "the operator may get and patch the guard's configuration only: {guard_rule}"
+    );
     let rule = full_docs.iter().find(|d| d["kind"] == "PrometheusRule").context("PrometheusRule")?;
     let groups = rule["spec"]["groups"].as_array().context("PrometheusRule spec.groups")?;
     ensure!(!groups.is_empty(), "no rule groups");

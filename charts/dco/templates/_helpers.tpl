@@ -120,6 +120,11 @@ dco-operator-admission
 {{- end -}}
 {{- end -}}
 
+{{/* The XRD guard's MutatingWebhookConfiguration (registration.rs `guard_name`). */}}
+{{- define "dco.xrdGuardWebhookName" -}}
+{{- printf "%s-xrd-guard" (include "dco.admissionWebhookName" .) -}}
+{{- end -}}
+
 {{/* The listen host: the Pod's own address (bindPodIP), or every address. */}}
 {{- define "dco.listenHost" -}}
 {{- if .Values.bindPodIP -}}$(POD_IP){{- else -}}0.0.0.0{{- end -}}

@@ -30,6 +30,9 @@ pub struct AdmissionMetrics {
     pub duration: Histogram,
     /// This replica's admission registration passes, by outcome (registration.rs).
     pub registration: Family<RegistrationLabels, Counter>,
+    /// Updates of XRDs the XRD guard answered with a restore of dco's `spec.conversion`
+    /// (xrd_guard.rs), dry runs not counted.
+    pub xrd_guard_restores: Counter,
 }
 
 impl Default for AdmissionMetrics {
@@ -38,6 +41,7 @@ impl Default for AdmissionMetrics {
             reviews: Family::default(),
             duration: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0]),
             registration: Family::default(),
+            xrd_guard_restores: Counter::default(),
         }
     }
 }
@@ -69,6 +73,12 @@ impl Register for AdmissionMetrics {
             "admission_registration_passes",
             "Admission registration passes of this replica, by outcome: registered, no_configuration (its installer has not created it yet), nobody_answers (no Ready Pod behind the Service yet) or failed",
             self.registration.clone(),
+        );
+        register(
+            registry,
+            "xrd_guard_restores",
+            "Updates of XRDs that would have dropped or changed dco's spec.conversion, answered by the XRD guard with a patch restoring it (dry runs not counted)",
+            self.xrd_guard_restores.clone(),
         );
     }
 }

@@ -7,7 +7,10 @@
 //!   depends on) → [`Verdict`], unit-tested without a cluster.
 //! - [`serve`]: `POST /validate` over HTTPS, taking `admission.k8s.io/v1` AdmissionReviews.
 //! - [`registration`]: the serving certificate (a Secret in the operator's namespace), the
-//!   Service and the `ValidatingWebhookConfiguration`, kept current by every replica.
+//!   Service and the `ValidatingWebhookConfiguration`, kept current by every replica; with
+//!   `--xrd-guard` also the `MutatingWebhookConfiguration` of [`xrd_guard`].
+//! - [`xrd_guard`]: `POST /mutate-xrd`, the optional guard that keeps dco's `spec.conversion`
+//!   on XRD updates by other writers (Crossplane's package manager).
 //!
 //! The controllers keep their own checks (admission can be bypassed or raced): what is refused
 //! here also surfaces as a condition when it slips through.
@@ -17,6 +20,7 @@ pub mod metrics;
 pub mod registration;
 pub mod serve;
 pub mod server;
+pub mod xrd_guard;
 
 /// How many denials (or warnings) one answer lists; the rest are counted.
 const MAX_LISTED: usize = 10;

@@ -5,7 +5,10 @@
 //!    that serves the webhook servers) and serves what they hold ([`CertResolver`]);
 //! 2. the Service selecting the operator Pods exists, when `--admission-pod-selector` is set;
 //! 3. once a replica can answer (a Ready operator Pod behind the Service, [`answering`]), the
-//!    `ValidatingWebhookConfiguration` holds dco's two webhooks with the current `caBundle`.
+//!    `ValidatingWebhookConfiguration` holds dco's two webhooks with the current `caBundle`;
+//! 4. with `--xrd-guard`, the `MutatingWebhookConfiguration` `<webhook name>-xrd-guard` holds
+//!    the XRD guard (xrd_guard.rs, `failurePolicy: Ignore`); without it, one the operator
+//!    created is deleted ([`Registration::guard_name`]).
 //!
 //! One owner decides whether the configuration exists ([`Owner`]): with the chart, the release
 //! creates it empty and deletes it on uninstall, and the operator only fills it (a patch that
@@ -23,7 +26,9 @@ use std::time::Duration;
 
 use dco_api::{API_VERSION, GROUP, VERSION};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
@@ -63,6 +68,8 @@ pub struct Registration {
     /// `--selector` as an `objectSelector`.
     pub object_selector: Option<Value>,
     pub owner: Owner,
+    /// `--xrd-guard`: register the XRD guard's MutatingWebhookConfiguration.
+    pub xrd_guard: bool,
 }
 
 /// `dco-operator-admission`, suffixed with a hash of `--selector` so operators that share a
@@ -154,6 +161,54 @@ impl Registration {
             "metadata": {"annotations": {"conversion.dco.rs/api-version": API_VERSION}},
             "webhooks": self.webhooks(ca_bundle),
         })
+    }
+
+    /// The XRD guard's `MutatingWebhookConfiguration`: `<webhook name>-xrd-guard`.
+    pub fn guard_name(&self) -> String {
+        format!("{}-xrd-guard", self.webhook_name)
+    }
+
+    /// The guard's configuration as this operator wants it (its installer's: [`Self::guard_content`]).
+    pub fn guard_configuration(&self, ca_bundle: &str) -> Value {
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": self.guard_name(), "labels": {"app.kubernetes.io/name": "dco-operator"},
+                "annotations": {"conversion.dco.rs/api-version": API_VERSION}},
+            "webhooks": self.guard_webhooks(ca_bundle),
+        })
+    }
+
+    /// What the operator writes into a guard configuration its installer created.
+    pub fn guard_content(&self, ca_bundle: &str) -> Value {
+        json!({
+            "metadata": {"annotations": {"conversion.dco.rs/api-version": API_VERSION}},
+            "webhooks": self.guard_webhooks(ca_bundle),
+        })
+    }
+
+    /// One webhook on every update of an XRD, at whatever version Crossplane serves (the review
+    /// comes at the request's version; `spec.conversion` is laid out alike in all of them).
+    /// `failurePolicy: Ignore`: the guard narrows the window of a revert, it never blocks a
+    /// write. No `objectSelector`: XRDs carry no dco labels; the rule itself only keeps the
+    /// wiring to this operator's servers.
+    fn guard_webhooks(&self, ca_bundle: &str) -> Value {
+        json!([{
+            "name": "xrds.guard.conversion.dco.rs",
+            "clientConfig": {
+                "service": {"namespace": self.service_namespace, "name": self.service,
+                    "path": super::xrd_guard::PATH, "port": self.port},
+                "caBundle": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca_bundle),
+            },
+            "rules": [{"apiGroups": [dco_api::target::XRD_GROUP], "apiVersions": ["*"], "operations": ["UPDATE"],
+                "resources": [dco_api::target::XRD_PLURAL], "scope": "Cluster"}],
+            "failurePolicy": "Ignore",
+            "matchPolicy": "Equivalent",
+            "reinvocationPolicy": "IfNeeded",
+            "sideEffects": "None",
+            "timeoutSeconds": TIMEOUT_SECONDS,
+            "admissionReviewVersions": ["v1"],
+        }])
     }
 
     fn webhooks(&self, ca_bundle: &str) -> Value {
@@ -427,6 +482,46 @@ pub async fn reconcile(
             }
         }
     }
+    reconcile_guard(client, reg, &out.ca_bundle).await
+}
+
+/// Step 4: the XRD guard's configuration, written like the validating one (apply when the
+/// operator owns it, a merge patch into its installer's), or deleted when the guard is off
+/// and the operator owns it. An installer removes its own (the chart renders it only with the
+/// guard on).
+async fn reconcile_guard(client: &Client, reg: &Registration, ca_bundle: &str) -> anyhow::Result<()> {
+    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let name = reg.guard_name();
+    match (reg.xrd_guard, reg.owner) {
+        (true, Owner::Operator) => {
+            let pp = PatchParams::apply(FIELD_MANAGER).force();
+            mwcs.patch(&name, &pp, &Patch::Apply(reg.guard_configuration(ca_bundle))).await?;
+        }
+        (true, Owner::Installer) => {
+            let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            match mwcs.patch(&name, &merge, &Patch::Merge(reg.guard_content(ca_bundle))).await {
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Err(Waiting::NoConfiguration(format!(
+                        "MutatingWebhookConfiguration {name} does not exist yet; with --admission-configuration=existing \
+                         and --xrd-guard its installer (the chart, admission.xrdGuard.enabled) creates it"
+                    ))
+                    .into());
+                }
+                r => {
+                    r?;
+                }
+            }
+        }
+        (false, Owner::Operator) => match mwcs.delete(&name, &Default::default()).await {
+            Ok(_) => {
+                tracing::info!(configuration = %name, "the XRD guard is off: deleted its MutatingWebhookConfiguration")
+            }
+            // None there (the usual case), or no right to it (the chart grants none with the guard off).
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {}
+            Err(e) => return Err(e.into()),
+        },
+        (false, Owner::Installer) => {}
+    }
     Ok(())
 }
 
@@ -516,6 +611,7 @@ mod tests {
             webhook_name: default_webhook_name(Some("team=a")),
             object_selector: Some(object_selector("team=a").unwrap()),
             owner: Owner::Installer,
+            xrd_guard: true,
         };
         let v = reg.webhook_configuration("PEM");
         let hooks = v["webhooks"].as_array().unwrap();
@@ -540,6 +636,22 @@ mod tests {
         assert_eq!(content["webhooks"], v["webhooks"]);
         assert_eq!(content["metadata"]["labels"], Value::Null);
         assert_eq!(content.get("apiVersion"), None);
+        // The XRD guard: one webhook on XRD updates at every version, never blocking.
+        assert_eq!(reg.guard_name(), format!("{}-xrd-guard", reg.webhook_name));
+        let g = reg.guard_configuration("PEM");
+        assert_eq!(g["kind"], "MutatingWebhookConfiguration");
+        let hook = &g["webhooks"][0];
+        assert_eq!(g["webhooks"].as_array().map(Vec::len), Some(1));
+        assert_eq!(hook["failurePolicy"], "Ignore");
+        assert_eq!(hook["sideEffects"], "None");
+        assert_eq!(hook["clientConfig"]["service"]["path"], "/mutate-xrd");
+        assert_eq!(
+            hook["rules"],
+            json!([{"apiGroups": ["apiextensions.crossplane.io"], "apiVersions": ["*"], "operations": ["UPDATE"],
+                "resources": ["compositeresourcedefinitions"], "scope": "Cluster"}])
+        );
+        assert_eq!(hook.get("objectSelector"), None, "XRDs carry no dco labels");
+        assert_eq!(reg.guard_content("PEM")["webhooks"], g["webhooks"]);
     }
 
     fn pod(name: &str, ready: bool, ip: bool, terminating: bool) -> Pod {

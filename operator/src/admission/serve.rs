@@ -1,4 +1,5 @@
-//! `POST /validate` over HTTPS: an `admission.k8s.io/v1` AdmissionReview in, the verdict out.
+//! `POST /validate` over HTTPS: an `admission.k8s.io/v1` AdmissionReview in, the verdict out;
+//! and `POST /mutate-xrd`, the XRD guard's (xrd_guard.rs).
 //!
 //! The certificate comes from [`CertResolver`], swapped in place by registration.rs when the
 //! Secret changes, so a rotation needs no restart. Every input is bounded: the body
@@ -97,6 +98,9 @@ pub struct Admission {
     /// `--selector`: the configs whose servers this operator manages.
     pub selector: Option<String>,
     pub metrics: Arc<AdmissionMetrics>,
+    /// The XRD guard, with `--xrd-guard` (xrd_guard.rs); without it `/mutate-xrd` admits
+    /// every update unchanged.
+    pub xrd_guard: Option<Arc<super::xrd_guard::Guard>>,
 }
 
 fn op(o: &KubeOp) -> Option<Operation> {
@@ -340,6 +344,21 @@ pub fn router(adm: Admission) -> axum::Router {
                 },
             ),
         )
+        .route(
+            super::xrd_guard::PATH,
+            post(
+                |State(adm): State<Admission>,
+                 axum::Json(review): axum::Json<AdmissionReview<DynamicObject>>| async move {
+                    axum::Json(match &adm.xrd_guard {
+                        Some(guard) => guard.review(review),
+                        None => match TryInto::<AdmissionRequest<DynamicObject>>::try_into(review) {
+                            Ok(req) => AdmissionResponse::from(&req).into_review(),
+                            Err(e) => AdmissionResponse::invalid(e).into_review(),
+                        },
+                    })
+                },
+            ),
+        )
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(adm)
 }
@@ -526,6 +545,7 @@ mod tests {
             servers: ctx.stores.servers.clone(),
             selector: None,
             metrics: Arc::new(AdmissionMetrics::default()),
+            xrd_guard: None,
         };
         let app = router(adm);
         let req = |body: Vec<u8>| {

@@ -31,7 +31,13 @@ pub async fn start(
     listener: Option<TcpListener>,
     lifecycle: &Lifecycle,
 ) -> anyhow::Result<Admission> {
-    let Some((svc_ns, svc)) = &args.admission_service else { return Ok(Admission::default()) };
+    let Some((svc_ns, svc)) = &args.admission_service else {
+        anyhow::ensure!(
+            !args.xrd_guard,
+            "--xrd-guard needs --admission-service: the guard is served by the admission webhook's listener"
+        );
+        return Ok(Admission::default());
+    };
     let certs = Arc::new(CertResolver::default());
     let reg = registration(args, svc_ns, svc)?;
     metrics.status.set_admission(AdmissionCertificate {
@@ -43,6 +49,13 @@ pub async fn start(
         servers: ctx.stores.servers.clone(),
         selector: args.selector.clone(),
         metrics: metrics.admission.clone(),
+        xrd_guard: args.xrd_guard.then(|| {
+            Arc::new(crate::admission::xrd_guard::Guard {
+                servers: ctx.stores.servers.clone(),
+                namespace: ctx.settings.namespace.clone(),
+                restores: metrics.admission.xrd_guard_restores.clone(),
+            })
+        }),
     };
     let router = serve::router(adm);
     let listener = listener.context("the admission listener is bound with --admission-service")?;
@@ -62,7 +75,8 @@ pub async fn start(
     Ok(Admission { served: Some(served), registered: Some(reg) })
 }
 
-/// The certificate, Service and ValidatingWebhookConfiguration the flags ask for.
+/// The certificate, Service, ValidatingWebhookConfiguration and (`--xrd-guard`) the
+/// MutatingWebhookConfiguration the flags ask for.
 fn registration(args: &Args, svc_ns: &str, svc: &str) -> anyhow::Result<Registration> {
     Ok(Registration {
         service_namespace: svc_ns.to_string(),
@@ -87,6 +101,7 @@ fn registration(args: &Args, svc_ns: &str, svc: &str) -> anyhow::Result<Registra
             .transpose()
             .map_err(anyhow::Error::msg)?,
         owner: args.admission_configuration,
+        xrd_guard: args.xrd_guard,
     })
 }
 
