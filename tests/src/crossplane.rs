@@ -4,7 +4,8 @@
 //! the module's `cluster/crds`, the TLS Secrets in `crossplane-system`), then `crossplane core
 //! start` with its ports on free ports, its TLS directories filled from those Secrets, webhooks
 //! off and its package cache under the caller's directory (docs/testenv.md, "Crossplane").
-//! No package is installed, so it pulls nothing: its only traffic is to the local apiserver.
+//! It pulls a package only when a test installs one from the loopback registry
+//! ([`crate::xpkg`]): its only traffic is to the local apiserver and that registry.
 //!
 //! ```no_run
 //! # async fn t(t: &dco_tests::TestEnv, dir: &std::path::Path) -> anyhow::Result<()> {
@@ -125,6 +126,12 @@ impl Crossplane {
     /// `crossplane core init` (idempotent: the CRDs are applied again, the Secrets kept) and
     /// starts `crossplane core start`, its files under `dir`; returns once it answers `/readyz`.
     pub async fn start(client: &Client, dir: &Path) -> Result<Crossplane> {
+        Self::start_with(client, dir, &[]).await
+    }
+
+    /// [`Crossplane::start`] with `extra` flags of `crossplane core start` (e.g. a short
+    /// `--sync-interval`, how often the package manager writes its packages' objects again).
+    pub async fn start_with(client: &Client, dir: &Path, extra: &[&str]) -> Result<Crossplane> {
         let bin = tokio::task::spawn_blocking(|| crate::testenv_tool("crossplane")).await??;
         let crds_dir = tokio::task::spawn_blocking(module_dir).await??.join("cluster").join("crds");
         let cluster = tokio::task::spawn_blocking(crate::ensure_cluster).await??;
@@ -155,14 +162,14 @@ impl Crossplane {
 
         let mut last = String::new();
         for _ in 0..PORT_ATTEMPTS {
-            let (child, log, health) = match start_once(&bin, &cluster, dir, &server_dir, &client_dir).await?
-            {
-                Ok(started) => started,
-                Err(why) => {
-                    last = why;
-                    continue;
-                }
-            };
+            let (child, log, health) =
+                match start_once(&bin, &cluster, dir, &server_dir, &client_dir, extra).await? {
+                    Ok(started) => started,
+                    Err(why) => {
+                        last = why;
+                        continue;
+                    }
+                };
             std::fs::write(&pidfile, child.id().to_string())?;
             eprintln!("crossplane: core start ready in {:?} (log {})", t0.elapsed(), log.display());
             return Ok(Crossplane {
@@ -245,8 +252,14 @@ async fn start_once(
     dir: &Path,
     server_dir: &Path,
     client_dir: &Path,
+    extra: &[&str],
 ) -> Result<std::result::Result<(Child, PathBuf, String), String>> {
     let (metrics, health, webhook) = (crate::free_port()?, crate::free_port()?, crate::free_port()?);
+    // The package cache must exist: Crossplane tees each pulled package.yaml into it while it
+    // parses it, and a missing directory fails the parse ("read/write on closed pipe").
+    for cache in ["xpkg", "xfn"] {
+        std::fs::create_dir_all(dir.join(cache))?;
+    }
     let log = dir.join("crossplane.log");
     let file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let mut child = Command::new(bin)
@@ -260,6 +273,7 @@ async fn start_once(
         .arg(format!("--tls-client-secret-name={CLIENT_SECRET}"))
         .arg(format!("--tls-server-certs-dir={}", server_dir.display()))
         .arg(format!("--tls-client-certs-dir={}", client_dir.display()))
+        .args(extra)
         .env("KUBECONFIG", &cluster.kubeconfig)
         .env("POD_NAMESPACE", NAMESPACE)
         .stdin(Stdio::null())
