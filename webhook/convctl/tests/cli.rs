@@ -484,3 +484,87 @@ fn test_reports_conversion_errors_and_unknown_versions() {
         2
     );
 }
+
+/// A rule that writes a field Crossplane owns (`spec.crossplane.compositionRef` of a Namespaced
+/// XRD) does not compile: exit 1, the message naming the rule, the field and the fix.
+#[test]
+fn a_rule_on_a_field_crossplane_owns_is_refused_naming_the_rule_and_the_fix() {
+    let dir = scratch("crossplane-owned");
+    let xrd = dir.join("xrd.yaml");
+    std::fs::write(
+        &xrd,
+        "apiVersion: apiextensions.crossplane.io/v2
+kind: CompositeResourceDefinition
+metadata:
+  name: xbuckets.example.org
+spec:
+  group: example.org
+  scope: Namespaced
+  names: {kind: XBucket, plural: xbuckets}
+  versions:
+    - name: v2
+      served: true
+      referenceable: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                region: {type: string}
+                composition: {type: string}
+    - name: v1
+      served: true
+      referenceable: false
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                location: {type: string}
+                composition: {type: string}
+",
+    )
+    .unwrap();
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: conversion.dco.rs/v1alpha1
+kind: XRDConversionConfig
+metadata:
+  name: xbuckets
+spec:
+  targetXRD: {name: xbuckets.example.org}
+  hubVersion: v2
+  spokes:
+    - version: v1
+      rules:
+        - strategy: FieldRename
+          fieldRename: {hubPath: spec.region, spokePath: spec.location}
+        - strategy: FieldRename
+          fieldRename: {hubPath: spec.crossplane.compositionRef.name, spokePath: spec.composition}
+",
+    )
+    .unwrap();
+    let o = convctl(&["validate", "--config", config.to_str().unwrap(), "--xrd", xrd.to_str().unwrap()]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains(
+            "error: spoke v1, rule 1 (FieldRename) spec.crossplane.compositionRef.name: fieldRename.hubPath names spec.crossplane.compositionRef.name, a field Crossplane owns on the composite resource of this Namespaced XRD (Crossplane writes it itself, and every conversion carries it through unchanged); remove the rule, or point fieldRename.hubPath at a field of the XRD's own schema"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("xbuckets does not compile"), "{}", stderr(&o));
+    // Without that rule the config compiles: spec.composition is the XRD's own field.
+    let fixed = std::fs::read_to_string(&config).unwrap();
+    let (head, _) = fixed
+        .split_once("        - strategy: FieldRename\n          fieldRename: {hubPath: spec.crossplane")
+        .unwrap();
+    std::fs::write(&config, head).unwrap();
+    let o = convctl(&["validate", "--config", config.to_str().unwrap(), "--xrd", xrd.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+}
