@@ -20,6 +20,13 @@ pub struct AdmissionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GuardLabels {
+    /// `true` for a dry run: Crossplane's package manager dry-runs each update and then writes
+    /// what the dry run answered, so the guard's restore of its dry run is what keeps the wiring.
+    pub dry_run: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RegistrationLabels {
     pub outcome: &'static str,
 }
@@ -31,8 +38,8 @@ pub struct AdmissionMetrics {
     /// This replica's admission registration passes, by outcome (registration.rs).
     pub registration: Family<RegistrationLabels, Counter>,
     /// Updates of XRDs the XRD guard answered with a restore of dco's `spec.conversion`
-    /// (xrd_guard.rs), dry runs not counted.
-    pub xrd_guard_restores: Counter,
+    /// (xrd_guard.rs), by whether the update was a dry run.
+    pub xrd_guard_restores: Family<GuardLabels, Counter>,
 }
 
 impl Default for AdmissionMetrics {
@@ -41,7 +48,7 @@ impl Default for AdmissionMetrics {
             reviews: Family::default(),
             duration: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0]),
             registration: Family::default(),
-            xrd_guard_restores: Counter::default(),
+            xrd_guard_restores: Family::default(),
         }
     }
 }
@@ -77,7 +84,7 @@ impl Register for AdmissionMetrics {
         register(
             registry,
             "xrd_guard_restores",
-            "Updates of XRDs that would have dropped or changed dco's spec.conversion, answered by the XRD guard with a patch restoring it (dry runs not counted)",
+            "Updates of XRDs that would have dropped or changed dco's spec.conversion, answered by the XRD guard with a patch restoring it, by dry_run",
             self.xrd_guard_restores.clone(),
         );
     }

@@ -16,11 +16,13 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::runtime::reflector::Store;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use serde_json::{Value, json};
 
 use dco_api::ConversionWebhookServer;
 use dco_api::target::{STRATEGY_WEBHOOK, wired_service};
 
+use super::metrics::GuardLabels;
 use crate::names::{FIELD_MANAGER, ServerNames};
 
 /// Where the apiserver posts the guard's reviews.
@@ -112,9 +114,11 @@ pub struct Guard {
     pub servers: Store<ConversionWebhookServer>,
     /// The operator's namespace: a server without `spec.namespace` runs there.
     pub namespace: String,
-    /// `dco_operator_xrd_guard_restores_total`: updates answered with a restore (dry runs not
-    /// counted: Crossplane's package manager dry-runs each update before it makes it).
-    pub restores: Counter,
+    /// `dco_operator_xrd_guard_restores_total{dry_run}`: updates answered with a restore.
+    /// Crossplane's package manager dry-runs each update and then sends what the dry run
+    /// answered: the restore of its dry run is the one that keeps the wiring, and the real
+    /// update then carries it unchanged.
+    pub restores: Family<GuardLabels, Counter>,
 }
 
 impl Guard {
@@ -143,9 +147,9 @@ impl Guard {
         match (&decision, patch) {
             (Decision::Restore { service, dropped, .. }, Some(patch)) => {
                 let writer = req.user_info.username.as_deref().unwrap_or_default();
-                if !req.dry_run {
-                    self.restores.inc();
-                }
+                self.restores
+                    .get_or_create(&GuardLabels { dry_run: if req.dry_run { "true" } else { "false" } })
+                    .inc();
                 tracing::info!(xrd = %name, %service, writer, field_manager = manager.unwrap_or_default(),
                     dropped, dry_run = req.dry_run,
                     "XRD guard: an update would have dropped or changed dco's spec.conversion; restored it");
