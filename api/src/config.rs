@@ -301,4 +301,53 @@ pub struct ConfigStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover: Option<HandoverStatus>,
+    /// XRD targets only: the CRDs Crossplane generated from the XRD, the only objects whose
+    /// `spec.conversion` the apiserver reads, and whether each carries dco's wiring
+    /// (condition `ConversionPropagated`).
+    #[serde(default, rename = "generatedCRDs", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
+    pub generated_crds: Vec<GeneratedCrd>,
+    /// XRD targets only: the times another writer (a Crossplane package manager, a person)
+    /// reverted the wiring dco had applied to the XRD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverts: Option<RevertStatus>,
+}
+
+/// Which of an XRD's generated CRDs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum GeneratedRole {
+    /// The composite resource's CRD, named as the XRD.
+    Composite,
+    /// The claim's CRD (`<claimNames.plural>.<group>`), for an XRD with `claimNames`.
+    Claim,
+}
+
+/// One CRD Crossplane generated from an XRD target.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratedCrd {
+    pub name: String,
+    pub role: GeneratedRole,
+    /// Its `spec.conversion` is exactly the wiring dco set on the XRD.
+    pub propagated: bool,
+    /// Why not, when it is not: missing, another strategy, another Service, a stale caBundle…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Reverts of an XRD's wiring by another writer, as dco detected them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevertStatus {
+    #[schemars(transform = crate::schema::unsigned)]
+    pub count: u32,
+    /// When the last one was detected (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_detected: Option<String>,
+    /// The field manager that wrote the XRD's `spec.conversion` last time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_writer: Option<String>,
+    /// What that writer changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change: Option<String>,
 }

@@ -125,6 +125,14 @@ pub struct NotReadyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotPropagatedLabels {
+    pub kind: &'static str,
+    pub target: String,
+    /// The `ConversionPropagated` condition's reason (`CRDDiffers`, …).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServingLabels {
     pub kind: &'static str,
     pub target: String,
@@ -159,6 +167,10 @@ pub struct Rows {
     /// of its status moves: a move's start, or the moment it was blocked), Unix seconds.
     pub not_ready: Vec<(NotReadyLabels, f64)>,
     pub serving: Vec<(ServingLabels, i32)>,
+    /// XRD configs: whether `ConversionPropagated` is True.
+    pub propagated: Vec<(ConfigLabels, bool)>,
+    /// XRD configs wired but not propagated: since when (the condition's lastTransitionTime).
+    pub not_propagated: Vec<(NotPropagatedLabels, f64)>,
     pub certificates: Vec<CertRow>,
     /// `(shards, shards without a live owner)` after the Coordinator's last tick.
     pub shards: Option<(u32, usize)>,
@@ -201,6 +213,14 @@ fn configs<K: ConfigKind>(s: &Source, store: &Store<K>, now: Timestamp, rows: &m
         let condition = |t: &str| st.conditions.iter().find(|c| c.type_ == t);
         if let Some(v) = condition(crate::config::condition::VALIDATED) {
             rows.compile_failed.push((ConfigLabels { kind, target: target.clone() }, v.status == "False"));
+        }
+        if let Some(p) = condition(crate::config::condition::CONVERSION_PROPAGATED) {
+            rows.propagated.push((ConfigLabels { kind, target: target.clone() }, p.status == "True"));
+            // NotWired: nothing of dco's to propagate, so nothing lags.
+            if p.status == "False" && p.reason != crate::config::propagation::reason::NOT_WIRED {
+                let labels = NotPropagatedLabels { kind, target: target.clone(), reason: p.reason.clone() };
+                rows.not_propagated.push((labels, seconds(p.last_transition_time.0)));
+            }
         }
         let Some(h) = &st.handover else { continue };
         let (state, destination) =
@@ -338,6 +358,26 @@ impl Collector for StatusMetrics {
             "handover_not_ready_since_timestamp_seconds",
             "Since when a config's HandoverReady condition has been False (a move started or was blocked), by state, reason and destination; absent while it is True",
             &not_ready,
+        )?;
+        let propagated = Family::<ConfigLabels, Gauge>::default();
+        for (l, p) in rows.propagated {
+            propagated.get_or_create(&l).set(i64::from(p));
+        }
+        encode_family(
+            &mut encoder,
+            "config_propagated",
+            "XRD configs: 1 while every CRD Crossplane generated from the XRD carries dco's wiring (ConversionPropagated=True), else 0",
+            &propagated,
+        )?;
+        let not_propagated = Family::<NotPropagatedLabels, Gauge<f64, AtomicU64>>::default();
+        for (l, since) in rows.not_propagated {
+            not_propagated.get_or_create(&l).set(since);
+        }
+        encode_family(
+            &mut encoder,
+            "config_not_propagated_since_timestamp_seconds",
+            "XRD configs wired by dco whose generated CRDs do not carry the wiring: since when (ConversionPropagated's lastTransitionTime), by reason",
+            &not_propagated,
         )?;
         let serving = Family::<ServingLabels, Gauge>::default();
         for (l, n) in rows.serving {
@@ -484,6 +524,17 @@ pub(crate) mod tests {
             "gizmos.example.org",
             json!({"handover": {"state": "SourceDropped", "destination": "a", "since": ts(-60).to_string()}}),
         );
+        // An XRD wired to a whose claim CRD does not carry the wiring yet.
+        let xrd: dco_api::XRDConversionConfig = serde_json::from_value(json!({
+            "apiVersion": "conversion.dco.rs/v1alpha1", "kind": "XRDConversionConfig",
+            "metadata": {"name": "xdbs", "uid": "uid-xdbs"},
+            "spec": {"targetXRD": {"name": "xdbs.example.org"}, "hubVersion": "v2", "spokes": []},
+            "status": {
+                "conditions": [condition("ConversionPropagated", "False", "CRDDiffers")],
+                "handover": {"state": "Patched", "destination": "a", "since": ts(-30).to_string()},
+            },
+        }))
+        .unwrap();
         let tls = crate::pki::ensure(
             "a",
             "dco-webhook-a.dco-system.svc",
@@ -508,7 +559,7 @@ pub(crate) mod tests {
             ])
             .into(),
             secrets: store(vec![secret]).into(),
-            xccs: store(vec![]),
+            xccs: store(vec![xrd]),
             cccs: store(vec![settled, moving, dropped]),
         };
         let snapshot = crate::sharding::leases::Snapshot {
@@ -568,7 +619,7 @@ pub(crate) mod tests {
         };
         assert_eq!(moving.0, want);
         assert_eq!(moving.1, (NOW - 900) as f64);
-        assert_eq!(rows.handovers.len(), 3);
+        assert_eq!(rows.handovers.len(), 4, "three CRD configs and the XRD config");
         // Only the moving config's HandoverReady is False: since its lastTransitionTime.
         let not_ready = NotReadyLabels {
             kind,
@@ -579,6 +630,17 @@ pub(crate) mod tests {
         };
         assert_eq!(rows.not_ready, [(not_ready, 1_767_225_600.0)]);
         assert_eq!(rows.shards, Some((4, 2)));
+        let xkind = "XRDConversionConfig";
+        assert_eq!(
+            rows.propagated,
+            [(ConfigLabels { kind: xkind, target: "xdbs.example.org".into() }, false)]
+        );
+        let np = NotPropagatedLabels {
+            kind: xkind,
+            target: "xdbs.example.org".into(),
+            reason: "CRDDiffers".into(),
+        };
+        assert_eq!(rows.not_propagated, [(np, 1_767_225_600.0)]);
         assert_eq!(
             rows.certificates,
             [CertRow {
@@ -667,6 +729,10 @@ mod exposition_tests {
         m.let_through("crdconversionconfig", 7);
         admission.review("CRDConversionConfig", false, Duration::from_millis(2));
         m.handover_transitions.get_or_create(&TransitionLabels { reason: "Patched".into() }).inc();
+        m.xrd_wiring_reverts
+            .get_or_create(&crate::observability::metrics::RevertLabels { owner: "package" })
+            .inc();
+        m.propagation_lag.observe(1.0);
         sharding.coordinator_ticks.get_or_create(&ResultLabel { result: "ok" }).inc();
         for f in
             [&sharding.watch_bytes, &sharding.watch_events, &sharding.watch_dropped, &sharding.watch_restarts]

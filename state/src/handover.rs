@@ -135,6 +135,12 @@ pub struct Facts {
     /// was force-deleted): nothing answers the apiserver's conversions. `None` when it names
     /// an existing server, another webhook, or nothing.
     pub wired_gone: Option<Gone>,
+    /// Every object the apiserver reads the target's wiring from carries the wiring the
+    /// target names, or what differs. A CRD is its own: always `Ok`. A Crossplane XRD is not:
+    /// Crossplane copies its `spec.conversion` into the CRDs it generates (the composite's,
+    /// and the claim's), and only those make the apiserver call a webhook, so a move is not
+    /// over, and a target not served as its status says, until they name the destination.
+    pub propagated: Result<(), String>,
 }
 
 /// A wiring whose server is gone: the Service the target names and, when known, its server.
@@ -208,6 +214,7 @@ pub mod reason {
     pub const WIRING_DRIFTED: &str = "WiringDrifted";
     pub const CONFLICT: &str = "Conflict";
     pub const WIRED_SERVER_MISSING: &str = "WiredServerMissing";
+    pub const AWAITING_PROPAGATION: &str = "AwaitingPropagation";
 }
 
 pub struct Handover;
@@ -516,6 +523,12 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
             s
         }
         Move::Patched(route, proof) => {
+            // The source keeps the target until the objects the apiserver reads the wiring
+            // from (an XRD's generated CRDs) name the destination: until then its reviews
+            // still go to the source.
+            if let Err(why) = &facts.propagated {
+                return stay(state, false, reason::AWAITING_PROPAGATION, awaiting_propagation(dest, why));
+            }
             let dropped = |proof, note| {
                 let to = Move::SourceDropped(route, proof);
                 go(state, to, facts, reason::SOURCE_DROPPED, note, ready(route, proof))
@@ -563,7 +576,18 @@ pub fn step(state: &HandoverStatus, facts: &Facts) -> Step<HandoverStatus, Actio
             } else {
                 vec![]
             };
-            Step { next: state.clone(), actions, condition: ready(route, proof), event: None }
+            // Settled on the target, but what the apiserver reads lags or was changed behind
+            // it (Crossplane has not re-rendered the CRDs yet, or someone edited one): not
+            // ready until it carries the wiring again. Not a move: no transition.
+            let condition = match &facts.propagated {
+                Ok(()) => ready(route, proof),
+                Err(why) => ConditionUpdate {
+                    status: false,
+                    reason: reason::AWAITING_PROPAGATION,
+                    message: awaiting_propagation(dest, why),
+                },
+            };
+            Step { next: state.clone(), actions, condition, event: None }
         }
     }
 }
@@ -617,6 +641,10 @@ fn awaiting_source(source: Option<&str>) -> String {
         Some(s) => format!("waiting for server {s} to drop the target"),
         None => "waiting for the previous server to drop the target".to_string(),
     }
+}
+
+fn awaiting_propagation(dest: &str, why: &str) -> String {
+    format!("the target names server {dest}, but not yet everything the apiserver reads it from: {why}")
 }
 
 fn settled_note(dest: &str) -> String {

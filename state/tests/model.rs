@@ -201,6 +201,7 @@ impl World {
             new_traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
             conflict: Ok(()),
             wired_gone: None,
+            propagated: Ok(()),
         }
     }
 

@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use dco_api::HandoverStatus;
+use dco_api::config::TargetKind;
 use dco_state::drive::Driver;
 use dco_state::handover::{Action, Handover};
 use dco_state::machine::{EventNote, Settled, Transition};
@@ -16,13 +17,14 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::facts::{self, Observed};
-use super::{status, target};
+use super::reverts::{self, Revert};
+use super::{condition, propagation, status, target};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::kinds::ConfigKind;
 use crate::kinds::ConfigRef;
 use crate::names::FIELD_MANAGER;
-use crate::observability::metrics::TransitionLabels;
+use crate::observability::metrics::{RevertLabels, TransitionLabels};
 use crate::observability::telemetry;
 
 pub struct ConfigDriver<'a, K> {
@@ -35,6 +37,11 @@ pub struct ConfigDriver<'a, K> {
     traceparent: String,
     /// Every config of both kinds, listed once per reconcile: who else names the target.
     configs: Option<Vec<ConfigRef>>,
+    /// XRD targets: a revert of the wiring, looked for once per reconcile (on the first
+    /// observation, before this reconcile re-wires anything): `None` until looked for.
+    revert: Option<Option<Revert>>,
+    /// The propagation lag was recorded in this reconcile (once at most).
+    lag_recorded: bool,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -45,6 +52,8 @@ impl<'a, K: ConfigKind> ConfigDriver<'a, K> {
             target: None,
             traceparent: telemetry::new_traceparent(),
             configs: None,
+            revert: None,
+            lag_recorded: false,
             kind: PhantomData,
         }
     }
@@ -70,6 +79,67 @@ impl<'a, K: ConfigKind> ConfigDriver<'a, K> {
         self.ctx.metrics.target_patches.inc();
         self.target = Some(Some(after));
         Ok(wiring)
+    }
+}
+
+impl<K: ConfigKind> ConfigDriver<'_, K> {
+    /// What only an XRD target has: its generated CRDs (read fresh: the move decides on
+    /// them), the package that owns it, and a revert of the wiring by another writer.
+    async fn observe_xrd(&mut self, cfg: &K, observed: &mut Observed) -> Result<()> {
+        let Some(xrd) = observed.target.as_ref() else { return Ok(()) };
+        let read = propagation::read(&self.ctx.client, xrd).await?;
+        let p = propagation::judge(xrd, observed.facts.wired_to.is_some(), &read);
+        observed.facts.propagated = p.fact();
+        let package = reverts::package_owner(xrd);
+        if self.revert.is_none() {
+            let revert = self.detect_revert(cfg, xrd);
+            if let Some(r) = &revert {
+                self.report_revert(cfg, r, &observed.target_desc, package.as_deref()).await;
+            }
+            self.revert = Some(revert);
+        }
+        if p.verdict.is_ok() && !self.lag_recorded {
+            self.lag_recorded = true;
+            let was = cfg.config_status().map(|s| &s.conditions);
+            if !was.is_some_and(|c| dco_state::conditions::is_true(c, condition::CONVERSION_PROPAGATED))
+                && let Some(lag) = reverts::since_dco_wrote(xrd, observed.now)
+            {
+                self.ctx.metrics.propagation_lag.observe(lag);
+            }
+        }
+        observed.propagation = Some(p);
+        observed.package = Some(package);
+        observed.revert = self.revert.clone().flatten();
+        Ok(())
+    }
+
+    /// A revert of what dco applied for the server the persisted handover settled on.
+    fn detect_revert(&self, cfg: &K, xrd: &Value) -> Option<reverts::Revert> {
+        let prev = cfg.config_status();
+        let server = prev.and_then(|s| s.handover.as_ref()).and_then(|h| h.destination.as_deref())?;
+        let server = self.ctx.server(server)?;
+        let conv = cfg.conversion();
+        let applied =
+            facts::wiring_for(self.ctx, &server, cfg.target_name(), &conv.conversion_review_versions).ok();
+        reverts::detect(prev, applied.as_ref(), xrd)
+    }
+
+    async fn report_revert(&self, cfg: &K, r: &reverts::Revert, desc: &str, package: Option<&str>) {
+        let owner = if package.is_some() { "package" } else { "other" };
+        self.ctx.metrics.xrd_wiring_reverts.get_or_create(&RevertLabels { owner }).inc();
+        let count = cfg.config_status().and_then(|s| s.reverts.as_ref()).map_or(0, |r| r.count) + 1;
+        let by = match package {
+            Some(p) => {
+                format!(" (the XRD is owned by {p}, whose package manager rewrites it from the package)")
+            }
+            None => String::new(),
+        };
+        let note = format!(
+            "{} changed {desc}'s spec.conversion{by}: {}; re-wiring it (revert {count})",
+            r.writer, r.change
+        );
+        tracing::warn!(writer = %r.writer, change = %r.change, "the wiring of {desc} was reverted");
+        self.ctx.event(cfg, true, "WiringReverted", "Rewire", note).await;
     }
 }
 
@@ -116,8 +186,11 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
                 .await?
             }
         };
-        let observed = facts::observe(self.ctx, cfg, live, state, &self.traceparent, &configs);
+        let mut observed = facts::observe(self.ctx, cfg, live, state, &self.traceparent, &configs);
         self.configs = Some(configs);
+        if cfg.target_kind() == TargetKind::Xrd {
+            self.observe_xrd(cfg, &mut observed).await?;
+        }
         Ok(observed)
     }
 

@@ -14,6 +14,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::conflict::{self, ConflictStanding, Said};
+use super::propagation::Propagation;
+use super::reverts::Revert;
 use super::target::{self, Wiring};
 use crate::context::Context;
 use crate::kinds::ConfigRef;
@@ -41,6 +43,13 @@ pub struct Observed {
     pub dest_wiring: Result<Wiring, String>,
     /// Where this config stands among every config naming its target (`conflict.rs`).
     pub conflict: ConflictStanding,
+    /// XRD targets: the verdict on the CRDs Crossplane generated from the XRD
+    /// (`propagation.rs`); `None` for a CRD target, or without a target.
+    pub propagation: Option<Propagation>,
+    /// XRD targets: the Crossplane package that owns the XRD (`Some(None)`: none).
+    pub package: Option<Option<String>>,
+    /// A revert of the wiring by another writer, detected in this reconcile (`reverts.rs`).
+    pub revert: Option<Revert>,
 }
 
 /// The engine's verdict on a config against the live target.
@@ -274,6 +283,9 @@ pub fn observe<K: ConversionConfig + Resource<DynamicType = ()>>(
         new_traceparent: new_traceparent.to_string(),
         conflict: verdict.fact(&target_desc),
         wired_gone,
+        // A CRD is what the apiserver reads; an XRD's generated CRDs are judged by the driver,
+        // which reads them (`propagation.rs`).
+        propagated: Ok(()),
     };
     Observed {
         facts,
@@ -285,6 +297,9 @@ pub fn observe<K: ConversionConfig + Resource<DynamicType = ()>>(
         established,
         dest_wiring,
         conflict: verdict,
+        propagation: None,
+        package: None,
+        revert: None,
     }
 }
 

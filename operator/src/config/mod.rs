@@ -22,6 +22,8 @@ use crate::reconcile::{Wing, write_status};
 pub mod conflict;
 pub mod driver;
 pub mod facts;
+pub mod propagation;
+pub mod reverts;
 pub mod status;
 pub mod target;
 #[cfg(test)]
@@ -37,6 +39,10 @@ pub mod condition {
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
     /// Another config names the same target (`conflict.rs`); True on both while it lasts.
     pub const CONFLICT: &str = "Conflict";
+    /// XRD targets: every CRD Crossplane generated from the XRD carries dco's wiring.
+    pub const CONVERSION_PROPAGATED: &str = "ConversionPropagated";
+    /// XRD targets: a Crossplane package owns the XRD (its package manager rewrites it).
+    pub const PACKAGE_MANAGED: &str = "PackageManaged";
 }
 
 /// The config wing of kind `K` in the one reconcile shape (`crate::reconcile`):

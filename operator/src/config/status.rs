@@ -13,6 +13,7 @@ use dco_state::machine::Settled;
 use super::condition;
 use super::conflict::{ConflictStanding, Said};
 use super::facts::{self, Observed};
+use super::{propagation, reverts};
 
 /// How often an unsettled handover is looked at without an event.
 pub const UNSETTLED_REQUEUE: Duration = Duration::from_secs(5);
@@ -143,8 +144,61 @@ pub fn render(
         let msg = format!("{desc} is being wired to ConversionWebhookServer {to}: {how}");
         set(&mut st, condition::APPLIED, false, "Rewiring", msg);
     }
+    xrd_conditions(&mut st, o, settled, gen_);
     st.message = Some(summary(o, &settled.state));
     st
+}
+
+/// What only an XRD target has: `ConversionPropagated` and `status.generatedCRDs`,
+/// `PackageManaged`, and `status.reverts`. `Applied` is False while the XRD names its server
+/// but the generated CRDs do not carry the wiring yet (a move, or a heal after a revert).
+fn xrd_conditions(
+    st: &mut ConfigStatus,
+    o: &Observed,
+    settled: &Settled<HandoverStatus, Action>,
+    gen_: Option<i64>,
+) {
+    let now = o.now;
+    let set = |st: &mut ConfigStatus, type_: &str, ok: bool, reason: &str, msg: String| {
+        conditions::set(&mut st.conditions, type_, ok, reason, msg, gen_, now)
+    };
+    let Some(p) = &o.propagation else {
+        conditions::remove(&mut st.conditions, condition::CONVERSION_PROPAGATED);
+        conditions::remove(&mut st.conditions, condition::PACKAGE_MANAGED);
+        st.generated_crds.clear();
+        return;
+    };
+    st.generated_crds = p.crds.clone();
+    match &p.verdict {
+        Ok(msg) => {
+            set(st, condition::CONVERSION_PROPAGATED, true, propagation::reason::PROPAGATED, msg.clone())
+        }
+        Err((reason, msg)) => set(st, condition::CONVERSION_PROPAGATED, false, reason, msg.clone()),
+    }
+    match o.package.as_ref().and_then(Option::as_deref) {
+        Some(owner) => {
+            let msg = format!(
+                "the XRD is owned by {owner}: Crossplane's package manager rewrites it from the package on every resync, dropping spec.conversion; dco re-wires it each time (WiringReverted Events, status.reverts)"
+            );
+            set(st, condition::PACKAGE_MANAGED, true, "PackageOwned", msg);
+        }
+        None => {
+            let msg = "no Crossplane package owns the XRD".to_string();
+            set(st, condition::PACKAGE_MANAGED, false, "NotPackageOwned", msg);
+        }
+    }
+    if let Some(r) = &o.revert {
+        st.reverts = Some(reverts::record(st.reverts.as_ref(), r, &now.to_string()));
+        let msg =
+            format!("{} changed {}'s spec.conversion: {}; re-wiring it", r.writer, o.target_desc, r.change);
+        set(st, condition::APPLIED, false, "WiringReverted", msg);
+    } else if let Err((_, why)) = &p.verdict
+        && !is_settled(o, settled)
+        && settled.state.state == HandoverState::SourceDropped
+    {
+        let msg = format!("{} is wired, but not everything the apiserver reads is yet: {why}", o.target_desc);
+        set(st, condition::APPLIED, false, "NotPropagated", msg);
+    }
 }
 
 /// `WebhookServerReady`: whether the destination can be wired to, its reason and message.
@@ -184,6 +238,7 @@ fn wired_gone(o: &Observed) -> Option<String> {
 fn is_settled(o: &Observed, settled: &Settled<HandoverStatus, Action>) -> bool {
     settled.state.state == HandoverState::SourceDropped
         && settled.state.destination.as_deref() == o.resolved.as_ref().ok().map(|a| a.server.as_str())
+        && o.facts.propagated.is_ok()
 }
 
 /// One line for `status.message`: the first thing in the way, or how it is served.
@@ -199,6 +254,14 @@ fn summary(o: &Observed, handover: &HandoverStatus) -> String {
     }
     if let Err(e) = &o.dest_wiring {
         return e.clone();
+    }
+    if let Some(r) = &o.revert {
+        return format!("{} reverted the wiring ({}); re-wiring", r.writer, r.change);
+    }
+    if handover.state == HandoverState::SourceDropped
+        && let Err(why) = &o.facts.propagated
+    {
+        return format!("waiting for Crossplane to propagate the wiring: {why}");
     }
     handover.message.clone().unwrap_or_default()
 }
@@ -256,6 +319,7 @@ mod tests {
             new_traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
             conflict: Ok(()),
             wired_gone: None,
+            propagated: Ok(()),
         };
         Observed {
             facts,
@@ -270,6 +334,9 @@ mod tests {
             established: true,
             dest_wiring: Ok(wiring()),
             conflict: ConflictStanding::Alone,
+            propagation: None,
+            package: None,
+            revert: None,
         }
     }
 
@@ -504,5 +571,93 @@ mod tests {
         let st2 = render(Some(&st), cfg(DriftPolicy::default()), &o, &settle(&settled_on_a(), &o));
         assert!(conditions::find(&st2.conditions, condition::CONFLICT).is_none());
         assert_eq!(st2.phase, Some(Phase::Applied));
+    }
+
+    /// An XRD settled on `a` whose generated CRDs do or do not carry the wiring.
+    fn xrd_observed(propagated: bool, package: Option<&str>) -> Observed {
+        use dco_api::config::{GeneratedCrd, GeneratedRole};
+        let mut o = observed();
+        o.target_desc = "CompositeResourceDefinition xdbs.example.org".into();
+        let crd = |name: &str, role, ok: bool| GeneratedCrd {
+            name: name.into(),
+            role,
+            propagated: ok,
+            reason: (!ok).then(|| "it has no spec.conversion (strategy None)".to_string()),
+        };
+        let crds = vec![
+            crd("xdbs.example.org", GeneratedRole::Composite, true),
+            crd("dbs.example.org", GeneratedRole::Claim, propagated),
+        ];
+        let verdict = if propagated {
+            Ok("the generated CRDs xdbs.example.org, dbs.example.org carry the XRD's wiring".to_string())
+        } else {
+            Err((
+                propagation::reason::CRD_DIFFERS,
+                "claim CRD dbs.example.org: it has no spec.conversion (strategy None)".to_string(),
+            ))
+        };
+        let p = propagation::Propagation { crds, verdict };
+        o.facts.propagated = p.fact();
+        o.propagation = Some(p);
+        o.package = Some(package.map(str::to_string));
+        o
+    }
+
+    #[test]
+    fn an_xrd_is_applied_only_once_its_generated_crds_carry_the_wiring() {
+        let lagging = xrd_observed(false, None);
+        let s = settle(&settled_on_a(), &lagging);
+        let st = render(None, cfg(DriftPolicy::default()), &lagging, &s);
+        assert_eq!(st.generated_crds.len(), 2);
+        assert!(!st.generated_crds[1].propagated);
+        let (status, reason, msg) = condition(&st, condition::CONVERSION_PROPAGATED);
+        assert_eq!((status, reason), ("False", "CRDDiffers"));
+        assert!(msg.contains("claim CRD dbs.example.org"), "{msg}");
+        assert_eq!(condition(&st, condition::APPLIED).0, "False");
+        assert_eq!(condition(&st, condition::APPLIED).1, "NotPropagated");
+        assert_eq!(condition(&st, handover::CONDITION).1, "AwaitingPropagation");
+        assert_ne!(st.phase, Some(Phase::Applied));
+        assert_eq!(requeue(&lagging, &s, RESYNC), UNSETTLED_REQUEUE);
+        assert_eq!(condition(&st, condition::PACKAGE_MANAGED).0, "False");
+
+        let done = xrd_observed(true, Some("ConfigurationRevision platform-1a2b"));
+        let s = settle(&settled_on_a(), &done);
+        let st = render(Some(&st), cfg(DriftPolicy::default()), &done, &s);
+        assert_eq!(condition(&st, condition::CONVERSION_PROPAGATED).0, "True");
+        assert!(st.generated_crds.iter().all(|c| c.propagated));
+        assert_eq!(condition(&st, condition::APPLIED).0, "True");
+        assert_eq!(condition(&st, handover::CONDITION).0, "True");
+        assert_eq!(st.phase, Some(Phase::Applied));
+        let (status, _, msg) = condition(&st, condition::PACKAGE_MANAGED);
+        assert!(status == "True" && msg.contains("ConfigurationRevision platform-1a2b"), "{msg}");
+
+        // A CRD target has neither condition nor list.
+        let crd = observed();
+        let st = render(Some(&st), cfg(DriftPolicy::default()), &crd, &settle(&settled_on_a(), &crd));
+        assert!(conditions::find(&st.conditions, condition::CONVERSION_PROPAGATED).is_none());
+        assert!(conditions::find(&st.conditions, condition::PACKAGE_MANAGED).is_none());
+        assert!(st.generated_crds.is_empty());
+    }
+
+    #[test]
+    fn a_revert_is_counted_in_status_and_unapplies_until_healed() {
+        let mut o = xrd_observed(false, Some("ConfigurationRevision platform-1a2b"));
+        o.revert = Some(reverts::Revert {
+            writer: "crossplane".into(),
+            change: "it has no spec.conversion (strategy None)".into(),
+        });
+        let prev = ConfigStatus {
+            reverts: Some(dco_api::config::RevertStatus { count: 2, ..Default::default() }),
+            ..Default::default()
+        };
+        let s = settle(&settled_on_a(), &o);
+        let st = render(Some(&prev), cfg(DriftPolicy::default()), &o, &s);
+        let r = st.reverts.as_ref().unwrap();
+        assert_eq!((r.count, r.last_writer.as_deref()), (3, Some("crossplane")));
+        assert!(r.last_detected.is_some());
+        let (status, reason, msg) = condition(&st, condition::APPLIED);
+        assert_eq!((status, reason), ("False", "WiringReverted"));
+        assert!(msg.starts_with("crossplane changed CompositeResourceDefinition xdbs.example.org"), "{msg}");
+        assert!(st.message.as_deref().unwrap().contains("crossplane reverted the wiring"));
     }
 }

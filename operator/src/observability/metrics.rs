@@ -43,6 +43,13 @@ pub struct TransitionLabels {
     pub reason: String,
 }
 
+/// `dco_operator_xrd_wiring_reverts_total`: `owner` is `package` when a Crossplane package
+/// owns the XRD, else `other` (two series at most).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RevertLabels {
+    pub owner: &'static str,
+}
+
 /// The registry, and the families of the reconcilers.
 pub struct Metrics {
     pub registry: Registry,
@@ -55,6 +62,10 @@ pub struct Metrics {
     pub skipped: Family<ControllerLabel, Counter>,
     /// Reconciles the shard gate let through, by the object's shard: who reconciled what.
     pub let_through: Family<ShardLabels, Counter>,
+    /// Reverts of an XRD's wiring by another writer (config/reverts.rs).
+    pub xrd_wiring_reverts: Family<RevertLabels, Counter>,
+    /// Seconds from dco's write of an XRD's spec.conversion to its generated CRDs carrying it.
+    pub propagation_lag: Histogram,
 }
 
 impl Default for Metrics {
@@ -103,6 +114,20 @@ impl Metrics {
             "Reconciles the shard gate let through, by the object's shard",
             let_through.clone(),
         );
+        let xrd_wiring_reverts = Family::<RevertLabels, Counter>::default();
+        register(
+            &mut registry,
+            "xrd_wiring_reverts",
+            "Reverts of an XRD's spec.conversion by a writer other than dco, by whether a Crossplane package owns the XRD",
+            xrd_wiring_reverts.clone(),
+        );
+        let propagation_lag = Histogram::new([0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0]);
+        register(
+            &mut registry,
+            "xrd_propagation_lag_seconds",
+            "Seconds from dco's write of an XRD's spec.conversion to every CRD Crossplane generated from it carrying it",
+            propagation_lag.clone(),
+        );
         for part in parts {
             part.register(&mut registry);
         }
@@ -116,6 +141,8 @@ impl Metrics {
             target_patches,
             skipped,
             let_through,
+            xrd_wiring_reverts,
+            propagation_lag,
         }
     }
 

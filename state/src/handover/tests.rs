@@ -45,6 +45,7 @@ fn facts(dest: &str, wired: Option<&str>, dst: Serving, src: Serving) -> Facts {
         new_traceparent: TRACEPARENT.into(),
         conflict: Ok(()),
         wired_gone: None,
+        propagated: Ok(()),
     }
 }
 
@@ -385,19 +386,24 @@ proptest! {
     /// never wires anything while the resolver has no answer.
     #[test]
     fn never_wires_to_an_unready_destination(
-        seq in proptest::collection::vec((0usize..3, 0usize..4, serving(), serving(), any::<bool>()), 1..60)
+        seq in proptest::collection::vec((0usize..3, 0usize..4, serving(), serving(), any::<bool>(), any::<bool>()), 1..60)
     ) {
         let servers = ["a", "b", "c"];
         let mut state = HandoverStatus::default();
         let mut wired: Option<&str> = None;
         // For the current attempt: was the destination proven (or exempt) before wiring?
         let mut proven: Option<String> = None;
-        for (d, w, dst, src, resolver_ok) in seq {
+        for (d, w, dst, src, resolver_ok, propagated) in seq {
             let dest = servers[d];
             let mut f = facts(dest, wired, dst.clone(), src);
             if !resolver_ok { f.destination = Err("none".into()); }
+            if !propagated { f.propagated = Err("CRD x.example.org names no webhook".into()); }
             let before = state.clone();
             let s = step(&state, &f);
+            // The source is never let go, nor the target called ready, while what the
+            // apiserver reads does not carry the wiring yet.
+            if before.state == S::Patched && s.next.state == S::SourceDropped { prop_assert!(propagated); }
+            if s.condition.status { prop_assert!(propagated); }
             if s.next.attempt != before.attempt { proven = None; }
             if before.state == S::Compiling && s.next.state == S::DestinationReady {
                 let exempt = before.source.as_deref() == Some(dest);
@@ -449,7 +455,9 @@ fn every_state_under_every_facts() {
                                 Some("gone") => (None, Some(gone())),
                                 w => (w, None),
                             };
-                            for wiring_current in [true, false] {
+                            for (wiring_current, propagated) in
+                                [(true, true), (false, true), (true, false), (false, false)]
+                            {
                                 for a in &servings {
                                     for b in &servings {
                                         let f = Facts {
@@ -468,6 +476,10 @@ fn every_state_under_every_facts() {
                                             new_traceparent: TRACEPARENT.into(),
                                             conflict: Ok(()),
                                             wired_gone: wired_gone.clone(),
+                                            propagated: ok_or(
+                                                propagated,
+                                                "CRD x.example.org names no webhook",
+                                            ),
                                         };
                                         check(&before, &f);
                                         checked += 1;
@@ -480,7 +492,7 @@ fn every_state_under_every_facts() {
             }
         }
     }
-    assert_eq!(checked, 5 * 3 * 3 * 3 * 8 * 5 * 2 * 16);
+    assert_eq!(checked, 5 * 3 * 3 * 3 * 8 * 5 * 4 * 16);
 }
 
 fn bools3() -> impl Iterator<Item = (bool, bool, bool)> {
@@ -505,9 +517,10 @@ fn check(before: &HandoverStatus, f: &Facts) {
     let moved = s.next.state != before.state || s.next.attempt != before.attempt;
     // One Event exactly for each transition.
     assert_eq!(s.event.is_some(), moved, "{ctx}");
-    // Ready only when settled.
+    // Ready only when settled, and only while what the apiserver reads carries the wiring.
     if s.condition.status {
         assert_eq!(s.next.state, S::SourceDropped, "{ctx}");
+        assert!(f.propagated.is_ok(), "{ctx}");
     }
     // A state that holds the gone server serves the target is given up, once, with a Warning
     // naming its Service, and nothing is written.
@@ -572,8 +585,10 @@ fn check(before: &HandoverStatus, f: &Facts) {
     if s.next.state == S::Patched && before.state != S::Patched {
         assert_eq!(f.wired_to.as_deref(), dest, "{ctx}");
     }
-    // Settling: the source let go (or there was none).
+    // Settling: the generated CRDs name the destination, and the source let go (or there was
+    // none). Never before: the apiserver may still call the source.
     if before.state == S::Patched && s.next.state == S::SourceDropped {
+        assert!(f.propagated.is_ok(), "{ctx}");
         let source = before.source.as_deref().filter(|s| Some(*s) != dest);
         if let Some(source) = source {
             assert!(
@@ -652,4 +667,37 @@ fn a_conflicting_config_never_writes_the_target() {
     let s =
         step(&at(S::DestinationReady, None, "a"), &facts("a", None, Serving::Serves, Serving::NotServing));
     assert_eq!(s.actions, [Action::WireTo("a".into())]);
+}
+
+/// An XRD's move: the XRD names the destination (Patched), but Crossplane has not copied the
+/// wiring into the generated CRDs yet, so the apiserver still calls the source: the move must
+/// not settle (and the source must not be let go) until they carry it; a settled XRD whose
+/// CRDs lost the wiring is not ready, and the machine does not move for it.
+#[test]
+fn a_move_does_not_settle_before_the_generated_crds_name_the_destination() {
+    let patched = at(S::Patched, Some("old"), "new");
+    let mut f = facts("new", Some("new"), Serving::Serves, Serving::NotServing);
+    f.propagated = Err("CRD xdbs.example.org names server old".into());
+    let s = step(&patched, &f);
+    assert_eq!(s.next.state, S::Patched);
+    assert!(s.actions.is_empty() && s.event.is_none());
+    assert_eq!((s.condition.status, s.condition.reason), (false, reason::AWAITING_PROPAGATION));
+    assert!(s.condition.message.contains("CRD xdbs.example.org names server old"), "{}", s.condition.message);
+    // Propagated, and the source let go: settled.
+    f.propagated = Ok(());
+    let s = step(&patched, &f);
+    assert_eq!(s.next.state, S::SourceDropped);
+    assert_eq!((s.condition.status, s.condition.reason), (true, reason::READY));
+    // Settled, then a generated CRD loses the wiring: not ready, no transition, nothing written
+    // (the XRD itself still names the destination; Crossplane re-renders it).
+    let settled = s.next;
+    f.propagated = Err("CRD xdbs.example.org: strategy None".into());
+    let s = step(&settled, &f);
+    assert_eq!(s.next, settled);
+    assert!(s.actions.is_empty() && s.event.is_none());
+    assert_eq!((s.condition.status, s.condition.reason), (false, reason::AWAITING_PROPAGATION));
+    // A first wiring (no source) waits the same way.
+    let first = at(S::Patched, None, "new");
+    f.propagated = Err("CRD xdbs.example.org is missing".into());
+    assert_eq!(step(&first, &f).next.state, S::Patched);
 }
