@@ -6,6 +6,9 @@
 //!
 //! Crossplane's XRD embeds the apiextensions `CustomResourceConversion` as its
 //! `spec.conversion`, so one layout serves both kinds.
+//!
+//! XRDs are read and written at the version the cluster serves ([`XrdApi`], which
+//! `crate::crossplane` follows): Crossplane 2 serves `v2` beside `v1`, Crossplane 1 `v1` only.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -22,8 +25,6 @@ pub const CRD_API_VERSION: &str = "apiextensions.k8s.io/v1";
 pub const CRD_KIND: &str = "CustomResourceDefinition";
 /// Crossplane's API group; the engine accepts an XRD of any version in it.
 pub const XRD_GROUP: &str = "apiextensions.crossplane.io";
-pub const XRD_VERSION: &str = "v1";
-pub const XRD_API_VERSION: &str = "apiextensions.crossplane.io/v1";
 pub const XRD_KIND: &str = "CompositeResourceDefinition";
 pub const XRD_PLURAL: &str = "compositeresourcedefinitions";
 /// The CRD whose presence means XRDs can be watched (Crossplane is installed).
@@ -34,6 +35,116 @@ pub const STRATEGY_WEBHOOK: &str = "Webhook";
 /// `spec.conversion.strategy` when the apiserver only rewrites apiVersion.
 pub const STRATEGY_NONE: &str = "None";
 
+/// A version of Crossplane's XRD API that dco reads and writes XRDs through. Both carry
+/// `spec.conversion` and `spec.versions` in the same layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum XrdVersion {
+    /// `apiextensions.crossplane.io/v1`: Crossplane 1, and Crossplane 2's storage version; the
+    /// only one that takes a `LegacyCluster` XRD with `claimNames` in Crossplane 2.3.
+    V1,
+    /// `apiextensions.crossplane.io/v2`: Crossplane 2's `Namespaced` and `Cluster` XRDs.
+    V2,
+}
+
+impl XrdVersion {
+    /// Every version dco knows, most preferred first.
+    pub const PREFERENCE: [XrdVersion; 2] = [XrdVersion::V2, XrdVersion::V1];
+
+    /// The version's name (`v1`, `v2`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            XrdVersion::V1 => "v1",
+            XrdVersion::V2 => "v2",
+        }
+    }
+
+    /// `apiextensions.crossplane.io/<name>`.
+    pub const fn api_version(self) -> &'static str {
+        match self {
+            XrdVersion::V1 => "apiextensions.crossplane.io/v1",
+            XrdVersion::V2 => "apiextensions.crossplane.io/v2",
+        }
+    }
+
+    /// The version of an XRD `apiVersion`, if dco knows it.
+    pub fn of_api_version(api_version: &str) -> Option<XrdVersion> {
+        Self::PREFERENCE.into_iter().find(|v| v.api_version() == api_version)
+    }
+
+    /// The XRD kind at this version, for dynamic clients and watches: dco uses no typed
+    /// Crossplane bindings.
+    pub fn resource(self) -> ApiResource {
+        let gvk = GroupVersionKind::gvk(XRD_GROUP, self.name(), XRD_KIND);
+        ApiResource::from_gvk_with_plural(&gvk, XRD_PLURAL)
+    }
+}
+
+/// Which XRD API versions the cluster serves, as Crossplane's XRD CRD says
+/// (`spec.versions[].served`, once Established); none when Crossplane is not installed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct XrdApi {
+    pub v1: bool,
+    pub v2: bool,
+}
+
+impl XrdApi {
+    /// Crossplane is not installed (or serves no version dco knows).
+    pub const ABSENT: XrdApi = XrdApi { v1: false, v2: false };
+
+    /// From the names of the served versions; names dco does not know are ignored.
+    pub fn of_served<'a>(served: impl IntoIterator<Item = &'a str>) -> XrdApi {
+        let mut api = XrdApi::ABSENT;
+        for name in served {
+            match name {
+                "v1" => api.v1 = true,
+                "v2" => api.v2 = true,
+                _ => {}
+            }
+        }
+        api
+    }
+
+    /// Whether `version` is served.
+    pub const fn serves(self, version: XrdVersion) -> bool {
+        match version {
+            XrdVersion::V1 => self.v1,
+            XrdVersion::V2 => self.v2,
+        }
+    }
+
+    /// The version dco reads, watches and writes XRDs through: `v2` where served, `v1` while
+    /// it is the only one; `None` when XRDs cannot be read (no Crossplane).
+    pub fn preferred(self) -> Option<XrdVersion> {
+        XrdVersion::PREFERENCE.into_iter().find(|v| self.serves(*v))
+    }
+
+    /// Whether XRDs can be read and written.
+    pub fn installed(self) -> bool {
+        self.preferred().is_some()
+    }
+
+    /// The version to write XRD `target` (as read, any version) through: the preferred one,
+    /// except for a `LegacyCluster` XRD while `v1` is served: Crossplane 2.3's `v2` schema
+    /// refuses that scope and `claimNames`, so a write at `v2` of even `spec.conversion` alone
+    /// would be rejected (the object is validated whole).
+    pub fn for_write(self, target: &Value) -> Option<XrdVersion> {
+        let legacy = target.pointer("/spec/scope").and_then(Value::as_str) == Some("LegacyCluster")
+            || target.pointer("/spec/claimNames").is_some_and(|c| !c.is_null());
+        if legacy && self.v1 { Some(XrdVersion::V1) } else { self.preferred() }
+    }
+}
+
+impl std::fmt::Display for XrdApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.v1, self.v2) {
+            (false, false) => f.write_str("not served"),
+            (true, false) => f.write_str("served at v1"),
+            (false, true) => f.write_str("served at v2"),
+            (true, true) => f.write_str("served at v1 and v2"),
+        }
+    }
+}
+
 impl TargetKind {
     /// The target's `kind`.
     pub const fn kind_name(self) -> &'static str {
@@ -43,26 +154,22 @@ impl TargetKind {
         }
     }
 
-    /// The target's `apiVersion` (the one dco reads and writes).
-    pub const fn api_version(self) -> &'static str {
+    /// The target's `apiVersion` when read or written through `xrd` (which only XRDs use).
+    pub const fn api_version(self, xrd: XrdVersion) -> &'static str {
         match self {
             TargetKind::Crd => CRD_API_VERSION,
-            TargetKind::Xrd => XRD_API_VERSION,
+            TargetKind::Xrd => xrd.api_version(),
         }
     }
 
-    /// Which target an object of this `apiVersion`/`kind` is, if any.
+    /// Which target an object of this `apiVersion`/`kind` is, if any: XRDs at either version.
     pub fn of_type(api_version: &str, kind: &str) -> Option<TargetKind> {
-        [TargetKind::Crd, TargetKind::Xrd]
-            .into_iter()
-            .find(|t| t.api_version() == api_version && t.kind_name() == kind)
+        match kind {
+            CRD_KIND if api_version == CRD_API_VERSION => Some(TargetKind::Crd),
+            XRD_KIND if XrdVersion::of_api_version(api_version).is_some() => Some(TargetKind::Xrd),
+            _ => None,
+        }
     }
-}
-
-/// The XRD kind for dynamic clients and watches: dco uses no typed Crossplane bindings.
-pub fn xrd_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk(XRD_GROUP, XRD_VERSION, XRD_KIND);
-    ApiResource::from_gvk_with_plural(&gvk, XRD_PLURAL)
 }
 
 /// Targets are listed this many a page. A CRD's metadata alone can be as large as its schema
@@ -72,13 +179,13 @@ pub fn xrd_resource() -> ApiResource {
 /// 21.0 MB at 500: `docs/changelog.md`, 2026-12-01).
 pub const TARGET_PAGE: u32 = 20;
 
-/// The `ApiResource` of a target kind, for dynamic clients.
-pub fn resource(kind: TargetKind) -> ApiResource {
+/// The `ApiResource` of a target kind, for dynamic clients; XRDs at `xrd`.
+pub fn resource(kind: TargetKind, xrd: XrdVersion) -> ApiResource {
     match kind {
         TargetKind::Crd => ApiResource::erase::<
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         >(&()),
-        TargetKind::Xrd => xrd_resource(),
+        TargetKind::Xrd => xrd.resource(),
     }
 }
 
@@ -147,11 +254,16 @@ pub fn unwired() -> CustomResourceConversion {
     CustomResourceConversion { strategy: STRATEGY_NONE.to_string(), webhook: None }
 }
 
-/// The server-side apply body that sets only `spec.conversion` of target `name`: the only
-/// field of a target dco ever writes.
-pub fn apply_body(kind: TargetKind, name: &str, conversion: &CustomResourceConversion) -> Value {
+/// The server-side apply body that sets only `spec.conversion` of target `name` (an XRD
+/// through `xrd`): the only field of a target dco ever writes.
+pub fn apply_body(
+    kind: TargetKind,
+    xrd: XrdVersion,
+    name: &str,
+    conversion: &CustomResourceConversion,
+) -> Value {
     json!({
-        "apiVersion": kind.api_version(),
+        "apiVersion": kind.api_version(xrd),
         "kind": kind.kind_name(),
         "metadata": { "name": name },
         "spec": { "conversion": conversion },
@@ -191,7 +303,7 @@ mod tests {
     /// What the apiserver returns after `apply_body` was applied: the body plus fields dco
     /// does not own.
     fn applied(kind: TargetKind, name: &str, conversion: &CustomResourceConversion) -> Value {
-        let mut v = apply_body(kind, name, conversion);
+        let mut v = apply_body(kind, XrdVersion::V2, name, conversion);
         v["metadata"]["uid"] = json!("u-1");
         v["spec"]["versions"] = json!([{"name": "v1", "served": true}]);
         // Through text, as it comes over the wire.
@@ -246,11 +358,13 @@ mod tests {
 
     #[test]
     fn apply_bodies_carry_only_spec_conversion() {
-        let crd = apply_body(TargetKind::Crd, "widgets.example.org", &wiring().conversion());
+        let crd = apply_body(TargetKind::Crd, XrdVersion::V2, "widgets.example.org", &wiring().conversion());
         assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
         assert_eq!(crd["kind"], "CustomResourceDefinition");
-        let xrd = apply_body(TargetKind::Xrd, "xdbs.example.org", &wiring().conversion());
-        assert_eq!(xrd["apiVersion"], "apiextensions.crossplane.io/v1");
+        let v1 = apply_body(TargetKind::Xrd, XrdVersion::V1, "xdbs.example.org", &wiring().conversion());
+        assert_eq!(v1["apiVersion"], "apiextensions.crossplane.io/v1");
+        let xrd = apply_body(TargetKind::Xrd, XrdVersion::V2, "xdbs.example.org", &wiring().conversion());
+        assert_eq!(xrd["apiVersion"], "apiextensions.crossplane.io/v2");
         assert_eq!(xrd["kind"], "CompositeResourceDefinition");
         assert_eq!(xrd["metadata"], json!({"name": "xdbs.example.org"}));
         assert_eq!(xrd["spec"].as_object().unwrap().len(), 1);
@@ -308,15 +422,47 @@ mod tests {
     }
 
     #[test]
-    fn kind_names_round_trip() {
-        for kind in [TargetKind::Crd, TargetKind::Xrd] {
-            assert_eq!(TargetKind::of_type(kind.api_version(), kind.kind_name()), Some(kind));
+    fn kind_names_round_trip_at_both_xrd_versions() {
+        for xrd in XrdVersion::PREFERENCE {
+            for kind in [TargetKind::Crd, TargetKind::Xrd] {
+                assert_eq!(TargetKind::of_type(kind.api_version(xrd), kind.kind_name()), Some(kind));
+            }
+            let ar = xrd.resource();
+            assert_eq!((ar.api_version.as_str(), ar.kind.as_str()), (xrd.api_version(), XRD_KIND));
+            assert_eq!(ar.version, xrd.name());
+            assert_eq!(XRD_CRD_NAME, format!("{}.{}", ar.plural, ar.group));
+            assert_eq!(XrdVersion::of_api_version(xrd.api_version()), Some(xrd));
         }
-        assert_eq!(TargetKind::of_type("apiextensions.crossplane.io/v2", XRD_KIND), None);
+        assert_eq!(TargetKind::of_type("apiextensions.crossplane.io/v3", XRD_KIND), None);
         assert_eq!(TargetKind::of_type(CRD_API_VERSION, XRD_KIND), None);
-        let ar = xrd_resource();
-        assert_eq!((ar.api_version.as_str(), ar.kind.as_str()), (XRD_API_VERSION, XRD_KIND));
-        assert_eq!(XRD_CRD_NAME, format!("{}.{}", ar.plural, ar.group));
+        assert_eq!(TargetKind::of_type("apiextensions.crossplane.io/v2", CRD_KIND), None);
+    }
+
+    #[test]
+    fn v2_is_preferred_and_v1_used_while_it_is_the_only_one() {
+        assert_eq!(XrdApi::of_served(["v1", "v2"]).preferred(), Some(XrdVersion::V2));
+        assert_eq!(XrdApi::of_served(["v2"]).preferred(), Some(XrdVersion::V2));
+        assert_eq!(XrdApi::of_served(["v1"]).preferred(), Some(XrdVersion::V1));
+        // A version dco does not know is not one it can use.
+        assert_eq!(XrdApi::of_served(["v3"]), XrdApi::ABSENT);
+        assert!(!XrdApi::ABSENT.installed());
+        assert_eq!(XrdApi::of_served(["v1", "v2"]).to_string(), "served at v1 and v2");
+    }
+
+    #[test]
+    fn a_legacy_cluster_xrd_is_written_at_v1_while_v1_is_served() {
+        let both = XrdApi::of_served(["v1", "v2"]);
+        let legacy =
+            json!({"spec": {"scope": "LegacyCluster", "claimNames": {"kind": "Db", "plural": "dbs"}}});
+        let claims_only = json!({"spec": {"claimNames": {"kind": "Db", "plural": "dbs"}}});
+        let namespaced = json!({"spec": {"scope": "Namespaced"}});
+        assert_eq!(both.for_write(&legacy), Some(XrdVersion::V1));
+        assert_eq!(both.for_write(&claims_only), Some(XrdVersion::V1));
+        assert_eq!(both.for_write(&namespaced), Some(XrdVersion::V2));
+        assert_eq!(both.for_write(&json!({})), Some(XrdVersion::V2));
+        // Only v2 served: nothing better to try.
+        assert_eq!(XrdApi::of_served(["v2"]).for_write(&legacy), Some(XrdVersion::V2));
+        assert_eq!(XrdApi::ABSENT.for_write(&namespaced), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dco_api::assign::{ServerInfo, Servers};
+use dco_api::crossplane::{XrdApi, XrdApiReceiver};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
@@ -79,6 +80,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Whether this replica owns an object's shard (`sharding/gate.rs`).
     pub gate: Gate,
+    /// The XRD API the cluster serves, as `dco_api::crossplane::Detector` follows it: XRDs are
+    /// read and written through it (`config/target.rs`).
+    pub crossplane: XrdApiReceiver,
 }
 
 impl Context {
@@ -93,7 +97,28 @@ impl Context {
             controller: FIELD_MANAGER.to_string(),
             instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),
         };
-        Context { recorder: Recorder::new(client.clone(), reporter), client, settings, stores, metrics, gate }
+        // No Crossplane until `with_crossplane` says otherwise (the runtime always does).
+        let crossplane = tokio::sync::watch::channel(Some(XrdApi::ABSENT)).1;
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            settings,
+            stores,
+            metrics,
+            gate,
+            crossplane,
+        }
+    }
+
+    /// Reads and writes XRDs through the API `crossplane` publishes.
+    pub fn with_crossplane(self, crossplane: XrdApiReceiver) -> Self {
+        Context { crossplane, ..self }
+    }
+
+    /// The XRD API the cluster serves now (once the detector's first list answered; absent if
+    /// the detector is gone).
+    pub async fn xrd_api(&self) -> XrdApi {
+        dco_api::crossplane::wait_known(&mut self.crossplane.clone()).await.unwrap_or(XrdApi::ABSENT)
     }
 
     /// The reconcile gate: `Some(action)` when another replica owns the object's shard (the

@@ -20,7 +20,7 @@ use kube::api::{Api, DeleteParams, DynamicObject};
 use serde_json::json;
 
 use dco_api::XRDConversionConfig;
-use dco_api::target::{XRD_CRD_NAME, xrd_resource};
+use dco_api::target::{XRD_CRD_NAME, XrdVersion};
 use dco_tests::{ClusterScoped, Manager, TestEnv, ar, wait_for};
 
 const MANAGER: Manager = Manager("dco-crossplane-operator");
@@ -68,7 +68,7 @@ async fn the_operator_watches_xrds_while_crossplane_is_installed() -> Result<()>
     dco_tests::wait_crd_established(&crds, XRD_CRD_NAME, Duration::from_secs(30)).await?;
     // The operator sees Crossplane and looks at the config again (still missing) first.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let xrds: Api<DynamicObject> = Api::all_with(client.clone(), &xrd_resource());
+    let xrds: Api<DynamicObject> = Api::all_with(client.clone(), &XrdVersion::V1.resource());
     let created = Instant::now();
     MANAGER.apply(&xrds, &xrd_name, xrd).await?;
     wait_for("the config to find its XRD", Duration::from_secs(10), || async {

@@ -21,7 +21,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use serde_json::json;
 
-use dco_api::target::{XRD_CRD_NAME, xrd_resource};
+use dco_api::target::{XRD_CRD_NAME, XrdVersion};
 use dco_tests::{ClusterScoped, Manager, TestEnv, ar, wait_deployment_available, wait_for};
 
 const MANAGER: Manager = Manager("dco-crossplane-detection");
@@ -123,7 +123,7 @@ async fn the_webhook_watches_xrds_while_crossplane_is_installed() -> Result<()> 
     // No Crossplane: ready, no XRD watched, nothing held.
     until(&addr, 0.0, 0.0, "the replica without Crossplane: no XRD watch").await?;
 
-    let xrds: Api<DynamicObject> = Api::all_with(client.clone(), &xrd_resource());
+    let xrds: Api<DynamicObject> = Api::all_with(client.clone(), &XrdVersion::V1.resource());
     guard.0.push((ar::<CustomResourceDefinition>(), XRD_CRD_NAME.to_string()));
     for round in 1..=2 {
         // Crossplane appears: the XRD watch starts and the named XRD is read whole.

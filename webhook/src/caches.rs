@@ -1,7 +1,8 @@
 //! The replica's watches (kube-runtime reflectors): ConversionWebhookServers (all: the pool
 //! and the default decide assignment), both config kinds, narrowed by the instance's
 //! `cacheSelector`, and the targets' metadata (CRDs, and XRDs while Crossplane's
-//! CompositeResourceDefinition CRD exists, as `dco_api::crossplane` sees it), never narrowed: `cacheSelector` picks configs, as
+//! CompositeResourceDefinition CRD serves them, through the version `dco_api::crossplane`
+//! prefers: v2 where served, v1 while it is the only one), never narrowed: `cacheSelector` picks configs, as
 //! in the reference, and a target without the configs' labels must still be found and served.
 //! Targets are watched as metadata only; the ones a config names are read whole by
 //! `targets.rs`, after which the sync loop is woken and reads the stores.
@@ -11,7 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dco_api::config::{ConversionConfig, TargetKind};
-use dco_api::target::{TARGET_PAGE, slim, slim_target, xrd_resource};
+use dco_api::crossplane::{XrdApi, XrdApiReceiver, XrdVersion};
+use dco_api::target::{TARGET_PAGE, slim, slim_target};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
 use futures::{Stream, StreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -112,7 +114,9 @@ where
     }
 }
 
-type XrdSlot = Arc<Mutex<Option<Store<PartialObjectMeta<DynamicObject>>>>>;
+/// The XRD metadata store and the version it watches, while XRDs are watched.
+type XrdStore = (XrdVersion, Store<PartialObjectMeta<DynamicObject>>);
+type XrdSlot = Arc<Mutex<Option<XrdStore>>>;
 
 /// What decides which targets are read whole: the configs in scope, the targets' metadata,
 /// and the registry (a plan held without a config — its config deleted while the target's
@@ -142,10 +146,15 @@ impl Named {
         names
     }
 
+    /// The XRD store and its version, while XRDs are watched.
+    fn xrds(&self) -> Option<XrdStore> {
+        self.xrds.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// Every target named (`names`) that exists now, at its uid and generation.
     fn wanted(&self) -> Vec<Wanted> {
-        let xrds = self.xrds.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let xrd = xrd_resource();
+        let xrds = self.xrds();
+        let xrd = xrds.as_ref().map(|(at, _)| at.resource());
         let mut wanted = Vec::new();
         let identity =
             |m: &kube::core::ObjectMeta| (m.uid.clone().unwrap_or_default(), m.generation.unwrap_or(0));
@@ -156,7 +165,8 @@ impl Named {
                 }
                 TargetKind::Xrd => xrds
                     .as_ref()
-                    .and_then(|s| s.get(&reflector::ObjectRef::new_with(&name, xrd.clone())))
+                    .zip(xrd.as_ref())
+                    .and_then(|((_, s), ar)| s.get(&reflector::ObjectRef::new_with(&name, ar.clone())))
                     .map(|o| identity(&o.metadata)),
             };
             if let Some((uid, generation)) = seen {
@@ -196,11 +206,13 @@ impl Fetcher {
         let mut registry_changes = named.registry.subscribe();
         loop {
             let (stale, released) = held.stale(&named.wanted());
+            // XRDs are read at the version they are watched at (wanted only while watched).
+            let xrd_at = named.xrds().map(|(at, _)| at);
             let reads = futures::stream::iter(stale)
                 .map(|w| {
                     let client = client.clone();
                     async move {
-                        let got = targets::fetch(&client, w.key.0, &w.key.1).await;
+                        let got = targets::fetch(&client, w.key.0, xrd_at, &w.key.1).await;
                         (w, got)
                     }
                 })
@@ -280,7 +292,7 @@ impl Caches {
         notify: Arc<Notify>,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
-        crossplane: tokio::sync::watch::Receiver<Option<bool>>,
+        crossplane: XrdApiReceiver,
     ) -> Caches {
         let wake = Arc::new(Notify::new());
         let (xccs, t1) =
@@ -389,36 +401,38 @@ impl XrdWatch {
     /// Publishes the store (or its absence), so the target reader wants XRD targets only
     /// while XRDs are watched: without it their copies are released and the next pass drops
     /// their plans as it does for a deleted target.
-    fn publish(&self, store: Option<Store<PartialObjectMeta<DynamicObject>>>) {
+    fn publish(&self, store: Option<XrdStore>) {
         self.metrics.xrds_watched.set(i64::from(store.is_some()));
         *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = store;
         self.notify.notify_one();
     }
 
-    /// Watches XRDs until `installed` says Crossplane is gone (`true`) or the watch ends
-    /// (`false`). `settled` turns true once the first list completed.
+    /// Watches XRDs through `at` until `crossplane` prefers another version or none (`true`)
+    /// or the watch ends (`false`). `settled` turns true once the first list completed. The
+    /// store watched so far (another version's) serves until this one has listed.
     async fn run(
         &self,
-        installed: &mut tokio::sync::watch::Receiver<Option<bool>>,
+        at: XrdVersion,
+        crossplane: &mut XrdApiReceiver,
         settled: &tokio::sync::watch::Sender<bool>,
     ) -> bool {
-        let res = xrd_resource();
+        let res = at.resource();
         let (reader, stream) =
             target_metadata(Api::all_with(self.client.clone(), &res), res, self.scope.targets());
         let driving = drive(stream, self.notify.clone(), "CompositeResourceDefinitions");
         let mut driving = std::pin::pin!(driving);
-        let gone = installed.wait_for(|i| *i == Some(false));
-        let mut gone = std::pin::pin!(gone);
+        let changed = crossplane.wait_for(|a| a.is_some_and(|a| a.preferred() != Some(at)));
+        let mut changed = std::pin::pin!(changed);
         let mut listed = false;
         loop {
             tokio::select! {
                 () = &mut driving => return false,
-                g = &mut gone => return g.is_ok(),
+                c = &mut changed => return c.is_ok(),
                 ready = reader.wait_until_ready(), if !listed => {
                     listed = true;
                     if ready.is_ok() {
-                        tracing::info!("Crossplane found: watching CompositeResourceDefinitions");
-                        self.publish(Some(reader.clone()));
+                        tracing::info!(api = at.api_version(), "Crossplane found: watching CompositeResourceDefinitions");
+                        self.publish(Some((at, reader.clone())));
                         settled.send_replace(true);
                     }
                 }
@@ -427,32 +441,36 @@ impl XrdWatch {
     }
 }
 
-/// Watch XRDs while Crossplane's CRD is established (`crossplane`, `dco_api::crossplane`):
-/// start when it appears, stop and drop the XRD targets once it is gone; while it is absent there are no
-/// XRDs to serve and nothing fails. `settled` turns true once Crossplane is known absent or
-/// the XRD watch listed once, so readiness waits for XRDs only where they exist.
+/// Watch XRDs while Crossplane's CRD serves them (`crossplane`, `dco_api::crossplane`), through
+/// the version it prefers: start when it appears, watch again when the preferred version
+/// changes (an upgrade adding `v2`), stop and drop the XRD targets once it is gone; while it
+/// is absent there are no XRDs to serve and nothing fails. `settled` turns true once
+/// Crossplane is known absent or the XRD watch listed once, so readiness waits for XRDs only
+/// where they exist.
 async fn watch_xrds_while_installed(
     xrds: XrdWatch,
-    mut crossplane: tokio::sync::watch::Receiver<Option<bool>>,
+    mut crossplane: XrdApiReceiver,
     settled: tokio::sync::watch::Sender<bool>,
 ) {
     loop {
-        let Some(installed) = dco_api::crossplane::wait_known(&mut crossplane).await else { return };
-        if installed {
-            if !xrds.run(&mut crossplane, &settled).await {
+        let Some(api) = dco_api::crossplane::wait_known(&mut crossplane).await else { return };
+        if let Some(at) = api.preferred() {
+            if !xrds.run(at, &mut crossplane, &settled).await {
                 return;
             }
-            tracing::info!(
-                "Crossplane was removed: stopped watching CompositeResourceDefinitions; dropping the XRD targets"
-            );
-            xrds.publish(None);
+            if crossplane.borrow().is_some_and(|a| !a.installed()) {
+                tracing::info!(
+                    "Crossplane was removed: stopped watching CompositeResourceDefinitions; dropping the XRD targets"
+                );
+                xrds.publish(None);
+            }
         } else {
             if !*settled.borrow() {
                 tracing::info!("serving CRD targets only until Crossplane is installed");
                 xrds.publish(None);
                 settled.send_replace(true);
             }
-            if crossplane.wait_for(|i| *i == Some(true)).await.is_err() {
+            if crossplane.wait_for(|a| a.is_some_and(XrdApi::installed)).await.is_err() {
                 return;
             }
         }

@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 
 use dco_api::config::TargetKind;
+use dco_api::crossplane::XrdVersion;
 use dco_api::target;
 use kube::Client;
 use serde_json::Value;
@@ -102,14 +103,21 @@ impl Held {
 /// One target read whole, in the form the engine and the hold rule read: `apiVersion` and
 /// `kind` set, no `managedFields`, annotations or status (nothing in the webhook reads them:
 /// the compile reads `spec.versions`, the hold rule `spec.conversion`). `None` when it is gone.
-pub async fn fetch(client: &Client, kind: TargetKind, name: &str) -> Result<Option<Value>, kube::Error> {
-    let Some(mut o) = dco_api::cluster::fetch_target(client, kind, name).await? else { return Ok(None) };
+/// XRDs are read through `xrd`, the version they are watched at (`None`: not served).
+pub async fn fetch(
+    client: &Client,
+    kind: TargetKind,
+    xrd: Option<XrdVersion>,
+    name: &str,
+) -> Result<Option<Value>, kube::Error> {
+    let Some(mut o) = dco_api::cluster::fetch_target(client, kind, xrd, name).await? else { return Ok(None) };
     target::slim_target(&mut o);
     if let Some(data) = o.data.as_object_mut() {
         data.remove("status");
     }
     tracing::debug!(target = name, ?kind, "read the target's schemas");
-    dco_api::cluster::target_json(kind, o).map(Some).map_err(kube::Error::SerdeError)
+    let at = xrd.unwrap_or(XrdVersion::V2);
+    dco_api::cluster::target_json(kind, at, o).map(Some).map_err(kube::Error::SerdeError)
 }
 
 #[cfg(test)]

@@ -160,6 +160,14 @@ where
 }
 
 impl Admission {
+    /// The XRD API version to read XRDs through (`dco_api::crossplane::served` of Crossplane's
+    /// XRD CRD, read now); `None` without Crossplane.
+    async fn xrd_version(&self) -> Result<Option<dco_api::crossplane::XrdVersion>, String> {
+        let api = Api::<CustomResourceDefinition>::all(self.client.clone());
+        let crd = bounded("Crossplane's XRD CRD", api.get_opt(dco_api::target::XRD_CRD_NAME)).await?;
+        Ok(crd.as_ref().and_then(|c| dco_api::crossplane::served(c).preferred()))
+    }
+
     async fn target<K: ConversionConfig>(&self, cfg: &K) -> TargetLookup {
         let name = cfg.target_name();
         let got = match cfg.target_kind() {
@@ -170,7 +178,13 @@ impl Admission {
                     .map(|o| o.map(|c| serde_json::to_value(c).unwrap_or_default()))
             }
             dco_api::config::TargetKind::Xrd => {
-                let ar = dco_api::target::xrd_resource();
+                // The one version served of the two suffices to read it: v2 where served (a
+                // request here is rare, so discovery is asked rather than followed).
+                let ar = match self.xrd_version().await {
+                    Ok(Some(v)) => v.resource(),
+                    Ok(None) => return TargetLookup::Missing,
+                    Err(e) => return TargetLookup::Unknown(e),
+                };
                 let api = Api::<DynamicObject>::all_with(self.client.clone(), &ar);
                 match bounded("the target", api.get_opt(name)).await {
                     // No Crossplane: no XRD of any name.

@@ -75,7 +75,7 @@ impl<'a, K: ConfigKind> ConfigDriver<'a, K> {
                 .map_err(Error::NotReady)?
             }
         };
-        let after = target::wire(&self.ctx.client, cfg.target_kind(), cfg.target_name(), &wiring).await?;
+        let after = target::wire(self.ctx, cfg.target_kind(), cfg.target_name(), &wiring).await?;
         self.ctx.metrics.target_patches.inc();
         self.target = Some(Some(after));
         Ok(wiring)
@@ -171,7 +171,7 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
             Some(t) => t,
             // Authoritative, not the cache: the wiring the machine reads must not lag behind
             // the operator's own last write.
-            None => target::fetch(&self.ctx.client, cfg.target_kind(), cfg.target_name()).await?,
+            None => target::fetch(self.ctx, cfg.target_kind(), cfg.target_name()).await?,
         };
         // Read, not cached: a second config for the target may sit in a shard another
         // replica owns. Once per reconcile; the rounds after an action reuse it.

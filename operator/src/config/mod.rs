@@ -86,7 +86,7 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
     let tkind = cfg.target_kind();
     let tname = cfg.target_name().to_string();
     let tkind_name = tkind.kind_name();
-    let Some(live) = target::fetch(&ctx.client, tkind, &tname).await? else {
+    let Some(live) = target::fetch(ctx, tkind, &tname).await? else {
         return Ok(Action::await_change());
     };
     let Some(server) = wired_server(ctx, &live) else {
@@ -137,7 +137,7 @@ async fn revert<K: ConfigKind>(cfg: &K, ctx: &Context) -> Result<Action> {
     }
     st.phase = Some(Phase::Reverting);
     write_status::<ConfigWing<K>>(ctx, cfg, &st).await?;
-    target::unwire(&ctx.client, tkind, &tname).await?;
+    target::unwire(ctx, tkind, &tname).await?;
     ctx.metrics.target_patches.inc();
     ctx.event(
         cfg,

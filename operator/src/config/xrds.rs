@@ -1,17 +1,20 @@
 //! XRD events for the XRDConversionConfig controller while Crossplane is installed, as
-//! `dco_api::crossplane` follows it: XRDs are watched (metadata only, in small pages) from the
-//! moment Crossplane's CRD is established until it is removed, each event enqueueing the
-//! configs naming that XRD. Crossplane coming or going enqueues every XRDConversionConfig, so
-//! each re-reads its target at once (found, or gone) instead of at the next `--resync`.
+//! `dco_api::crossplane` follows it: XRDs are watched (metadata only, in small pages) through
+//! the API version the cluster prefers from the moment Crossplane's CRD is established until
+//! it is removed, each event enqueueing the configs naming that XRD. Crossplane coming, going
+//! or changing the preferred version (an upgrade adding `v2`) enqueues every
+//! XRDConversionConfig, so each re-reads its target at once (found, or gone) instead of at
+//! the next `--resync`; a changed version also restarts the watch there.
 
 use dco_api::XRDConversionConfig;
-use dco_api::target::{TARGET_PAGE, xrd_resource};
+use dco_api::crossplane::{XrdApi, XrdApiReceiver, XrdVersion};
+use dco_api::target::TARGET_PAGE;
 use futures::{Stream, StreamExt};
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::kinds::configs_of_target;
 use crate::observability::watch_metrics::WatchMetrics;
@@ -20,50 +23,55 @@ use crate::observability::watch_metrics::WatchMetrics;
 /// stream is dropped.
 pub fn triggers(
     client: Client,
-    installed: watch::Receiver<Option<bool>>,
+    crossplane: XrdApiReceiver,
     configs: Store<XRDConversionConfig>,
     errors: WatchMetrics,
 ) -> impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static {
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(follow(client, installed, configs, tx, errors));
+    tokio::spawn(follow(client, crossplane, configs, tx, errors));
     futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) })
 }
 
 async fn follow(
     client: Client,
-    mut installed: watch::Receiver<Option<bool>>,
+    mut crossplane: XrdApiReceiver,
     configs: Store<XRDConversionConfig>,
     tx: mpsc::UnboundedSender<ObjectRef<XRDConversionConfig>>,
     errors: WatchMetrics,
 ) {
     let send = |refs: Vec<ObjectRef<XRDConversionConfig>>| refs.into_iter().all(|r| tx.send(r).is_ok());
-    let mut known = None;
+    let mut known: Option<Option<XrdVersion>> = None;
     loop {
-        let Some(now) = dco_api::crossplane::wait_known(&mut installed).await else { return };
-        if known.is_some_and(|k| k != now)
+        let Some(now) = dco_api::crossplane::wait_known(&mut crossplane).await else { return };
+        let at = now.preferred();
+        if known.is_some_and(|k| k != at)
             && !send(configs.state().iter().map(|c| ObjectRef::from_obj(c.as_ref())).collect())
         {
             return;
         }
-        known = Some(now);
-        if !now {
+        known = Some(at);
+        let Some(at) = at else {
             tracing::info!("XRDConversionConfigs wait for Crossplane: XRDs are watched once it is installed");
-            if installed.wait_for(|i| *i == Some(true)).await.is_err() {
+            if crossplane.wait_for(|a| a.is_some_and(XrdApi::installed)).await.is_err() {
                 return;
             }
             continue;
-        }
-        tracing::info!("watching CompositeResourceDefinitions for XRDConversionConfigs");
-        let ar = xrd_resource();
-        let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &ar);
+        };
+        tracing::info!(
+            api = at.api_version(),
+            "watching CompositeResourceDefinitions for XRDConversionConfigs"
+        );
+        let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &at.resource());
         let xrds = watcher(api, watcher::Config::default().page_size(TARGET_PAGE));
         let events = errors.counted("CompositeResourceDefinition", xrds).default_backoff().touched_objects();
         let mut events = std::pin::pin!(events);
-        let gone = installed.wait_for(|i| *i == Some(false));
-        let mut gone = std::pin::pin!(gone);
+        // Crossplane removed, or another version preferred (upgraded to serve v2, or v2 no
+        // longer served): watch again through what is served now.
+        let changed = crossplane.wait_for(|a| a.is_some_and(|a| a.preferred() != Some(at)));
+        let mut changed = std::pin::pin!(changed);
         loop {
             tokio::select! {
-                g = &mut gone => if g.is_ok() { break } else { return },
+                c = &mut changed => if c.is_ok() { break } else { return },
                 () = tx.closed() => return,
                 ev = events.next() => match ev {
                     Some(Ok(xrd)) => {
@@ -76,6 +84,9 @@ async fn follow(
                 },
             }
         }
-        tracing::info!("Crossplane was removed: stopped watching CompositeResourceDefinitions");
+        tracing::info!(
+            api = at.api_version(),
+            "the XRD API the cluster serves changed: stopped watching CompositeResourceDefinitions there"
+        );
     }
 }

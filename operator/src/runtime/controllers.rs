@@ -9,10 +9,10 @@ use futures::{Future, Stream, StreamExt, future, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::ResourceExt;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
 use super::wakes::Queues;
@@ -20,7 +20,7 @@ use super::watches::{Primaries, Primary, managed};
 use crate::config::{self, ConfigWing};
 use crate::context::Context;
 use crate::namespaces;
-use crate::observability::watch_metrics::WatchMetrics;
+use crate::observability::watch_metrics::{WatchErrorLabels, WatchMetrics};
 use crate::reconcile::{error_policy, reconcile};
 use crate::server::ServerWing;
 use crate::sharding::leases::Snapshot;
@@ -40,11 +40,18 @@ pub async fn run(
     // One budget for both config controllers, divided among the live members.
     let pacer = Arc::new(Pacer::new(rebalance_qps, move || membership.borrow().live.len()));
     let cccs = crd_configs(ctx, primaries.cccs, pacing::paced(queues.cccs, pacer.clone()), errors);
-    // Held until the controllers stop: dropping it ends the detection.
-    let crossplane = dco_api::crossplane::Detector::start(ctx.client.clone());
-    let xccs =
-        xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), crossplane.subscribe(), errors);
+    let xccs = xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), errors);
     tokio::join!(servers, cccs, xccs);
+}
+
+/// Follows Crossplane's XRD CRD (`dco_api::crossplane`), its watch's errors counted as the
+/// other watches' are (kind `CustomResourceDefinition`). Dropping it ends the detection.
+pub fn crossplane(client: &Client, errors: &WatchMetrics) -> dco_api::crossplane::Detector {
+    let errors = errors.errors.clone();
+    dco_api::crossplane::Detector::start_counting(client.clone(), move |e| {
+        let reason = crate::observability::watch_metrics::reason(e);
+        errors.get_or_create(&WatchErrorLabels { kind: "CustomResourceDefinition", reason }).inc();
+    })
 }
 
 /// The server controller, also woken by the Deployments and Services it owns. Their watches
@@ -102,18 +109,21 @@ fn crd_configs(
 }
 
 /// The XRDConversionConfig controller. XRDs are watched while Crossplane is installed,
-/// followed from start to stop (config/xrds.rs): installing or removing it re-reconciles
-/// every XRDConversionConfig.
+/// through the API version it serves, followed from start to stop (config/xrds.rs):
+/// installing, upgrading or removing it re-reconciles every XRDConversionConfig.
 fn xrd_configs(
     ctx: &Arc<Context>,
     primary: Primary<XRDConversionConfig>,
     paced: impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static,
-    crossplane: tokio::sync::watch::Receiver<Option<bool>>,
     errors: &WatchMetrics,
 ) -> impl Future<Output = ()> {
-    let xrd_events =
-        config::xrds::triggers(ctx.client.clone(), crossplane, ctx.stores.xccs.clone(), errors.clone())
-            .inspect(|_| crate::observability::memory::touched());
+    let xrd_events = config::xrds::triggers(
+        ctx.client.clone(),
+        ctx.crossplane.clone(),
+        ctx.stores.xccs.clone(),
+        errors.clone(),
+    )
+    .inspect(|_| crate::observability::memory::touched());
     Controller::for_shared_stream(primary, ctx.stores.xccs.clone())
         .reconcile_on(paced)
         .reconcile_on(xrd_events)

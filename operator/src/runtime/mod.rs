@@ -44,8 +44,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     metrics.collect(&watches.stores, &args.namespace, &sharding);
     let stores = watches.stores.clone();
-    let ctx =
-        Arc::new(Context::new(clients.client, settings, stores, metrics.registry.clone(), sharding.gate()));
+    // Which XRD API the cluster serves (Crossplane installed, upgraded or removed), for the
+    // XRD watch and every XRD read and write; held until the replica stops.
+    let crossplane = controllers::crossplane(&clients.client, &metrics.watches);
+    let ctx = Arc::new(
+        Context::new(clients.client, settings, stores, metrics.registry.clone(), sharding.gate())
+            .with_crossplane(crossplane.subscribe()),
+    );
     let queues = wakes::start(watches.roots, ctx.clone(), &mut sharding);
     // A replica that cannot list (no rights yet, no apiserver) must still stop on SIGTERM.
     tokio::select! {
