@@ -131,8 +131,37 @@ struct Named {
 }
 
 impl Named {
-    /// The targets configs name or the registry holds, deduplicated.
+    /// The targets configs name or the registry holds, and the CRDs Crossplane generated
+    /// from the XRDs among them (read whole too: the hold rule reads their `spec.conversion`),
+    /// deduplicated.
     fn names(&self) -> Vec<(TargetKind, String)> {
+        let mut names = self.targets();
+        let generated = self.generated(&names);
+        names.extend(generated.into_values().flatten().map(|crd| (TargetKind::Crd, crd)));
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Per XRD in `names`, the CRDs whose controller owner it is (`hold::generated_from`).
+    fn generated(&self, names: &[(TargetKind, String)]) -> HashMap<String, Vec<String>> {
+        let mut out: HashMap<String, Vec<String>> = HashMap::new();
+        let xrds: Vec<&str> =
+            names.iter().filter(|(k, _)| *k == TargetKind::Xrd).map(|(_, n)| n.as_str()).collect();
+        if xrds.is_empty() {
+            return out;
+        }
+        for crd in self.crds.state() {
+            let owners = crd.metadata.owner_references.as_deref().unwrap_or_default();
+            for xrd in xrds.iter().filter(|x| crate::hold::generated_from(owners, x)) {
+                out.entry((*xrd).to_string()).or_default().push(crd.name_any());
+            }
+        }
+        out
+    }
+
+    /// The targets configs name or the registry holds, deduplicated.
+    fn targets(&self) -> Vec<(TargetKind, String)> {
         let mut names: Vec<(TargetKind, String)> = self
             .cccs
             .state()
@@ -365,7 +394,8 @@ impl Caches {
                 targets.insert(key, v);
             }
         }
-        World { configs, targets, servers }
+        let generated = self.named.generated(&self.named.targets());
+        World { configs, targets, servers, generated }
     }
 }
 

@@ -10,6 +10,11 @@
 //! from the drain's start and again from every review the draining plan answers, since a
 //! review proves an apiserver has not switched yet.
 //!
+//! For an XRD target the second clause also holds while a CRD Crossplane generated from the
+//! XRD (the composite resource's, the claim's) still names our Service: the apiserver calls
+//! what those CRDs say, and Crossplane re-renders them from the XRD a moment after the
+//! operator repoints it, so they lag the XRD during every move.
+//!
 //! Pure: facts in, decision out. The sync loop gathers the facts and acts.
 
 use std::time::{Duration, Instant};
@@ -21,6 +26,9 @@ pub enum HoldReason {
     Assigned,
     /// Not assigned here, but the live target's `spec.conversion` still names our Service.
     NamedBySpecConversion,
+    /// Not assigned here and the XRD names another Service, but a CRD Crossplane generated
+    /// from the XRD still names ours: Crossplane has not re-rendered it yet.
+    NamedByGeneratedCrd,
     /// Not assigned here and not named, but the target is moving away from this instance
     /// and apiservers may still route to it (`sync::MovedFrom::holds`): built by a replica
     /// that did not hold it (one that restarted during the move) and served as draining.
@@ -48,6 +56,9 @@ pub struct Facts {
     pub target_exists: bool,
     /// The live target's `spec.conversion...service.name` equals our Service name.
     pub names_our_service: bool,
+    /// For an XRD target: the `spec.conversion` of a CRD Crossplane generated from it
+    /// ([`generated_from`]) names our Service.
+    pub generated_names_our_service: bool,
     /// The config's handover moves the target away from this instance, recently enough that
     /// an apiserver may still call us (`sync::MovedFrom::holds`).
     pub moving_away: bool,
@@ -88,6 +99,9 @@ pub fn decide(f: &Facts) -> Decision {
     if f.names_our_service {
         return Decision::Hold(HoldReason::NamedBySpecConversion);
     }
+    if f.generated_names_our_service {
+        return Decision::Hold(HoldReason::NamedByGeneratedCrd);
+    }
     if f.moving_away && !f.held {
         // Build it, to serve as a draining plan (not reported in the Lease): a replica that
         // holds it already just drains it as below.
@@ -112,6 +126,22 @@ pub fn conversion_service_name(target: &serde_json::Value) -> Option<&str> {
     dco_api::target::wired_service(target).map(|(_namespace, name)| name)
 }
 
+/// Whether a CRD with these owner references is one Crossplane generated from the XRD
+/// `xrd`: Crossplane sets the XRD as the controller owner of the XR's and the claim's CRD
+/// (crossplane-runtime v2.3.0, `xcrd.ForCompositeResource`, `ForCompositeResourceClaim`). Its
+/// labels are the XRD's own, copied, so they cannot tell.
+pub fn generated_from(
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    xrd: &str,
+) -> bool {
+    owners.iter().any(|o| {
+        o.controller == Some(true)
+            && o.kind == dco_api::target::XRD_KIND
+            && o.name == xrd
+            && o.api_version.split_once('/').is_some_and(|(g, _)| g == dco_api::target::XRD_GROUP)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +152,7 @@ mod tests {
             static_mode: false,
             target_exists: true,
             names_our_service: false,
+            generated_names_our_service: false,
             moving_away: false,
             held: false,
             drain_started: None,
@@ -164,6 +195,55 @@ mod tests {
         // A running drain is irrelevant once a clause holds again.
         let f = Facts { drain_started: Some(f.now), ..f };
         assert_eq!(decide(&f), Decision::Hold(HoldReason::NamedBySpecConversion));
+    }
+
+    #[test]
+    fn a_generated_crd_still_naming_us_holds_after_the_xrd_was_repointed() {
+        // The operator repointed the XRD (names_our_service false); Crossplane has not
+        // re-rendered the XR's or the claim's CRD yet, and the apiserver still calls us.
+        let f = Facts { generated_names_our_service: true, held: true, ..facts() };
+        assert_eq!(decide(&f), Decision::Hold(HoldReason::NamedByGeneratedCrd));
+        // A restarted replica builds the plan for it too.
+        assert_eq!(decide(&Facts { held: false, ..f }), Decision::Hold(HoldReason::NamedByGeneratedCrd));
+        // A drain started while the XRD was repointed is cancelled: the CRD still routes here.
+        let draining = Facts { drain_started: Some(f.now), ..f };
+        assert_eq!(decide(&draining), Decision::Hold(HoldReason::NamedByGeneratedCrd));
+        // The XRD naming us is reported first; assignment before both.
+        let both = Facts { names_our_service: true, ..f };
+        assert_eq!(decide(&both), Decision::Hold(HoldReason::NamedBySpecConversion));
+        assert_eq!(decide(&Facts { assigned_here: true, ..both }), Decision::Hold(HoldReason::Assigned));
+        // Once Crossplane re-rendered them, the usual drain runs from then on.
+        let rerendered = Facts { generated_names_our_service: false, ..f };
+        assert!(matches!(decide(&rerendered), Decision::Drain { .. }), "{:?}", decide(&rerendered));
+        // A deleted XRD calls no one (Crossplane deletes what it generated with it).
+        assert_eq!(decide(&Facts { target_exists: false, ..f }), Decision::Drop(DropReason::TargetGone));
+    }
+
+    #[test]
+    fn a_generated_crd_is_known_by_its_controller_owner_the_xrd() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let owner = |api_version: &str, kind: &str, name: &str, controller: Option<bool>| OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            controller,
+            block_owner_deletion: Some(true),
+        };
+        let xrd = "xdbs.example.org";
+        for api in ["apiextensions.crossplane.io/v1", "apiextensions.crossplane.io/v2"] {
+            assert!(generated_from(&[owner(api, "CompositeResourceDefinition", xrd, Some(true))], xrd));
+        }
+        let ours = owner("apiextensions.crossplane.io/v1", "CompositeResourceDefinition", xrd, Some(true));
+        assert!(generated_from(&[owner("v1", "ConfigMap", "x", None), ours.clone()], xrd));
+        assert!(!generated_from(std::slice::from_ref(&ours), "xother.example.org"), "another XRD's");
+        assert!(
+            !generated_from(&[OwnerReference { controller: None, ..ours.clone() }], xrd),
+            "not the controller"
+        );
+        assert!(!generated_from(&[OwnerReference { kind: "Composition".into(), ..ours.clone() }], xrd));
+        assert!(!generated_from(&[OwnerReference { api_version: "example.org/v1".into(), ..ours }], xrd));
+        assert!(!generated_from(&[], xrd));
     }
 
     #[test]

@@ -130,6 +130,9 @@ pub struct World {
     pub configs: Vec<ConfigView>,
     pub targets: HashMap<(TargetKind, String), TargetView>,
     pub servers: Servers,
+    /// Per XRD target, the CRDs Crossplane generated from it (`hold::generated_from`), held
+    /// in `targets` as CRDs: the hold rule reads their `spec.conversion` too.
+    pub generated: HashMap<String, Vec<String>>,
 }
 
 /// Who this replica is.
@@ -231,6 +234,9 @@ impl Syncer {
                 target_exists: live.is_some(),
                 names_our_service: self.hold_while_named
                     && live.and_then(TargetView::service_name) == Some(self.identity.service_name.as_str()),
+                generated_names_our_service: self.hold_while_named
+                    && kind == TargetKind::Xrd
+                    && self.generated_names_us(world, target),
                 moving_away: moved_from.is_some_and(|m| {
                     m.holds(&self.identity.instance, self.drain_period, SystemTime::now())
                         && (m.move_id.is_none() || m.move_id.as_ref() != self.drained.get(target))
@@ -318,6 +324,16 @@ impl Syncer {
         let served = snap.values().filter(|e| e.served.is_some()).count();
         self.metrics.set_registry_size(served, snap.len() - served);
         report
+    }
+
+    /// Whether a CRD Crossplane generated from the XRD `target` names our Service.
+    fn generated_names_us(&self, world: &World, target: &str) -> bool {
+        let ours = Some(self.identity.service_name.as_str());
+        world.generated.get(target).is_some_and(|crds| {
+            crds.iter().any(|crd| {
+                world.targets.get(&(TargetKind::Crd, crd.clone())).and_then(TargetView::service_name) == ours
+            })
+        })
     }
 
     fn assigned_here(&self, world: &World, c: &ConfigView) -> bool {
@@ -558,7 +574,60 @@ mod tests {
                 ServerInfo { name: "a".into(), default: true, pool_weight: None },
                 ServerInfo { name: "b".into(), default: false, pool_weight: None },
             ]),
+            generated: HashMap::new(),
         }
+    }
+
+    /// `world`, with the target an XRD whose `spec.conversion` calls `xrd_service`, and the
+    /// CRDs Crossplane generated from it (the XR's, named like the XRD, and the claim's)
+    /// calling `generated_services`.
+    fn xrd_world(pin: Option<&str>, xrd_service: &str, generated_services: [&str; 2]) -> World {
+        let mut w = world("v2", 1, pin, Some(xrd_service));
+        w.configs[0].kind = "XRDConversionConfig".into();
+        w.configs[0].target_kind = TargetKind::Xrd;
+        let xrd = w.targets.remove(&(TargetKind::Crd, TARGET.to_string())).unwrap();
+        w.targets.insert((TargetKind::Xrd, TARGET.to_string()), xrd);
+        let names = [TARGET.to_string(), "gadgets.example.org".to_string()];
+        for (name, svc) in names.iter().zip(generated_services) {
+            let crd = serde_json::json!({"metadata": {"name": name, "generation": 1}, "spec": {"conversion": {
+                "strategy": "Webhook", "webhook": {"clientConfig": {"service": {"name": svc, "namespace": "dco"}}}}}});
+            w.targets.insert((TargetKind::Crd, name.clone()), TargetView::new(&crd, format!("g@{svc}")));
+        }
+        w.generated.insert(TARGET.to_string(), names.to_vec());
+        w
+    }
+
+    #[test]
+    fn a_move_of_an_xrd_holds_until_every_generated_crd_stops_naming_us() {
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        let t0 = Instant::now();
+        s.pass(&xrd_world(None, "svc-a", ["svc-a", "svc-a"]), t0);
+        assert_eq!(s.registry().get(TARGET).unwrap().hold, HoldReason::Assigned);
+        // Pinned to b and the XRD repointed; Crossplane has re-rendered neither CRD yet.
+        let r = s.pass(&xrd_world(Some("b"), "svc-b", ["svc-a", "svc-a"]), t0);
+        assert_eq!(s.registry().get(TARGET).unwrap().hold, HoldReason::NamedByGeneratedCrd);
+        assert_eq!(r.next_wake, None, "no drain while a generated CRD routes here");
+        // The XR's CRD re-rendered, the claim's not yet: still held, long after.
+        s.pass(&xrd_world(Some("b"), "svc-b", ["svc-b", "svc-a"]), t0 + Duration::from_secs(300));
+        let e = s.registry().get(TARGET).unwrap();
+        assert_eq!(e.hold, HoldReason::NamedByGeneratedCrd);
+        assert!(e.draining_until.is_none());
+        // Both re-rendered: the drain starts now and ends a drain period later.
+        let t1 = t0 + Duration::from_secs(301);
+        let r = s.pass(&xrd_world(Some("b"), "svc-b", ["svc-b", "svc-b"]), t1);
+        assert_eq!(r.next_wake, Some(t1 + Duration::from_secs(30)));
+        assert!(s.registry().get(TARGET).is_some());
+        s.pass(&xrd_world(Some("b"), "svc-b", ["svc-b", "svc-b"]), t1 + Duration::from_secs(30));
+        assert!(s.registry().get(TARGET).is_none(), "dropped after the drain");
+        // The generated CRDs of a CRD target's namesake are never consulted: only an XRD has them.
+        let mut crd_world = xrd_world(Some("b"), "svc-b", ["svc-a", "svc-a"]);
+        let xrd = crd_world.targets.remove(&(TargetKind::Xrd, TARGET.to_string())).unwrap();
+        crd_world.targets.insert((TargetKind::Crd, TARGET.to_string()), xrd);
+        crd_world.configs[0].target_kind = TargetKind::Crd;
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        s.pass(&world("v2", 1, None, Some("svc-a")), t0);
+        s.pass(&crd_world, t0);
+        assert!(s.registry().get(TARGET).unwrap().draining_until.is_some(), "a CRD target drains");
     }
 
     fn syncer(instance: &str, compiler: Arc<Counting>) -> Syncer {
