@@ -39,8 +39,13 @@ pub async fn run(
     let servers = servers(ctx, primaries.servers, queues.servers, errors);
     // One budget for both config controllers, divided among the live members.
     let pacer = Arc::new(Pacer::new(rebalance_qps, move || membership.borrow().live.len()));
-    let cccs = crd_configs(ctx, primaries.cccs, pacing::paced(queues.cccs, pacer.clone()), errors);
-    let xccs = xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), errors);
+    // The one CRD watch also wakes the XRDConversionConfigs of the XRDs whose generated CRDs
+    // change (wake/generated.rs).
+    let (generated_tx, generated_rx) = mpsc::unbounded_channel();
+    let cccs =
+        crd_configs(ctx, primaries.cccs, pacing::paced(queues.cccs, pacer.clone()), generated_tx, errors);
+    let generated = stream::unfold(generated_rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) });
+    let xccs = xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), generated, errors);
     tokio::join!(servers, cccs, xccs);
 }
 
@@ -85,9 +90,11 @@ fn crd_configs(
     ctx: &Arc<Context>,
     primary: Primary<CRDConversionConfig>,
     paced: impl Stream<Item = ObjectRef<CRDConversionConfig>> + Send + 'static,
+    generated: mpsc::UnboundedSender<ObjectRef<XRDConversionConfig>>,
     errors: &WatchMetrics,
 ) -> impl Future<Output = ()> {
     let store = ctx.stores.cccs.clone();
+    let xccs = ctx.stores.xccs.clone();
     let crds = watcher(
         Api::<PartialObjectMeta<CustomResourceDefinition>>::all(ctx.client.clone()),
         watcher::Config::default().page_size(TARGET_PAGE),
@@ -96,6 +103,13 @@ fn crd_configs(
     Controller::for_shared_stream(primary, ctx.stores.cccs.clone())
         .watches_stream(errors.counted("CustomResourceDefinition", crds), move |crd| {
             crate::observability::memory::touched();
+            if let Some(xrd) = crate::wake::generated::xrd_of(&crd) {
+                for r in crate::kinds::configs_of_target(&xccs, &xrd) {
+                    // The receiver lives as long as the XRD config controller; once it is
+                    // gone nothing is left to wake.
+                    let _ = generated.send(r);
+                }
+            }
             crate::kinds::configs_of_target(&store, &crd.name_any())
         })
         .reconcile_on(paced)
@@ -110,11 +124,13 @@ fn crd_configs(
 
 /// The XRDConversionConfig controller. XRDs are watched while Crossplane is installed,
 /// through the API version it serves, followed from start to stop (config/xrds.rs):
-/// installing, upgrading or removing it re-reconciles every XRDConversionConfig.
+/// installing, upgrading or removing it re-reconciles every XRDConversionConfig. The CRDs
+/// Crossplane generates from an XRD wake its configs too (`generated`, from the CRD watch).
 fn xrd_configs(
     ctx: &Arc<Context>,
     primary: Primary<XRDConversionConfig>,
     paced: impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static,
+    generated: impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static,
     errors: &WatchMetrics,
 ) -> impl Future<Output = ()> {
     let xrd_events = config::xrds::triggers(
@@ -127,6 +143,7 @@ fn xrd_configs(
     Controller::for_shared_stream(primary, ctx.stores.xccs.clone())
         .reconcile_on(paced)
         .reconcile_on(xrd_events)
+        .reconcile_on(generated)
         .shutdown_on_signal()
         .run(
             reconcile::<ConfigWing<XRDConversionConfig>>,

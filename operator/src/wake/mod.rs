@@ -12,9 +12,10 @@
 //! changes.rs: each watch's last seen view of its objects, and what changed of it;
 //! views.rs: the view of each kind that counts; fanout.rs: which objects a change wakes, and
 //! their delivery to the controllers; pacing.rs: the budget of config reconciles
-//! (`--rebalance-qps`).
+//! (`--rebalance-qps`); generated.rs: the XRD a CRD Crossplane generated belongs to.
 
 pub mod changes;
 pub mod fanout;
+pub mod generated;
 pub mod pacing;
 pub mod views;
