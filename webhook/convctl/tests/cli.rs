@@ -568,3 +568,38 @@ spec:
     let o = convctl(&["validate", "--config", config.to_str().unwrap(), "--xrd", xrd.to_str().unwrap()]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
 }
+
+/// `--xrd` takes an XRD at `apiextensions.crossplane.io/v2` too (a Crossplane 2 `Namespaced`
+/// one): validated and converted exactly as the same XRD at v1.
+#[test]
+fn a_v2_namespaced_xrd_file_validates_and_converts_as_at_v1() {
+    let v1 = std::fs::read_to_string(ex("widgets-xrd.yaml")).unwrap();
+    let v2 = v1
+        .replace("apiVersion: apiextensions.crossplane.io/v1\n", "apiVersion: apiextensions.crossplane.io/v2\n")
+        .replace("spec:\n  group: example.org\n", "spec:\n  scope: Namespaced\n  group: example.org\n");
+    assert!(v2.contains("crossplane.io/v2") && v2.contains("scope: Namespaced"), "{v2}");
+    let path = scratch("v2-xrd").join("xrd.yaml");
+    std::fs::write(&path, v2).unwrap();
+    let xrd = path.to_str().unwrap();
+    let o = convctl(&["validate", "--config", &ex("widgets-config.yaml"), "--xrd", xrd]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("ok: xwidgets converts xwidgets.example.org between hub v3 and 2 spoke(s)"));
+    let convert = |xrd: &str| {
+        let o = convctl(&[
+            "convert",
+            "--config",
+            &ex("widgets-config.yaml"),
+            "--xrd",
+            xrd,
+            "--sample",
+            &ex("samples/hub-v3.yaml"),
+            "--to",
+            "v2",
+        ]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        stdout(&o)
+    };
+    let at_v2 = convert(xrd);
+    assert!(at_v2.contains("storageSize: 20"), "{at_v2}");
+    assert_eq!(at_v2, convert(&ex("widgets-xrd.yaml")));
+}
