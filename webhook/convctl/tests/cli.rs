@@ -575,7 +575,10 @@ spec:
 fn a_v2_namespaced_xrd_file_validates_and_converts_as_at_v1() {
     let v1 = std::fs::read_to_string(ex("widgets-xrd.yaml")).unwrap();
     let v2 = v1
-        .replace("apiVersion: apiextensions.crossplane.io/v1\n", "apiVersion: apiextensions.crossplane.io/v2\n")
+        .replace(
+            "apiVersion: apiextensions.crossplane.io/v1\n",
+            "apiVersion: apiextensions.crossplane.io/v2\n",
+        )
         .replace("spec:\n  group: example.org\n", "spec:\n  scope: Namespaced\n  group: example.org\n");
     assert!(v2.contains("crossplane.io/v2") && v2.contains("scope: Namespaced"), "{v2}");
     let path = scratch("v2-xrd").join("xrd.yaml");
