@@ -322,10 +322,9 @@ impl XpWorld {
         Ok(condition(&self.cfgs.get(cfg).await?.data, type_))
     }
 
-    /// Deletes every object of the world's kinds and waits until they are gone (Crossplane,
-    /// still running, removes its finalizers), then the configs (reverting the XRDs to
-    /// strategy None), then the XRDs (Crossplane deletes the CRDs it generated); best effort.
-    pub async fn remove_objects_configs_xrds(&self) -> Result<()> {
+    /// Deletes every object of the world's kinds (claims first) and waits until they are gone
+    /// (Crossplane, still running, removes its finalizers).
+    pub async fn remove_objects(&self) -> Result<()> {
         for kind in KINDS.iter().filter(|k| k.claim).chain(KINDS.iter().filter(|k| !k.claim)) {
             let api = self.api(&self.client, kind, HUB);
             let _ = api.delete_collection(&DeleteParams::background(), &Default::default()).await;
@@ -339,12 +338,49 @@ impl XpWorld {
             })
             .await?;
         }
+        Ok(())
+    }
+
+    /// Deletes the configs (allowed by annotation: the targets serve three versions) and waits
+    /// up to `timeout` for each to go: their finalizer reverts the XRD's wiring first. The
+    /// error names the config's conditions and message, and its XRD's spec.conversion.
+    pub async fn delete_configs(&self, timeout: Duration) -> Result<()> {
         let allow = json!({"metadata": {"annotations": {dco_api::ANNOTATION_ALLOW_UNSAFE_DELETE: "true"}}});
         for i in 0..XRDS.len() {
             let cfg = self.config_name(i);
             let _ = self.cfgs.patch(&cfg, &PatchParams::default(), &Patch::Merge(&allow)).await;
             let _ = self.cfgs.delete(&cfg, &DeleteParams::default()).await;
-            crate::wait_deleted(&self.cfgs, &cfg, WAIT).await?;
+        }
+        let xrds: Api<DynamicObject> = Api::all_with(self.client.clone(), &xrd_resource("v1"));
+        for i in 0..XRDS.len() {
+            let cfg = self.config_name(i);
+            if crate::wait_deleted(&self.cfgs, &cfg, timeout).await.is_err() {
+                let st = self.cfgs.get(&cfg).await.map(|c| c.data["status"].clone()).unwrap_or_default();
+                let xrd = xrds.get(&self.xrd_name(i)).await.map(|x| x.data["spec"]["conversion"].clone());
+                anyhow::bail!(
+                    "config {cfg} was not deleted within {timeout:?} (its finalizer reverts XRD {}): conditions {}, message {}; the XRD's spec.conversion {:?}",
+                    self.xrd_name(i),
+                    st["conditions"],
+                    st["message"],
+                    xrd.ok()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Clean-up: [`XpWorld::remove_objects`], the configs (their finalizers dropped when they
+    /// do not go within 60 s), then the XRDs (Crossplane deletes the CRDs it generated).
+    pub async fn remove_all(&self) -> Result<()> {
+        self.remove_objects().await?;
+        if self.delete_configs(Duration::from_secs(60)).await.is_err() {
+            let strip = json!({"metadata": {"finalizers": null}});
+            for i in 0..XRDS.len() {
+                let _ = self
+                    .cfgs
+                    .patch(&self.config_name(i), &PatchParams::default(), &Patch::Merge(&strip))
+                    .await;
+            }
         }
         let xrds: Api<DynamicObject> = Api::all_with(self.client.clone(), &xrd_resource("v1"));
         for i in 0..XRDS.len() {

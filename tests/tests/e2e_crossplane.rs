@@ -15,7 +15,9 @@
 //!    writes at both spoke versions of every kind (half through each apiserver): no request
 //!    failed, none read a wrong value; each generated CRD's spec (and spec.conversion) changed
 //!    exactly once per move; `ConversionPropagated` turned True before `HandoverReady` did,
-//!    and the CRDs carried the destination before the config said it was ready.
+//!    and the CRDs carried the destination before the config said it was ready;
+//! 4. with the objects gone, deleting the configs reverts every XRD and, through Crossplane,
+//!    every generated CRD to no dco webhook.
 //!
 //! Prints each move's duration, Crossplane's propagation lag (the XRD's wiring seen → each
 //! generated CRD's) and the requests of the load.
@@ -77,14 +79,17 @@ fn rv(s: &Seen) -> u64 {
     s.object["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0)
 }
 
-/// The CRD names a config's `status.generatedCRDs` lists (entries as names or `{name: ...}`).
-fn generated_names(cfg: &Value) -> Vec<String> {
-    let mut names: Vec<String> = cfg["status"]["generatedCRDs"]
+/// `(name, propagated)` of each CRD a config's `status.generatedCRDs` lists, by name.
+fn generated(cfg: &Value) -> Vec<(String, bool)> {
+    let mut out: Vec<(String, bool)> = cfg["status"]["generatedCRDs"]
         .as_array()
-        .map(|a| a.iter().filter_map(|e| e.as_str().or(e["name"].as_str()).map(str::to_string)).collect())
+        .map(|a| {
+            let entry = |e: &Value| Some((e["name"].as_str()?.to_string(), e["propagated"] == true));
+            a.iter().filter_map(entry).collect()
+        })
         .unwrap_or_default();
-    names.sort();
-    names
+    out.sort();
+    out
 }
 
 /// Every config says its wiring reached every CRD Crossplane generated from its XRD.
@@ -97,11 +102,11 @@ async fn check_propagated(w: &XpWorld) -> Result<()> {
             "config {name}: condition ConversionPropagated is {:?}, not True, though every generated CRD carries the wiring",
             condition(&cfg, "ConversionPropagated")
         );
-        let mut want = w.generated_crds_of(i);
+        let mut want: Vec<(String, bool)> = w.generated_crds_of(i).into_iter().map(|n| (n, true)).collect();
         want.sort();
         ensure!(
-            generated_names(&cfg) == want,
-            "config {name}: status.generatedCRDs is {}, not {want:?}",
+            generated(&cfg) == want,
+            "config {name}: status.generatedCRDs is {}, not {want:?} (name, propagated)",
             cfg["status"]["generatedCRDs"]
         );
     }
@@ -129,36 +134,41 @@ async fn write(w: &XpWorld, kind: &Kind, version: &str, name: &str, k: i64, crea
 }
 
 /// Reads `name` of `kind` at the hub and then at every version: the user part is write `k`'s
-/// in each version's shape, and Crossplane's part is the hub's at every version. Returns
-/// Crossplane's part.
+/// in each version's shape, and Crossplane's part is the hub's at every version. Crossplane may
+/// write its part meanwhile (a claim's binding lands in more than one update), so the reads
+/// are compared only against a hub read that was the same before and after them (up to 5
+/// rounds). Returns Crossplane's part.
 async fn read_all(w: &XpWorld, kind: &Kind, name: &str, k: i64) -> Result<Value> {
-    let hub = w.api(&w.client, kind, HUB).get(name).await?.data;
-    let injected = crossplane_part(&hub["spec"]);
-    for v in VERSIONS {
-        let o = w
-            .api(&w.client, kind, v)
-            .get(name)
-            .await
-            .with_context(|| format!("reading {} {name} at {v}", kind.kind))?;
-        let what = format!("{} {name} read at {v} after write {k}", kind.kind);
-        ensure!(
-            o.types.as_ref().map(|t| t.api_version.clone()) == Some(format!("{}/{v}", w.group)),
-            "{what}: {:?}",
-            o.types
-        );
-        ensure!(
-            user_part(&o.data["spec"]) == user_part(&spec_at(v, k)),
-            "{what}: {} (want {})",
-            o.data["spec"],
-            spec_at(v, k)
-        );
-        ensure!(
-            crossplane_part(&o.data["spec"]) == injected,
-            "{what}: Crossplane's fields {} differ from the hub's {injected}",
-            o.data["spec"]
-        );
+    let hub = w.api(&w.client, kind, HUB);
+    let mut injected = crossplane_part(&hub.get(name).await?.data["spec"]);
+    for _ in 0..5 {
+        let mut read = Vec::new();
+        for v in VERSIONS {
+            let o = w.api(&w.client, kind, v).get(name).await;
+            read.push((v, o.with_context(|| format!("reading {} {name} at {v}", kind.kind))?));
+        }
+        let after = crossplane_part(&hub.get(name).await?.data["spec"]);
+        if after != injected {
+            injected = after;
+            continue;
+        }
+        for (v, o) in read {
+            let what = format!("{} {name} read at {v} after write {k}", kind.kind);
+            let api_version = o.types.as_ref().map(|t| t.api_version.clone());
+            ensure!(api_version == Some(format!("{}/{v}", w.group)), "{what}: apiVersion {api_version:?}");
+            let spec = &o.data["spec"];
+            ensure!(user_part(spec) == user_part(&spec_at(v, k)), "{what}: {spec} (want {})", spec_at(v, k));
+            ensure!(
+                crossplane_part(spec) == injected,
+                "{what}: Crossplane's fields {spec} differ from the hub's {injected}"
+            );
+        }
+        return Ok(injected);
     }
-    Ok(injected)
+    anyhow::bail!(
+        "{} {name}: Crossplane kept changing its part of the spec over 5 rounds of reads",
+        kind.kind
+    )
 }
 
 /// Waits until claim `name` is bound (its `resourceRef`, Crossplane's) and returns its XR's name.
@@ -537,7 +547,25 @@ async fn run(w: &XpWorld) -> Result<()> {
     let back = back.context("no move back")??;
     check_propagated(w).await?;
     ensure_clean(&there)?;
-    ensure_clean(&back)
+    ensure_clean(&back)?;
+    reverted_on_delete(w).await
+}
+
+/// With the objects gone, deleting the configs reverts every XRD, and Crossplane every CRD it
+/// generated, to no dco webhook.
+async fn reverted_on_delete(w: &XpWorld) -> Result<()> {
+    w.remove_objects().await?;
+    let begin = Instant::now();
+    w.delete_configs(Duration::from_secs(90)).await?;
+    for crd in w.generated_crds() {
+        wait_for(&format!("CRD {crd} to lose dco's wiring"), WAIT, || async {
+            let c = serde_json::to_value(w.crds.get(&crd).await?)?;
+            Ok(wired(&c).is_none().then_some(()))
+        })
+        .await?;
+    }
+    println!("configs deleted -> every generated CRD unwired: {:.1} s", begin.elapsed().as_secs_f64());
+    Ok(())
 }
 
 #[tokio::test]
@@ -554,7 +582,7 @@ async fn xrds_of_every_scope_convert_and_move_between_servers_on_crossplane() ->
     let operators = dco_tests::start_operators(&t, &w.selector, &OPERATORS, &["--resync", "60s"])?;
 
     let result = run(&w).await;
-    let removed = w.remove_objects_configs_xrds().await;
+    let removed = w.remove_all().await;
     w.remove_servers().await;
     drop(operators);
     drop(guard);
