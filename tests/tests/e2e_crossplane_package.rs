@@ -24,8 +24,9 @@
 //!    and of the CRD never sees the wiring go, and no request of the load fails or reads a
 //!    wrong value.
 //!
-//! When the operator exposes `dco_operator_xrd_wiring_reverts_total` (revert detection), phase
-//! 1 must have counted every revert there.
+//! Revert detection (operator/src/config/reverts.rs) is checked too: after phase 1 the operator
+//! counted every revert (`dco_operator_xrd_wiring_reverts_total`), published a `WiringReverted`
+//! Event and set `PackageManaged` True; the operator restarted with the guard counts none.
 //!
 //! Crossplane runs under its cluster-wide lock (one test at a time). Needs
 //! `target/debug/dco-operator` and `target/debug/dco-webhook` (mapped as the images
@@ -56,6 +57,8 @@ const APP: &str = "dco-xpkg";
 const OPERATOR_IMAGE: &str = "dco-operator-xpkg:dev";
 const WEBHOOK_IMAGE: &str = "dco-webhook-xpkg:dev";
 const HEAL_BOUND: Duration = Duration::from_secs(60);
+const RESTORES: &str = "dco_operator_xrd_guard_restores_total";
+const REVERTS: &str = "dco_operator_xrd_wiring_reverts_total";
 
 /// One observed state of a watched object: when, and whether it carried dco's wiring.
 #[derive(Clone, Copy, Debug)]
@@ -115,26 +118,29 @@ fn healed_at(watches: &[&Watch], from: Instant) -> Option<Instant> {
         .find(|t| logs.iter().all(|log| log.iter().rev().find(|s| s.at <= *t).is_some_and(|s| s.wired)))
 }
 
-/// The guard's restores, dry runs or not (Crossplane's package manager writes what its dry run
-/// answered: the dry run is the update the guard patches).
-async fn guard_restores(pods: &Api<Pod>) -> Result<f64> {
-    let mut sum = 0.0;
-    for dry_run in ["true", "false"] {
-        let series = format!("dco_operator_xrd_guard_restores_total{{dry_run=\"{dry_run}\"}}");
-        sum += operator_metric(pods, &series).await?.unwrap_or(0.0);
-    }
-    Ok(sum)
+/// The sum of every series of the operator's counter `name` (whatever its labels): the guard's
+/// restores (`dry_run` true or false: Crossplane's package manager writes what its dry run
+/// answered, so the dry run is the update the guard patches), the reverts the operator saw
+/// (`owner`).
+async fn counter_sum(pods: &Api<Pod>, name: &str) -> Result<f64> {
+    let ip = operator_ip(pods).await?;
+    let (code, body) = dco_tests::http_get(&format!("{ip}:8080"), "/metrics").await?;
+    ensure!(code == 200, "GET {ip}:8080/metrics: {code}");
+    Ok(body
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
 }
 
-async fn operator_metric(pods: &Api<Pod>, series: &str) -> Result<Option<f64>> {
+async fn operator_ip(pods: &Api<Pod>) -> Result<String> {
     let list = pods.list(&ListParams::default().labels(&format!("app={APP}"))).await?;
     let pod = list
         .items
         .iter()
         .find(|p| dco_tests::pod_ready(p) && p.metadata.deletion_timestamp.is_none())
         .context("a Ready operator Pod")?;
-    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).context("the operator Pod's IP")?;
-    dco_tests::metric(&format!("{ip}:8080"), series).await
+    pod.status.as_ref().and_then(|s| s.pod_ip.clone()).context("the operator Pod's IP")
 }
 
 /// Sets the operator container's image (the test's own) and arguments: one rollout.
@@ -359,15 +365,23 @@ async fn scenario(t: &TestEnv, w: &XpWorld, dir: &std::path::Path) -> Result<()>
         load.errors()
     );
     ensure!(max < HEAL_BOUND, "a rewrite took {max:?} to heal");
+    // Revert detection (operator/src/config/reverts.rs): every revert counted, an Event on the
+    // config, the config says a package owns its XRD.
     let pods: Api<Pod> = t.api();
-    if let Some(reverts) = operator_metric(&pods, "dco_operator_xrd_wiring_reverts_total").await? {
-        ensure!(reverts >= REWRITES as f64, "the operator counted {reverts} reverts of {REWRITES}");
-        println!("the operator counted {reverts} reverts");
-    } else {
-        println!(
-            "the operator has no dco_operator_xrd_wiring_reverts_total: revert detection not in this build"
-        );
-    }
+    let reverts = counter_sum(&pods, REVERTS).await?;
+    ensure!(reverts >= REWRITES as f64, "the operator counted {reverts} reverts of {REWRITES}");
+    let events = dco_tests::warning_events(&client, &cfg, "WiringReverted").await?;
+    ensure!(!events.is_empty(), "no WiringReverted Event on XRDConversionConfig {cfg}");
+    let managed = w.condition(&cfg, "PackageManaged").await?;
+    ensure!(
+        managed.as_ref().is_some_and(|c| c["status"] == "True"),
+        "XRDConversionConfig {cfg}'s PackageManaged condition: {managed:?}"
+    );
+    println!(
+        "revert detection: {reverts} reverts counted, {} WiringReverted Event(s), PackageManaged: {}",
+        events.len(),
+        managed.map(|c| c["message"].to_string()).unwrap_or_default()
+    );
 
     // 2. With the guard: the operator restarted with --xrd-guard.
     let mut guarded_args = args.clone();
@@ -397,10 +411,10 @@ async fn scenario(t: &TestEnv, w: &XpWorld, dir: &std::path::Path) -> Result<()>
     let before = load.tally();
     let guarded_from = Instant::now();
     for i in 0..REWRITES {
-        let restores = guard_restores(&pods).await?;
+        let restores = counter_sum(&pods, RESTORES).await?;
         rev.nudge("dco.rs/e2e-rewrite", &format!("guarded-{i}")).await?;
         wait_for(&format!("the guard to restore rewrite {i}"), Duration::from_secs(60), || async {
-            let now = guard_restores(&pods).await?;
+            let now = counter_sum(&pods, RESTORES).await?;
             Ok((now > restores).then_some(()))
         })
         .await?;
@@ -414,7 +428,7 @@ async fn scenario(t: &TestEnv, w: &XpWorld, dir: &std::path::Path) -> Result<()>
         .filter(|s| !s.wired)
         .collect();
     let after = load.stop().await?;
-    let restores = guard_restores(&pods).await?;
+    let restores = counter_sum(&pods, RESTORES).await?;
     let (failed, wrong) = (after.failed - before.failed, after.wrong - before.wrong);
     println!(
         "with the guard: {REWRITES} rewrites, {restores} restores, {} states without the wiring on the XRD or CRD \
@@ -424,6 +438,11 @@ async fn scenario(t: &TestEnv, w: &XpWorld, dir: &std::path::Path) -> Result<()>
         (after.ok + after.failed) - (before.ok + before.failed)
     );
     ensure!(reverted.is_empty(), "with the guard, the wiring went {} times", reverted.len());
+    let reverts_guarded = counter_sum(&pods, REVERTS).await?;
+    ensure!(
+        reverts_guarded == 0.0,
+        "the restarted operator counted {reverts_guarded} reverts with the guard on"
+    );
     ensure!(restores >= REWRITES as f64, "the guard restored {restores} of {REWRITES} rewrites");
     ensure!(failed == 0 && wrong == 0, "with the guard the load failed: {failed} failed, {wrong} wrong");
 
