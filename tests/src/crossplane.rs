@@ -49,6 +49,9 @@ const PORT_ATTEMPTS: usize = 3;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const UNINSTALL_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// The cluster-wide Crossplane lock, held (released when dropped).
+pub struct Lock(File);
+
 /// A running Crossplane; killed when dropped.
 pub struct Crossplane {
     child: Child,
@@ -132,12 +135,39 @@ impl Crossplane {
     /// [`Crossplane::start`] with `extra` flags of `crossplane core start` (e.g. a short
     /// `--sync-interval`, how often the package manager writes its packages' objects again).
     pub async fn start_with(client: &Client, dir: &Path, extra: &[&str]) -> Result<Crossplane> {
+        Self::start_under(client, dir, extra, None).await
+    }
+
+    /// Takes the cluster-wide lock ahead of [`Crossplane::start_locked`], for a test that must
+    /// see the cluster without Crossplane first: no other test's Crossplane starts meanwhile
+    /// (each removes Crossplane's CRDs when it stops).
+    pub async fn lock() -> Result<Lock> {
+        let cluster = tokio::task::spawn_blocking(crate::ensure_cluster).await??;
+        Ok(Lock(tokio::task::spawn_blocking(move || lock(&cluster)).await??))
+    }
+
+    /// [`Crossplane::start`] under a lock taken by [`Crossplane::lock`].
+    pub async fn start_locked(held: Lock, client: &Client, dir: &Path) -> Result<Crossplane> {
+        Self::start_under(client, dir, &[], Some(held)).await
+    }
+
+    async fn start_under(
+        client: &Client,
+        dir: &Path,
+        extra: &[&str],
+        held: Option<Lock>,
+    ) -> Result<Crossplane> {
         let bin = tokio::task::spawn_blocking(|| crate::testenv_tool("crossplane")).await??;
         let crds_dir = tokio::task::spawn_blocking(module_dir).await??.join("cluster").join("crds");
         let cluster = tokio::task::spawn_blocking(crate::ensure_cluster).await??;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let lock_cluster = cluster.clone();
-        let lock = tokio::task::spawn_blocking(move || lock(&lock_cluster)).await??;
+        let lock = match held {
+            Some(Lock(file)) => file,
+            None => {
+                let lock_cluster = cluster.clone();
+                tokio::task::spawn_blocking(move || lock(&lock_cluster)).await??
+            }
+        };
         let pidfile = cluster.dir.join("crossplane.pid");
         kill_leftover(&pidfile);
 

@@ -796,16 +796,23 @@ pub fn ar<K: kube::Resource<DynamicType = ()>>() -> kube::api::ApiResource {
 }
 
 /// A minimal stand-in for Crossplane's CRD `compositeresourcedefinitions.apiextensions.crossplane.io`:
-/// the name, group and kind dco watches (`dco_api::crossplane`), any spec. Cluster-wide, so
-/// one test at a time may install it.
+/// the name, group and kind dco watches (`dco_api::crossplane`), any spec, serving `v1` and
+/// `v2` as Crossplane 2 does (`v1` stored). Cluster-wide, so one test at a time may install it.
 pub fn crossplane_xrd_crd() -> serde_json::Value {
+    crossplane_xrd_crd_serving(true, true)
+}
+
+/// [`crossplane_xrd_crd`] serving only the versions asked for (`v1` stays the stored one:
+/// Crossplane 1 serves `v1` only; a Crossplane that dropped `v1` would serve `v2` only).
+pub fn crossplane_xrd_crd_serving(v1: bool, v2: bool) -> serde_json::Value {
+    let schema = serde_json::json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
     serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": dco_api::target::XRD_CRD_NAME},
         "spec": {"group": "apiextensions.crossplane.io", "scope": "Cluster",
             "names": {"plural": "compositeresourcedefinitions", "singular": "compositeresourcedefinition",
                 "kind": "CompositeResourceDefinition", "listKind": "CompositeResourceDefinitionList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+            "versions": [{"name": "v1", "served": v1, "storage": true, "schema": schema},
+                {"name": "v2", "served": v2, "storage": false, "schema": schema}]}})
 }
 
 /// An XRD `xwidgets.<group>` (an XWidget, hub v2, spoke v1) for [`crossplane_xrd_crd`]'s kind:

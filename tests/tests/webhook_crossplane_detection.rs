@@ -2,14 +2,16 @@
 //! the local cluster (one replica of `dco_tests::hand_run_webhook_deployment`)
 //! follows Crossplane's CRD `compositeresourcedefinitions.apiextensions.crossplane.io` with a
 //! watch (`dco_api::crossplane`). Proves, by the replica's `/metrics`: without the CRD no XRD
-//! is watched and the replica is ready; once a CRD of that name exists the XRD watch starts
-//! and the XRD a config in scope names is read whole; once the CRD is deleted the watch stops
-//! and the XRD target is released, the replica ready throughout and never restarted; and it
-//! does so again on a second install.
+//! is watched and the replica is ready; once a CRD of that name exists serving `v1` only
+//! (Crossplane 1) the XRD watch starts and the XRD a config in scope names is read whole;
+//! once the CRD serves `v2` and no longer `v1` (the replica must move its watch and reads to
+//! v2) a second XRD, written at v2, is read whole too; once the CRD is deleted the watch
+//! stops and the XRD targets are released, the replica ready throughout and never
+//! restarted; and it does so again on a second install, the CRD serving both.
 //!
-//! The CRD's name is fixed, so this is the one test that installs it; it must not run beside
-//! a test that needs Crossplane. Needs `target/debug/dco-webhook` (`cargo build -p
-//! dco-webhook`).
+//! The CRD's name is fixed: the test holds Crossplane's cluster-wide lock
+//! (`dco_tests::crossplane::Crossplane::lock`), so it waits for any test running Crossplane.
+//! Needs `target/debug/dco-webhook` (`cargo build -p dco-webhook`).
 
 use std::time::{Duration, Instant};
 
@@ -73,6 +75,8 @@ async fn the_webhook_watches_xrds_while_crossplane_is_installed() -> Result<()> 
     let config = format!("{instance}-xwidgets");
     let mut guard = ClusterScoped(Vec::new());
 
+    // Crossplane's lock: no test's Crossplane (whose CRDs this stand-in replaces) runs meanwhile.
+    let _lock = dco_tests::crossplane::Crossplane::lock().await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     if crds.get_opt(XRD_CRD_NAME).await?.is_some() {
         bail!(
@@ -123,22 +127,47 @@ async fn the_webhook_watches_xrds_while_crossplane_is_installed() -> Result<()> 
     // No Crossplane: ready, no XRD watched, nothing held.
     until(&addr, 0.0, 0.0, "the replica without Crossplane: no XRD watch").await?;
 
-    let xrds: Api<DynamicObject> = Api::all_with(client.clone(), &XrdVersion::V1.resource());
+    // A second config and XRD, the XRD written at v2 (found only through v2 while v1 is not
+    // served).
+    let v2_config = format!("{config}-v2");
+    let v2_name = format!("xgadgets.{ns}.e2e.dco.rs");
+    let mut v2_xrd = xrd.clone();
+    v2_xrd["apiVersion"] = json!(XrdVersion::V2.api_version());
+    v2_xrd["metadata"]["name"] = json!(v2_name);
+    v2_xrd["spec"]["names"] = json!({"kind": "XGadget", "plural": "xgadgets"});
+    guard.0.push((xcc_ar.clone(), v2_config.clone()));
+    MANAGER
+        .apply(&xccs, &v2_config, json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "XRDConversionConfig",
+            "metadata": {"name": v2_config, "labels": label},
+            "spec": {"targetXRD": {"name": v2_name}, "hubVersion": "v2", "webhookServerRef": {"name": instance},
+                "spokes": [{"version": "v1", "rules": []}]}}))
+        .await?;
+    let xrds = |v: XrdVersion| -> Api<DynamicObject> { Api::all_with(client.clone(), &v.resource()) };
     guard.0.push((ar::<CustomResourceDefinition>(), XRD_CRD_NAME.to_string()));
-    for round in 1..=2 {
+    // Round 1 installs Crossplane 1 (v1 served only) and upgrades it to serve v2 and no longer
+    // v1; round 2 installs it serving both (v2 preferred).
+    for (round, serving) in [(1, (true, false)), (2, (true, true))] {
         // Crossplane appears: the XRD watch starts and the named XRD is read whole.
         let installed = Instant::now();
-        MANAGER.apply(&crds, XRD_CRD_NAME, dco_tests::crossplane_xrd_crd()).await?;
+        MANAGER
+            .apply(&crds, XRD_CRD_NAME, dco_tests::crossplane_xrd_crd_serving(serving.0, serving.1))
+            .await?;
         dco_tests::wait_crd_established(&crds, XRD_CRD_NAME, Duration::from_secs(30)).await?;
         let established = installed.elapsed();
         let watching = until(&addr, 1.0, 0.0, "the XRD watch to start").await? + established;
-        MANAGER.apply(&xrds, &xrd_name, xrd.clone()).await?;
+        MANAGER.apply(&xrds(XrdVersion::V1), &xrd_name, xrd.clone()).await?;
         let held = until(&addr, 1.0, 1.0, "the named XRD to be read whole").await?;
+        if round == 1 {
+            // Upgraded: only a watch and a read at v2 see the second XRD.
+            MANAGER.apply(&crds, XRD_CRD_NAME, dco_tests::crossplane_xrd_crd_serving(false, true)).await?;
+        }
+        MANAGER.apply(&xrds(XrdVersion::V2), &v2_name, v2_xrd.clone()).await?;
+        let held_v2 = until(&addr, 1.0, 2.0, "the XRD written at v2 to be read whole").await?;
 
-        // Crossplane goes: the watch stops and the XRD target is released, without a restart.
+        // Crossplane goes: the watch stops and the XRD targets are released, without a restart.
         let removed = Instant::now();
         crds.delete(XRD_CRD_NAME, &DeleteParams::default()).await?;
-        let stopped = until(&addr, 0.0, 0.0, "the XRD watch to stop and the XRD to be released").await?;
+        let stopped = until(&addr, 0.0, 0.0, "the XRD watch to stop and the XRDs to be released").await?;
         dco_tests::wait_deleted(&crds, XRD_CRD_NAME, Duration::from_secs(60)).await?;
         let gone = removed.elapsed();
         let pod = pods.get(&pod_name).await?;
@@ -148,7 +177,8 @@ async fn the_webhook_watches_xrds_while_crossplane_is_installed() -> Result<()> 
             pod.status
         );
         eprintln!(
-            "round {round}: CRD Established in {established:?}, XRD watch started {watching:?} after the create, XRD held {held:?} after its create; after the delete: watch stopped and XRD released in {stopped:?}, CRD gone in {gone:?}"
+            "round {round} (served v1 {}, v2 {}): CRD Established in {established:?}, XRD watch started {watching:?} after the create, XRD held {held:?} after its create, the second (v2) XRD {held_v2:?}; after the delete: watch stopped and XRDs released in {stopped:?}, CRD gone in {gone:?}",
+            serving.0, serving.1
         );
     }
     // Still ready and still without XRDs once the CRD is gone for good.
