@@ -121,7 +121,20 @@ impl<K: ConfigKind> ConfigDriver<'_, K> {
         let conv = cfg.conversion();
         let applied =
             facts::wiring_for(self.ctx, &server, cfg.target_name(), &conv.conversion_review_versions).ok();
-        reverts::detect(prev, applied.as_ref(), xrd)
+        let found = reverts::detect(prev, applied.as_ref(), xrd);
+        if found.is_none() && observed_unwired(xrd) {
+            // Why a drifted wiring was not counted as a revert: what the decision read.
+            let applied_cond =
+                prev.is_some_and(|s| dco_state::conditions::is_true(&s.conditions, condition::APPLIED));
+            tracing::info!(
+                was_applied = applied_cond,
+                state = ?prev.and_then(|s| s.handover.as_ref()).map(|h| h.state),
+                have_wiring = applied.is_some(),
+                writer = ?reverts::conversion_writer(xrd),
+                "the XRD's wiring differs, not counted as a revert"
+            );
+        }
+        found
     }
 
     async fn report_revert(&self, cfg: &K, r: &reverts::Revert, desc: &str, package: Option<&str>) {
@@ -277,4 +290,9 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
     fn status_failed(&self, cfg: &K, e: kube::Error) -> Error {
         Error::kube("write status of", K::KIND, cfg.name_any())(e)
     }
+}
+
+/// The XRD's spec.conversion names no webhook Service.
+fn observed_unwired(xrd: &Value) -> bool {
+    target::wired_service(xrd).is_none()
 }

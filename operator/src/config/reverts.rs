@@ -12,7 +12,6 @@ use dco_api::config::RevertStatus;
 use dco_api::target::Wiring;
 use serde_json::Value;
 
-use super::condition;
 use super::propagation::differs;
 use crate::names::FIELD_MANAGER;
 
@@ -75,15 +74,17 @@ pub fn conversion_writer(xrd: &Value) -> Option<String> {
         .or_else(|| Some("an unknown writer".to_string()))
 }
 
-/// A revert of the wiring dco applied, if the fresh read shows one: the config was Applied
-/// (settled on its server, per the persisted status), the XRD no longer carries `applied`
-/// (the wiring dco wrote for that server), and the writer of its `spec.conversion` is not dco.
-/// Pure: the persisted status and the fresh read decide.
+/// A revert of the wiring dco applied, if the fresh read shows one: the persisted handover
+/// had settled the XRD on its server (dco's wiring written and confirmed), the XRD no longer
+/// carries `applied` (the wiring dco wrote for that server), and the writer of its
+/// `spec.conversion` is not dco. Not the `Applied` condition: a generated CRD lagging for a
+/// moment (Crossplane re-rendering) turns it False while the XRD still carries dco's wiring,
+/// and a revert then must still count. Counted once: the machine leaves the settled state in
+/// the reconcile that sees it. Pure: the persisted status and the fresh read decide.
 pub fn detect(prev: Option<&ConfigStatus>, applied: Option<&Wiring>, xrd: &Value) -> Option<Revert> {
     let prev = prev?;
-    let was_applied = dco_state::conditions::is_true(&prev.conditions, condition::APPLIED);
     let settled = prev.handover.as_ref().is_some_and(|h| h.state == HandoverState::SourceDropped);
-    if !was_applied || !settled {
+    if !settled {
         return None;
     }
     let change = differs(applied?, xrd)?;
@@ -137,7 +138,7 @@ mod tests {
     fn applied_status(applied: bool, state: HandoverState) -> ConfigStatus {
         ConfigStatus {
             conditions: vec![Condition {
-                type_: condition::APPLIED.into(),
+                type_: crate::config::condition::APPLIED.into(),
                 status: if applied { "True" } else { "False" }.into(),
                 reason: "Wired".into(),
                 message: String::new(),
@@ -221,12 +222,13 @@ mod tests {
         assert_eq!(detect(Some(&prev), Some(&wiring()), &current), None);
         let dropped = xrd(None, vec![entry("crossplane", "Update", "2026-12-02T10:00:05Z", false, None)]);
         assert!(detect(Some(&prev), Some(&wiring()), &dropped).is_some());
-        for not_applied in [
-            applied_status(false, HandoverState::SourceDropped),
-            applied_status(true, HandoverState::Patched),
-        ] {
-            assert_eq!(detect(Some(&not_applied), Some(&wiring()), &dropped), None);
+        // Moving (not settled): the wiring is the machine's to change, not a revert.
+        for moving in [HandoverState::Compiling, HandoverState::DestinationReady, HandoverState::Patched] {
+            assert_eq!(detect(Some(&applied_status(true, moving)), Some(&wiring()), &dropped), None);
         }
+        // Settled but not Applied for a moment (a generated CRD lagging): still a revert.
+        let lagging = applied_status(false, HandoverState::SourceDropped);
+        assert!(detect(Some(&lagging), Some(&wiring()), &dropped).is_some());
         assert_eq!(detect(None, Some(&wiring()), &dropped), None);
         assert_eq!(detect(Some(&prev), None, &dropped), None);
     }
