@@ -356,13 +356,23 @@ impl XpWorld {
             let cfg = self.config_name(i);
             if crate::wait_deleted(&self.cfgs, &cfg, timeout).await.is_err() {
                 let st = self.cfgs.get(&cfg).await.map(|c| c.data["status"].clone()).unwrap_or_default();
-                let xrd = xrds.get(&self.xrd_name(i)).await.map(|x| x.data["spec"]["conversion"].clone());
+                let conditions: Vec<String> = st["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| format!("{}={} ({})", c["type"], c["status"], c["reason"]))
+                    .collect();
+                let xrd =
+                    xrds.get(&self.xrd_name(i)).await.map(|x| serde_json::to_value(x).unwrap_or_default());
+                let wired = xrd
+                    .as_ref()
+                    .ok()
+                    .and_then(|x| dco_api::target::wired_service(x).map(|(_, n)| n.to_string()));
+                let events = crate::warning_events_about(&self.client, &cfg).await.unwrap_or_default();
                 anyhow::bail!(
-                    "config {cfg} was not deleted within {timeout:?} (its finalizer reverts XRD {}): conditions {}, message {}; the XRD's spec.conversion {:?}",
+                    "config {cfg} was not deleted within {timeout:?} (its finalizer reverts XRD {}, which still calls {wired:?}); conditions {conditions:?}, message {}; Warning Events {events:?}",
                     self.xrd_name(i),
-                    st["conditions"],
-                    st["message"],
-                    xrd.ok()
+                    st["message"]
                 );
             }
         }

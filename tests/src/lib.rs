@@ -970,6 +970,33 @@ pub async fn server_condition(
         .map(|c| (c.status, c.reason, c.message)))
 }
 
+/// `reason: note` of every Warning Event about the cluster-scoped object `name` (namespace
+/// "default", as [`warning_events`] reads them), oldest first.
+pub async fn warning_events_about(client: &Client, name: &str) -> Result<Vec<String>> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    let mut evs: Vec<_> = events
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.type_.as_deref() == Some("Warning")
+        })
+        .collect();
+    evs.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    Ok(evs
+        .into_iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default().chars().take(400).collect::<String>()
+            )
+        })
+        .collect())
+}
+
 /// The Warning Events with `reason` about the cluster-scoped object `name` (kube-runtime's
 /// recorder writes Events about cluster-scoped objects to namespace "default").
 pub async fn warning_events(

@@ -45,7 +45,7 @@ use serde_json::{Value, json};
 /// The webhook replicas' drain period (`start_operators` passes `--drain-period=5s`).
 const DRAIN: Duration = Duration::from_secs(5);
 const LOAD_OBJECTS: usize = 2;
-const LOAD_PERIOD: Duration = Duration::from_millis(150);
+const LOAD_PERIOD: Duration = Duration::from_millis(60);
 
 /// The watches a move is measured with.
 struct Logs {
