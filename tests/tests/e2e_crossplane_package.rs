@@ -457,6 +457,14 @@ async fn scenario(t: &TestEnv, w: &XpWorld, dir: &std::path::Path) -> Result<()>
 
     drop((xrd_watch, crd_watch));
     ensure!(heals.len() == REWRITES, "measured {} of {REWRITES} rewrites", heals.len());
+    // The XRs first: Crossplane keeps an XRD being deleted while composites of it exist
+    // (TerminatingCompositeResource).
+    let xrs = w.api(&client, &dco_tests::crossplane_world::KINDS[0], HUB);
+    xrs.delete_collection(&DeleteParams::background(), &Default::default()).await?;
+    wait_for("every XR gone", WAIT, || async {
+        Ok(xrs.list(&Default::default()).await?.items.is_empty().then_some(()))
+    })
+    .await?;
     rev.uninstall(WAIT).await?;
     dco_tests::wait_deleted(&xrds, &xrd_name, WAIT).await?;
     dco_tests::wait_deleted(&crds, &crd, WAIT).await?;
