@@ -202,18 +202,6 @@ async fn the_package_managers_rewrites_heal_without_the_guard_and_never_land_wit
 /// running), the servers, the operator.
 async fn cleanup(t: &TestEnv, w: &XpWorld) {
     let client = &t.client;
-    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let lp = ListParams::default().labels("app.kubernetes.io/name=dco-operator");
-    for m in mwcs.list(&lp).await.map(|l| l.items).unwrap_or_default() {
-        let ours = m
-            .webhooks
-            .iter()
-            .flatten()
-            .any(|h| h.client_config.service.as_ref().is_some_and(|s| s.namespace == t.ns));
-        if ours && let Some(name) = m.metadata.name.as_deref() {
-            let _ = mwcs.delete(name, &DeleteParams::default()).await;
-        }
-    }
     // The XRs, then the package (its revision takes the XRD and the CRD), then the config:
     // its finalizer's revert of the XRD succeeds once the XRD is gone.
     let xrs = w.api(client, &dco_tests::crossplane_world::KINDS[0], HUB);
@@ -228,6 +216,28 @@ async fn cleanup(t: &TestEnv, w: &XpWorld) {
     let _ = w.cfgs.delete(&cfg, &DeleteParams::default()).await;
     let _ = dco_tests::wait_deleted(&w.cfgs, &cfg, WAIT).await;
     w.remove_servers().await;
+    // The operator goes before its guard's configuration: a running replica would apply it
+    // again within a minute.
+    let deployments: Api<Deployment> = t.api();
+    let _ = deployments.delete(APP, &DeleteParams::default()).await;
+    let pods: Api<Pod> = t.api();
+    let _ = wait_for("the operator Pods gone", WAIT, || async {
+        let l = pods.list(&ListParams::default().labels(&format!("app={APP}"))).await?;
+        Ok(l.items.is_empty().then_some(()))
+    })
+    .await;
+    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let lp = ListParams::default().labels("app.kubernetes.io/name=dco-operator");
+    for m in mwcs.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+        let ours = m
+            .webhooks
+            .iter()
+            .flatten()
+            .any(|h| h.client_config.service.as_ref().is_some_and(|s| s.namespace == t.ns));
+        if ours && let Some(name) = m.metadata.name.as_deref() {
+            let _ = mwcs.delete(name, &DeleteParams::default()).await;
+        }
+    }
     remove_operators(t, std::slice::from_ref(&w.selector)).await;
 }
 
