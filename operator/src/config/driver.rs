@@ -126,7 +126,7 @@ impl<K: ConfigKind> ConfigDriver<'_, K> {
             // Why a drifted wiring was not counted as a revert: what the decision read.
             let applied_cond =
                 prev.is_some_and(|s| dco_state::conditions::is_true(&s.conditions, condition::APPLIED));
-            tracing::info!(
+            tracing::debug!(
                 was_applied = applied_cond,
                 state = ?prev.and_then(|s| s.handover.as_ref()).map(|h| h.state),
                 have_wiring = applied.is_some(),
