@@ -360,7 +360,10 @@ impl XpWorld {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|c| format!("{}={} ({})", c["type"], c["status"], c["reason"]))
+                    .map(|c| {
+                        let f = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+                        format!("{}={} ({})", f("type"), f("status"), f("reason"))
+                    })
                     .collect();
                 let xrd =
                     xrds.get(&self.xrd_name(i)).await.map(|x| serde_json::to_value(x).unwrap_or_default());
