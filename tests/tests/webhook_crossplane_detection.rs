@@ -161,6 +161,11 @@ async fn the_webhook_watches_xrds_while_crossplane_is_installed() -> Result<()> 
             // Upgraded: only a watch and a read at v2 see the second XRD.
             MANAGER.apply(&crds, XRD_CRD_NAME, dco_tests::crossplane_xrd_crd_serving(false, true)).await?;
         }
+        // The apiserver serves a version added to a CRD a moment after the update.
+        wait_for("the XRD kind to be served at v2", Duration::from_secs(30), || async {
+            Ok(xrds(XrdVersion::V2).list(&ListParams::default().limit(1)).await.ok().map(|_| ()))
+        })
+        .await?;
         MANAGER.apply(&xrds(XrdVersion::V2), &v2_name, v2_xrd.clone()).await?;
         let held_v2 = until(&addr, 1.0, 2.0, "the XRD written at v2 to be read whole").await?;
 
