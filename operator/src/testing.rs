@@ -151,6 +151,19 @@ pub fn server(name: &str, default: bool, ready: i32, served: &[&str]) -> Convers
     s
 }
 
+/// The wiring to server `a`'s Service in `dco-system` for `target` (`/convert/<target>`), as
+/// the config wing's status, propagation and revert tests expect it.
+pub fn wiring(target: &str) -> crate::config::target::Wiring {
+    crate::config::target::Wiring {
+        namespace: "dco-system".into(),
+        service: "dco-webhook-a".into(),
+        path: format!("/convert/{target}"),
+        port: 443,
+        ca_bundle: "PEM".into(),
+        review_versions: vec!["v1".into()],
+    }
+}
+
 pub const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nTUlJQ0ZBS0U=\n-----END CERTIFICATE-----\n";
 
 pub fn tls_secret(server: &str) -> Secret {

@@ -229,14 +229,7 @@ mod tests {
     use super::*;
 
     fn wiring() -> Wiring {
-        Wiring {
-            namespace: "dco-system".into(),
-            service: "dco-webhook-a".into(),
-            path: "/convert/xdbs.example.org".into(),
-            port: 443,
-            ca_bundle: "PEM".into(),
-            review_versions: vec!["v1".into()],
-        }
+        crate::testing::wiring("xdbs.example.org")
     }
 
     fn with(w: &Wiring, mut obj: Value) -> Value {

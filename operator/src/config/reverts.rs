@@ -125,14 +125,7 @@ mod tests {
     use super::*;
 
     fn wiring() -> Wiring {
-        Wiring {
-            namespace: "dco-system".into(),
-            service: "dco-webhook-a".into(),
-            path: "/convert/xdbs.example.org".into(),
-            port: 443,
-            ca_bundle: "PEM".into(),
-            review_versions: vec!["v1".into()],
-        }
+        crate::testing::wiring("xdbs.example.org")
     }
 
     fn applied_status(applied: bool, state: HandoverState) -> ConfigStatus {

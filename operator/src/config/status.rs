@@ -295,14 +295,7 @@ mod tests {
     const RESYNC: Duration = Duration::from_secs(300);
 
     fn wiring() -> Wiring {
-        Wiring {
-            namespace: "dco-system".into(),
-            service: "dco-webhook-a".into(),
-            path: "/convert/widgets.example.org".into(),
-            port: 443,
-            ca_bundle: "PEM".into(),
-            review_versions: vec!["v1".into()],
-        }
+        crate::testing::wiring("widgets.example.org")
     }
 
     /// A target that exists, compiles, resolves to `a` and is wired to `a`.
