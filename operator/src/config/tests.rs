@@ -388,3 +388,135 @@ async fn deleting_a_config_whose_target_serves_two_versions_is_blocked() {
     let res = task.await.unwrap();
     assert!(res.is_err(), "the finalizer must stay");
 }
+
+/// A deleting config whose target serves two versions, annotated to be deleted anyway: the
+/// finalizer goes straight to the revert write.
+fn deleting_unsafe(status: Value) -> CRDConversionConfig {
+    let mut cfg = config(None, status);
+    cfg.meta_mut().deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+    cfg.meta_mut().annotations =
+        Some([(dco_api::ANNOTATION_ALLOW_UNSAFE_DELETE.to_string(), "true".to_string())].into());
+    cfg
+}
+
+const REFUSED: &str = "CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.org\" is invalid: spec.conversion: Invalid value: \"None\": pinned by policy";
+
+/// One finalizer run whose revert write the apiserver refuses (422 Invalid) however often it
+/// is sent: the status written after the refusal, and the reason and type of the one Event
+/// posted if `event`.
+async fn refused_revert(cfg: &CRDConversionConfig, event: bool) -> (Value, Vec<String>) {
+    let (ctx, mut api, mut w) = test_context();
+    w.server(server("a", true, 2, &[TARGET]));
+    w.secret(tls_secret("a"));
+    let task = run_config(ctx, cfg.clone()).await;
+    api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
+    api.configs_listed(vec![], vec![]).await;
+    let reverting = api.expect(Method::PATCH, STATUS_PATH).await;
+    assert_eq!(reverting.body["status"]["phase"], "Reverting");
+    reverting.with_status(cfg);
+    let refusal = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid",
+        "code": 422, "message": REFUSED});
+    let status = loop {
+        let x = api.next().await;
+        if (&x.method, x.path.as_str()) != (&Method::PATCH, CCC_PATH) {
+            break x;
+        }
+        x.reply(http::StatusCode::UNPROCESSABLE_ENTITY, &refusal);
+    };
+    assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH), "{}", status.body);
+    let st = status.body["status"].clone();
+    status.with_status(cfg);
+    let mut reasons = Vec::new();
+    if event {
+        let x = api.next().await;
+        assert!(x.method == Method::POST && x.path.ends_with("/events"), "{} {}", x.method, x.path);
+        reasons.push(x.body["reason"].as_str().unwrap_or_default().to_string());
+        reasons.push(x.body["type"].as_str().unwrap_or_default().to_string());
+        x.echo();
+    }
+    // A reconcile that posted an Event unasked would wait for its answer and not end.
+    let out = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
+    let res = out.expect("the reconcile ends").unwrap();
+    assert!(res.is_err(), "the finalizer must stay while the revert is refused");
+    (st, reasons)
+}
+
+/// A refused revert holds the deletion and says so on the config: `DeletionBlocked` True
+/// `RevertFailed` naming the target, the apiserver's answer and the ways out, phase
+/// `Reverting`, one Warning Event; a retry with the same answer posts no second Event.
+#[tokio::test]
+async fn a_refused_revert_blocks_deletion_visibly_once() {
+    let cfg = deleting_unsafe(settled_on("a"));
+    let (st, event) = refused_revert(&cfg, true).await;
+    assert_eq!(event, ["RevertFailed", "Warning"]);
+    assert_eq!(st["phase"], "Reverting");
+    let blocked = st["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DeletionBlocked"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!((&blocked["status"], &blocked["reason"]), (&json!("True"), &json!("RevertFailed")));
+    let msg = blocked["message"].as_str().unwrap_or_default();
+    for part in [
+        "cannot revert CustomResourceDefinition widgets.example.org's spec.conversion to None",
+        "ConversionWebhookServer a",
+        "HTTP 422 Invalid",
+        REFUSED,
+        "remove the finalizer conversion.dco.rs/safe-revert",
+    ] {
+        assert!(msg.contains(part), "no {part:?} in {msg}");
+    }
+    // The retry: the config now carries that condition; the same refusal is no news.
+    let again = deleting_unsafe(st.clone());
+    let (st2, _) = refused_revert(&again, false).await;
+    assert_eq!(st2["conditions"], st["conditions"]);
+}
+
+/// Events about a failed revert: the first failure and each new message, not each retry.
+#[test]
+fn a_failed_revert_is_news_once_per_message() {
+    use crate::config::deletion::{REVERT_FAILED, note_revert_failed, revert_failed_message};
+    let refused = |msg: &str| crate::error::Error::Kube {
+        action: "revert spec.conversion of",
+        kind: "CustomResourceDefinition",
+        name: TARGET.into(),
+        source: kube::Error::Api(Box::new(
+            serde_json::from_value(
+                json!({"status": "Failure", "reason": "Invalid", "code": 422, "message": msg}),
+            )
+            .unwrap(),
+        )),
+    };
+    let target = format!("CustomResourceDefinition {TARGET}");
+    let first = revert_failed_message(&target, "a", &refused("no"));
+    let other = revert_failed_message(&target, "a", &refused("still no"));
+    assert!(first.contains("HTTP 422 Invalid: no."), "{first}");
+    let now = Timestamp::now();
+    let mut st = dco_api::ConfigStatus::default();
+    assert!(note_revert_failed(&mut st, &first, Some(1), now));
+    assert!(!note_revert_failed(&mut st, &first, Some(1), now));
+    assert!(note_revert_failed(&mut st, &other, Some(1), now));
+    assert_eq!(st.phase, Some(dco_api::config::Phase::Reverting));
+    let c = st.conditions.iter().find(|c| c.type_ == "DeletionBlocked").unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+        ("True", REVERT_FAILED, other.as_str())
+    );
+    // Blocked for another reason before (several versions served): the refusal is news.
+    let mut st = dco_api::ConfigStatus::default();
+    dco_state::conditions::set(
+        &mut st.conditions,
+        "DeletionBlocked",
+        true,
+        "TargetServesSeveralVersions",
+        first.clone(),
+        None,
+        now,
+    );
+    assert!(note_revert_failed(&mut st, &first, None, now));
+    // Not an answer of the apiserver: the error itself, bounded.
+    let long = crate::error::Error::NotReady("x".repeat(5000));
+    let msg = revert_failed_message(&target, "a", &long);
+    assert!(msg.contains("the write failed: xxx") && msg.len() < 3000, "{} chars", msg.len());
+}
