@@ -242,32 +242,69 @@ impl Wiring {
     /// makes every apiserver rebuild its storage. A `spec.conversion` that does not parse
     /// (e.g. a `caBundle` that is not base64) does not match, so the next write repairs it.
     pub fn matches(&self, target: &Value) -> bool {
-        let Some(live) = target.pointer("/spec/conversion") else { return false };
-        let Ok(live) = CustomResourceConversion::deserialize(live) else { return false };
-        live == self.conversion()
+        carries(target, Some(&self.conversion()))
     }
 }
 
-/// The `spec.conversion` that hands a target back to the apiserver: strategy None, no webhook
-/// (server-side apply then removes the webhook fields dco's field manager owned).
-pub fn unwired() -> CustomResourceConversion {
-    CustomResourceConversion { strategy: STRATEGY_NONE.to_string(), webhook: None }
+/// The `spec.conversion` that hands a target of `kind` back to the apiserver; `None` means
+/// no `spec.conversion` at all. A CRD's is strategy None, no webhook. An XRD's is none:
+/// Crossplane 2.3's `v1` XRD schema (the only version that takes a `LegacyCluster` XRD)
+/// validates a present `spec.conversion` with `self.strategy == 'Webhook' &&
+/// has(self.webhook)`, which refuses strategy None outright, while an XRD without one is
+/// valid at both versions and Crossplane renders it into CRDs the apiserver defaults to
+/// strategy None — the same unwiring.
+pub fn unwired(kind: TargetKind) -> Option<CustomResourceConversion> {
+    match kind {
+        TargetKind::Crd => {
+            Some(CustomResourceConversion { strategy: STRATEGY_NONE.to_string(), webhook: None })
+        }
+        TargetKind::Xrd => None,
+    }
+}
+
+/// Whether `target` (CRD or XRD JSON, as the apiserver returns it) says exactly `want` in
+/// `spec.conversion` (`None`: has none). A `spec.conversion` that does not parse says nothing
+/// dco wants.
+pub fn carries(target: &Value, want: Option<&CustomResourceConversion>) -> bool {
+    let live = target.pointer("/spec/conversion").filter(|c| !c.is_null());
+    match (live, want) {
+        (None, None) => true,
+        (Some(live), Some(want)) => CustomResourceConversion::deserialize(live).is_ok_and(|l| &l == want),
+        _ => false,
+    }
 }
 
 /// The server-side apply body that sets only `spec.conversion` of target `name` (an XRD
-/// through `xrd`): the only field of a target dco ever writes.
+/// through `xrd`): the only field of a target dco ever writes. With `conversion` `None` it
+/// sets nothing, so the apply releases every field of `spec.conversion` dco owned.
 pub fn apply_body(
     kind: TargetKind,
     xrd: XrdVersion,
     name: &str,
-    conversion: &CustomResourceConversion,
+    conversion: Option<&CustomResourceConversion>,
 ) -> Value {
-    json!({
+    let mut body = json!({
         "apiVersion": kind.api_version(xrd),
         "kind": kind.kind_name(),
         "metadata": { "name": name },
-        "spec": { "conversion": conversion },
-    })
+    });
+    if let Some(c) = conversion {
+        body["spec"] = json!({ "conversion": c });
+    }
+    body
+}
+
+/// The JSON patch that writes the whole `spec.conversion` as `want` (`None`: removes it).
+/// Server-side apply keeps fields another manager owns too (another apply of the same value
+/// shares them), so an apply can leave strategy Webhook without a webhook, or a
+/// webhook beside strategy None; an update replaces the field whole and drops what it
+/// removes from every manager. The `remove` is only sent while the target has one.
+pub fn whole_conversion_patch(want: Option<&CustomResourceConversion>) -> Value {
+    match want {
+        // `add` replaces a member that exists.
+        Some(c) => json!([{"op": "add", "path": "/spec/conversion", "value": c}]),
+        None => json!([{"op": "remove", "path": "/spec/conversion"}]),
+    }
 }
 
 /// `(namespace, name)` of the Service the target's `spec.conversion` calls (CRD or XRD JSON).
@@ -303,7 +340,7 @@ mod tests {
     /// What the apiserver returns after `apply_body` was applied: the body plus fields dco
     /// does not own.
     fn applied(kind: TargetKind, name: &str, conversion: &CustomResourceConversion) -> Value {
-        let mut v = apply_body(kind, XrdVersion::V2, name, conversion);
+        let mut v = apply_body(kind, XrdVersion::V2, name, Some(conversion));
         v["metadata"]["uid"] = json!("u-1");
         v["spec"]["versions"] = json!([{"name": "v1", "served": true}]);
         // Through text, as it comes over the wire.
@@ -358,12 +395,13 @@ mod tests {
 
     #[test]
     fn apply_bodies_carry_only_spec_conversion() {
-        let crd = apply_body(TargetKind::Crd, XrdVersion::V2, "widgets.example.org", &wiring().conversion());
+        let c = wiring().conversion();
+        let crd = apply_body(TargetKind::Crd, XrdVersion::V2, "widgets.example.org", Some(&c));
         assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
         assert_eq!(crd["kind"], "CustomResourceDefinition");
-        let v1 = apply_body(TargetKind::Xrd, XrdVersion::V1, "xdbs.example.org", &wiring().conversion());
+        let v1 = apply_body(TargetKind::Xrd, XrdVersion::V1, "xdbs.example.org", Some(&c));
         assert_eq!(v1["apiVersion"], "apiextensions.crossplane.io/v1");
-        let xrd = apply_body(TargetKind::Xrd, XrdVersion::V2, "xdbs.example.org", &wiring().conversion());
+        let xrd = apply_body(TargetKind::Xrd, XrdVersion::V2, "xdbs.example.org", Some(&c));
         assert_eq!(xrd["apiVersion"], "apiextensions.crossplane.io/v2");
         assert_eq!(xrd["kind"], "CompositeResourceDefinition");
         assert_eq!(xrd["metadata"], json!({"name": "xdbs.example.org"}));
@@ -390,7 +428,7 @@ mod tests {
     #[test]
     fn none_url_and_odd_conversions_name_no_service_and_do_not_match() {
         let w = wiring();
-        let none = applied(TargetKind::Crd, "w", &unwired());
+        let none = applied(TargetKind::Crd, "w", &unwired(TargetKind::Crd).unwrap());
         assert_eq!(none["spec"]["conversion"], json!({"strategy": "None"}));
         // A None strategy with stale webhook fields still names nothing.
         let stale = json!({"spec": {"conversion": {"strategy": "None", "webhook": {
@@ -419,6 +457,58 @@ mod tests {
         // The Service is still named; only the CA no longer parses, so a write repairs it.
         assert_eq!(wired_service(&bad_ca), Some(("dco-system", "dco-webhook-a")));
         assert!(!w.matches(&bad_ca));
+    }
+
+    #[test]
+    fn a_crd_is_unwired_to_strategy_none_and_an_xrd_to_no_conversion() {
+        let crd = unwired(TargetKind::Crd).unwrap();
+        assert_eq!(serde_json::to_value(&crd).unwrap(), json!({"strategy": "None"}));
+        // Crossplane's v1 XRD schema refuses any present spec.conversion but a webhook one.
+        assert_eq!(unwired(TargetKind::Xrd), None);
+        // The XRD's unwiring apply sets nothing: it only releases what dco owned.
+        for at in XrdVersion::PREFERENCE {
+            let body = apply_body(TargetKind::Xrd, at, "xdbs.example.org", None);
+            assert_eq!(
+                body,
+                json!({"apiVersion": at.api_version(), "kind": XRD_KIND, "metadata": {"name": "xdbs.example.org"}})
+            );
+        }
+    }
+
+    #[test]
+    fn carries_is_exact_so_a_share_another_manager_kept_is_seen() {
+        let w = wiring().conversion();
+        let none = unwired(TargetKind::Crd).unwrap();
+        let wired = applied(TargetKind::Xrd, "x", &w);
+        assert!(carries(&wired, Some(&w)));
+        assert!(!carries(&wired, Some(&none)) && !carries(&wired, None));
+        // What an apply of strategy None leaves when another manager shares the webhook fields.
+        let mut stale = wired.clone();
+        stale["spec"]["conversion"]["strategy"] = json!("None");
+        assert!(!carries(&stale, Some(&none)), "a webhook beside strategy None");
+        // What releasing leaves when another manager shares only the strategy.
+        let half = json!({"spec": {"conversion": {"strategy": "Webhook"}}});
+        assert!(!carries(&half, None) && !carries(&half, Some(&w)), "strategy Webhook without a webhook");
+        // A leftover url beside dco's service is not dco's wiring either.
+        let mut url = wired.clone();
+        url["spec"]["conversion"]["webhook"]["clientConfig"]["url"] = json!("https://127.0.0.1/x");
+        assert!(!carries(&url, Some(&w)));
+        for absent in [json!({"spec": {}}), json!({"spec": {"conversion": null}})] {
+            assert!(carries(&absent, None) && !carries(&absent, Some(&none)), "{absent}");
+        }
+        assert!(carries(&applied(TargetKind::Crd, "w", &none), Some(&none)));
+    }
+
+    #[test]
+    fn the_whole_conversion_patch_replaces_or_removes_the_field() {
+        let w = wiring().conversion();
+        let add = whole_conversion_patch(Some(&w));
+        assert_eq!(
+            add,
+            json!([{"op": "add", "path": "/spec/conversion", "value": serde_json::to_value(&w).unwrap()}])
+        );
+        assert_eq!(whole_conversion_patch(None), json!([{"op": "remove", "path": "/spec/conversion"}]));
+        // What it makes of a target is tested where it is applied (operator/src/config/target.rs).
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //!    the package manager's rewrite — the XRD from the package, without `spec.conversion`,
 //!    labelled as a package's — is detected (`status.reverts.count`, a Warning Event
 //!    `WiringReverted` naming the writer, `PackageManaged=True`) and healed: the XRD and both
-//!    generated CRDs call the server again and the config is `Applied` again.
+//!    generated CRDs call the server again and the config is `Applied` again;
+//! 3. deleting the config afterwards (`allow-unsafe-delete`) unwires the XRD: the finalizer's
+//!    revert is accepted, the config goes, the XRD is left with no `spec.conversion` and both
+//!    generated CRDs at strategy None.
 //!
 //! Prints the propagation lag and the revert → detection, detection → heal (generated CRDs
 //! wired again; config Applied again) times: min, median, max.
@@ -240,6 +243,46 @@ async fn run(w: &XpWorld, xrds: &Api<DynamicObject>) -> Result<()> {
     Ok(())
 }
 
+fn allow_unsafe_delete() -> Value {
+    json!({"metadata": {"annotations": {dco_api::ANNOTATION_ALLOW_UNSAFE_DELETE: "true"}}})
+}
+
+/// 3. After the reverts and heals, deleting the config (the XRD serves three versions, so
+///    with `allow-unsafe-delete`) unwires the XRD: the finalizer's revert succeeds, the config
+///    goes, the XRD has no `spec.conversion` (Crossplane's `v1` XRD schema refuses strategy
+///    None, `dco_api::target::unwired`) and Crossplane renders both generated CRDs back to
+///    strategy None.
+async fn unwired_on_delete(w: &XpWorld, xrds: &Api<DynamicObject>) -> Result<()> {
+    let cfg = w.config_name(XRD);
+    w.cfgs.patch(&cfg, &PatchParams::default(), &Patch::Merge(&allow_unsafe_delete())).await?;
+    let start = Instant::now();
+    w.cfgs.delete(&cfg, &DeleteParams::default()).await?;
+    dco_tests::wait_deleted(&w.cfgs, &cfg, Duration::from_secs(30)).await.with_context(|| {
+        format!("config {cfg} not deleted: the finalizer could not revert XRD {}", w.xrd_name(XRD))
+    })?;
+    let deleted = start.elapsed();
+    let xrd = serde_json::to_value(xrds.get(&w.xrd_name(XRD)).await?)?;
+    let conv = &xrd["spec"]["conversion"];
+    ensure!(
+        conv.is_null(),
+        "XRD {} keeps spec.conversion {conv} after the config's deletion",
+        w.xrd_name(XRD)
+    );
+    for name in w.generated_crds_of(XRD) {
+        wait_for(&format!("generated CRD {name} back at strategy None"), WAIT, || async {
+            let crd = w.crds.get(&name).await?;
+            let conv = crd.spec.conversion.as_ref();
+            Ok(conv.is_some_and(|c| c.strategy == "None" && c.webhook.is_none()).then_some(()))
+        })
+        .await?;
+    }
+    println!(
+        "config deleted {deleted:?} after the delete; the XRD has no spec.conversion, its generated CRDs strategy None after {:?}",
+        start.elapsed()
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_xrds_wiring_propagates_and_a_package_managers_reverts_are_healed() -> Result<()> {
     let t = TestEnv::new("xpr").await?;
@@ -253,18 +296,15 @@ async fn an_xrds_wiring_propagates_and_a_package_managers_reverts_are_healed() -
     let guard = ClusterScoped(vec![(xrd_resource("v1"), w.xrd_name(XRD))]);
     let operators = dco_tests::start_operators(&t, &w.selector, &["xpr-1"], &["--resync", "60s"])?;
 
-    let result = run(&w, &xrds).await;
+    let result = match run(&w, &xrds).await {
+        Ok(()) => unwired_on_delete(&w, &xrds).await,
+        failed => failed,
+    };
     // Clean up while Crossplane runs: the config reverts the XRD, Crossplane deletes its CRDs.
     let cfg = w.config_name(XRD);
-    let allow = json!({"metadata": {"annotations": {dco_api::ANNOTATION_ALLOW_UNSAFE_DELETE: "true"}}});
-    let _ = w.cfgs.patch(&cfg, &PatchParams::default(), &Patch::Merge(&allow)).await;
+    let _ = w.cfgs.patch(&cfg, &PatchParams::default(), &Patch::Merge(&allow_unsafe_delete())).await;
     let _ = w.cfgs.delete(&cfg, &DeleteParams::default()).await;
-    if dco_tests::wait_deleted(&w.cfgs, &cfg, Duration::from_secs(30)).await.is_err() {
-        // The finalizer could not revert the XRD: let the config go regardless.
-        let drop = json!({"metadata": {"finalizers": null}});
-        let _ = w.cfgs.patch(&cfg, &PatchParams::default(), &Patch::Merge(&drop)).await;
-        let _ = dco_tests::wait_deleted(&w.cfgs, &cfg, WAIT).await;
-    }
+    let _ = dco_tests::wait_deleted(&w.cfgs, &cfg, WAIT).await;
     let _ = xrds.delete(&w.xrd_name(XRD), &DeleteParams::default()).await;
     let _ = dco_tests::wait_deleted(&xrds, &w.xrd_name(XRD), WAIT).await;
     w.remove_servers().await;

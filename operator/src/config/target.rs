@@ -7,10 +7,8 @@
 use dco_api::config::TargetKind;
 use dco_api::crossplane::{XrdApi, XrdVersion};
 pub use dco_api::target::{Wiring, wired_service};
-use dco_api::target::{apply_body, unwired};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceConversion, CustomResourceDefinition,
-};
+use dco_api::target::{apply_body, carries, resource, unwired, whole_conversion_patch};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceConversion;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
@@ -78,39 +76,63 @@ async fn write_version(client: &Client, xrds: XrdApi, name: &str) -> Result<XrdV
     Ok(live.as_ref().and_then(|t| xrds.for_write(t)).unwrap_or(preferred))
 }
 
+/// The target's API, and for an XRD the version it is written through.
+async fn writer(ctx: &Context, kind: TargetKind, name: &str) -> Result<(Api<DynamicObject>, XrdVersion)> {
+    let at = match kind {
+        TargetKind::Crd => XrdVersion::V2, // unused for CRDs
+        TargetKind::Xrd => write_version(&ctx.client, ctx.xrd_api().await, name).await?,
+    };
+    Ok((Api::all_with(ctx.client.clone(), &resource(kind, at)), at))
+}
+
+/// Make the target's `spec.conversion` exactly `want` (`None`: absent); returns the target
+/// after. First a forced server-side apply as dco's field manager, which normally is all it
+/// takes. But an apply only releases what dco owned: a field another manager shares (its own
+/// apply of the same value, or an Update that set it before dco applied it) stays, and the
+/// result can be refused (a CRD's webhook beside strategy None, an XRD's strategy without a
+/// webhook) or, at an XRD version that validates nothing of it, accepted half-wired. Then
+/// the whole field is written
+/// with one JSON patch, which drops the leftovers from every manager, so every write leaves
+/// a valid object saying exactly `want`.
 async fn apply(
     ctx: &Context,
     kind: TargetKind,
     name: &str,
-    conversion: &CustomResourceConversion,
+    want: Option<&CustomResourceConversion>,
     action: &'static str,
 ) -> Result<Value> {
-    let client = &ctx.client;
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let (api, at) = writer(ctx, kind, name).await?;
     let failed = Error::kube(action, kind.kind_name(), name);
-    match kind {
-        TargetKind::Crd => {
-            let body = apply_body(kind, XrdVersion::V2, name, conversion);
-            let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-            to_json(kind, name, api.patch(name, &pp, &Patch::Apply(&body)).await.map_err(failed)?)
+    let body = apply_body(kind, at, name, want);
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let left = match api.patch(name, &pp, &Patch::Apply(&body)).await {
+        Ok(o) => {
+            let after = to_json(kind, name, o)?;
+            if carries(&after, want) {
+                return Ok(after);
+            }
+            format!("the apply left {}", after.pointer("/spec/conversion").unwrap_or(&Value::Null))
         }
-        TargetKind::Xrd => {
-            let at = write_version(client, ctx.xrd_api().await, name).await?;
-            let body = apply_body(kind, at, name, conversion);
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &at.resource());
-            to_json(kind, name, api.patch(name, &pp, &Patch::Apply(&body)).await.map_err(failed)?)
-        }
-    }
+        // Invalid: what another manager kept beside the applied fields, most likely.
+        Err(kube::Error::Api(e)) if e.code == 422 => format!("the apply was refused: {}", e.message),
+        Err(e) => return Err(failed(e)),
+    };
+    tracing::info!(kind = kind.kind_name(), name, "{left}; writing spec.conversion whole");
+    let ops: json_patch::Patch = serde_json::from_value(whole_conversion_patch(want))
+        .map_err(|source| Error::Serialize { what: format!("{} {name}", kind.kind_name()), source })?;
+    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PatchParams::default() };
+    to_json(kind, name, api.patch(name, &pp, &Patch::Json::<()>(ops)).await.map_err(failed)?)
 }
 
 /// Server-side apply `spec.conversion` so reviews go to `wiring`; returns the target after.
 pub async fn wire(ctx: &Context, kind: TargetKind, name: &str, wiring: &Wiring) -> Result<Value> {
-    apply(ctx, kind, name, &wiring.conversion(), "wire spec.conversion of").await
+    apply(ctx, kind, name, Some(&wiring.conversion()), "wire spec.conversion of").await
 }
 
-/// Give `spec.conversion` back: strategy None, and the webhook fields this manager owned go.
+/// Give `spec.conversion` back (`dco_api::target::unwired`): a CRD's to strategy None, an
+/// XRD's removed (its generated CRDs then default to None); no webhook field is left.
 pub async fn unwire(ctx: &Context, kind: TargetKind, name: &str) -> Result<Value> {
-    apply(ctx, kind, name, &unwired(), "revert spec.conversion of").await
+    apply(ctx, kind, name, unwired(kind).as_ref(), "revert spec.conversion of").await
 }
 
 // What `spec.conversion` says, written and read, is tested in `api/src/target.rs`.
@@ -119,6 +141,51 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The whole-field patch makes any leftover of a shared apply exactly what was wanted.
+    #[test]
+    fn the_whole_conversion_patch_leaves_exactly_the_wanted_conversion() {
+        let wiring = Wiring {
+            namespace: "dco-system".into(),
+            service: "dco-webhook-a".into(),
+            path: "/convert/xdbs.example.org".into(),
+            port: 443,
+            ca_bundle: "PEM".into(),
+            review_versions: vec!["v1".into()],
+        };
+        let wired = serde_json::to_value(wiring.conversion()).unwrap();
+        let mut webhook_beside_none = wired.clone();
+        webhook_beside_none["strategy"] = json!("None");
+        let mut url_beside_service = wired.clone();
+        url_beside_service["webhook"]["clientConfig"]["url"] = json!("https://127.0.0.1/x");
+        let leftovers = [
+            webhook_beside_none,
+            url_beside_service,
+            json!({"strategy": "Webhook"}),
+            json!({"strategy": "None"}),
+            wired,
+        ];
+        for kind in [TargetKind::Crd, TargetKind::Xrd] {
+            let unwired = unwired(kind);
+            for want in [Some(wiring.conversion()), unwired] {
+                for left in &leftovers {
+                    let mut target =
+                        json!({"metadata": {"name": "t"}, "spec": {"group": "g", "conversion": left}});
+                    let ops: json_patch::Patch =
+                        serde_json::from_value(whole_conversion_patch(want.as_ref())).unwrap();
+                    json_patch::patch(&mut target, &ops).unwrap();
+                    assert!(carries(&target, want.as_ref()), "{kind:?} {want:?} from {left}: {target}");
+                    assert_eq!(target["spec"]["group"], "g", "nothing else changes");
+                }
+            }
+        }
+        // Adding also works where the target has none yet (an XRD a package rewrote).
+        let mut bare = json!({"spec": {"group": "g"}});
+        let ops: json_patch::Patch =
+            serde_json::from_value(whole_conversion_patch(Some(&wiring.conversion()))).unwrap();
+        json_patch::patch(&mut bare, &ops).unwrap();
+        assert!(wiring.matches(&bare));
+    }
 
     #[test]
     fn reads_established_and_served_versions() {
