@@ -153,8 +153,8 @@ pub fn server(name: &str, default: bool, ready: i32, served: &[&str]) -> Convers
 
 /// The wiring to server `a`'s Service in `dco-system` for `target` (`/convert/<target>`), as
 /// the config wing's status, propagation and revert tests expect it.
-pub fn wiring(target: &str) -> crate::config::target::Wiring {
-    crate::config::target::Wiring {
+pub fn wiring(target: &str) -> dco_api::target::Wiring {
+    dco_api::target::Wiring {
         namespace: "dco-system".into(),
         service: "dco-webhook-a".into(),
         path: format!("/convert/{target}"),
