@@ -106,29 +106,40 @@ async fn revert_failed<K: ConfigKind>(
     e
 }
 
+/// The most an Event's note may hold (events.k8s.io/v1 refuses more): the message is the
+/// condition's and the Event's alike, so the apiserver's answer is cut to fit.
+const MAX_NOTE: usize = 1024;
+
 /// What the config says while the revert of `target` (a kind and name) fails with `e`: the
-/// target, the apiserver's answer, and the two ways out.
+/// target, the apiserver's answer, and the two ways out; at most [`MAX_NOTE`] bytes.
 pub fn revert_failed_message(target: &str, server: &str, e: &Error) -> String {
     let answer = match e {
         Error::Kube { source: kube::Error::Api(s), .. } => {
             let reason = if s.reason.is_empty() { String::new() } else { format!(" {}", s.reason) };
-            format!("the apiserver answered HTTP {}{reason}: {}", s.code, bounded(&s.message))
+            format!("the apiserver answered HTTP {}{reason}: {}", s.code, s.message)
         }
-        other => format!("the write failed: {}", bounded(&other.to_string())),
+        other => format!("the write failed: {other}"),
     };
-    format!(
-        "cannot revert {target}'s spec.conversion to None (it converts through ConversionWebhookServer {server}): {answer}. The operator retries every 10 s; fix what refuses the write (the target's validation rules, or an admission policy or webhook), or, as a last resort, remove the finalizer {FINALIZER_SAFE_REVERT} from this config: it is then deleted and {target} keeps calling the webhook, which no longer converts it"
-    )
+    let say = |answer: &str| {
+        format!(
+            "cannot revert {target}'s spec.conversion to None (wired to ConversionWebhookServer {server}): {answer}. Retrying every 10 s. Fix what refuses the write (the target's validation rules, an admission policy or webhook), or as a last resort remove the finalizer {FINALIZER_SAFE_REVERT} from this config: it goes, and {target} keeps calling the webhook, which no longer converts it"
+        )
+    };
+    let room = MAX_NOTE.saturating_sub(say("").len());
+    say(&cut(&answer, room))
 }
 
-/// The most of the apiserver's words a message carries (a CEL rule's message can be long).
-const MAX_ANSWER: usize = 2000;
-
-fn bounded(s: &str) -> String {
-    match s.char_indices().nth(MAX_ANSWER) {
-        Some((cut, _)) => format!("{} …", &s[..cut]),
-        None => s.to_string(),
+/// `s` in at most `max` bytes, marked ` …` where cut.
+fn cut(s: &str, max: usize) -> String {
+    const MARK: &str = " …";
+    if s.len() <= max {
+        return s.to_string();
     }
+    let mut end = max.saturating_sub(MARK.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &s[..end])
 }
 
 /// Records a failed revert in `st` (`DeletionBlocked` True `RevertFailed` with `msg`, phase
