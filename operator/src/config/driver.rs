@@ -148,7 +148,7 @@ impl<K: ConfigKind> ConfigDriver<'_, K> {
             None => String::new(),
         };
         let note = format!(
-            "{} changed {desc}'s spec.conversion{by}: {}; re-wiring it (revert {count})",
+            "{} changed {desc}'s spec.conversion{by}: {}; re-wiring it (revert {count}). Objects written at a spoke version until then are stored unconverted; the XRD guard keeps the wiring through such writes (docs/crossplane.md)",
             r.writer, r.change
         );
         tracing::warn!(writer = %r.writer, change = %r.change, "the wiring of {desc} was reverted");

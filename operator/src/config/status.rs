@@ -178,7 +178,7 @@ fn xrd_conditions(
     match o.package.as_ref().and_then(Option::as_deref) {
         Some(owner) => {
             let msg = format!(
-                "the XRD is owned by {owner}: Crossplane's package manager rewrites it from the package on every resync, dropping spec.conversion; dco re-wires it each time (WiringReverted Events, status.reverts)"
+                "the XRD is owned by {owner}: Crossplane's package manager writes it again from the package on every resync, which drops spec.conversion unless the XRD guard is on (--xrd-guard, chart value admission.xrdGuard.enabled: docs/crossplane.md); dco re-wires it after each drop (WiringReverted Events, status.reverts), and objects written at a spoke version in between are stored unconverted"
             );
             set(st, condition::PACKAGE_MANAGED, true, "PackageOwned", msg);
         }
