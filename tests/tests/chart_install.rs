@@ -286,8 +286,10 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
     // admission.xrdGuard: the flag, the guard's configuration without webhooks (the operator
     // fills it in), and the right to patch that one configuration.
     let mwc = full_docs.iter().find(|d| d["kind"] == "MutatingWebhookConfiguration").context("MWC")?;
+    let vwc = full_docs.iter().find(|d| d["kind"] == "ValidatingWebhookConfiguration").context("VWC")?;
+    let vwc_name = vwc["metadata"]["name"].as_str().context("the VWC has no name")?;
     ensure!(
-        mwc["metadata"]["name"] == "dco-operator-admission-xrd-guard" && mwc.get("webhooks").is_none(),
+        mwc["metadata"]["name"] == format!("{vwc_name}-xrd-guard").as_str() && mwc.get("webhooks").is_none(),
         "the XRD guard's configuration is named after the VWC and carries no webhooks: {mwc}"
     );
     let full_deploy = full_docs.iter().find(|d| d["kind"] == "Deployment").context("Deployment")?;
@@ -304,7 +306,7 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
         .find(|r| r["resources"] == json!(["mutatingwebhookconfigurations"]))
         .context("a ClusterRole rule on mutatingwebhookconfigurations")?;
     ensure!(
-        guard_rule["resourceNames"] == json!(["dco-operator-admission-xrd-guard"])
+        guard_rule["resourceNames"] == json!([format!("{vwc_name}-xrd-guard")])
             && guard_rule["verbs"] == json!(["get", "patch"]),
         "the operator may get and patch the guard's configuration only: {guard_rule}"
     );
