@@ -128,6 +128,9 @@ func newPodWorker(k *kubelet, pod *corev1.Pod) *podWorker {
 		tokens:  map[string]tokenCacheEntry{},
 		procs:   map[*proc]bool{},
 		phase:   corev1.PodPending,
+		// Set before run starts: podChanged starts run and only then calls update, so run's
+		// first current() could otherwise read nil (a nil-pointer crash of the whole cluster).
+		latest: pod,
 	}
 }
 
