@@ -798,6 +798,20 @@ pub fn ar<K: kube::Resource<DynamicType = ()>>() -> kube::api::ApiResource {
 /// A minimal stand-in for Crossplane's CRD `compositeresourcedefinitions.apiextensions.crossplane.io`:
 /// the name, group and kind dco watches (`dco_api::crossplane`), any spec, serving `v1` and
 /// `v2` as Crossplane 2 does (`v1` stored). Cluster-wide, so one test at a time may install it.
+/// A namespaced `widgets.<group>` CRD serving `v1` and `v2` (storage) with one schema, a
+/// `spec.size` string: the smallest target a config can wire.
+pub fn two_version_widget_crd(group: &str) -> serde_json::Value {
+    let schema = serde_json::json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"size": {"type": "string"}}}}}});
+    serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": false, "schema": schema},
+                {"name": "v2", "served": true, "storage": true, "schema": schema}]}})
+}
+
 pub fn crossplane_xrd_crd() -> serde_json::Value {
     crossplane_xrd_crd_serving(true, true)
 }

@@ -62,21 +62,7 @@ async fn two_configs_for_one_target_one_is_served_the_other_says_conflict() -> R
 
     let group = format!("{}.conflict.dco.rs", t.ns);
     let target = format!("widgets.{group}");
-    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
-        "spec": {"type": "object", "properties": {"size": {"type": "string"}}}}}});
-    MANAGER
-        .apply(
-            &crds,
-            &target,
-            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": target},
-        "spec": {"group": group, "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [
-                {"name": "v1", "served": true, "storage": false, "schema": schema},
-                {"name": "v2", "served": true, "storage": true, "schema": schema}]}}),
-        )
-        .await?;
+    MANAGER.apply(&crds, &target, dco_tests::two_version_widget_crd(&group)).await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
 
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());

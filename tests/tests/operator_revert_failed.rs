@@ -78,21 +78,7 @@ async fn a_refused_revert_holds_the_deletion_and_says_so_until_the_obstacle_goes
 
     let group = format!("{}.revertfail.dco.rs", t.ns);
     let target = format!("widgets.{group}");
-    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
-        "spec": {"type": "object", "properties": {"size": {"type": "string"}}}}}});
-    MANAGER
-        .apply(
-            &crds,
-            &target,
-            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": target},
-        "spec": {"group": group, "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [
-                {"name": "v1", "served": true, "storage": false, "schema": schema},
-                {"name": "v2", "served": true, "storage": true, "schema": schema}]}}),
-        )
-        .await?;
+    MANAGER.apply(&crds, &target, dco_tests::two_version_widget_crd(&group)).await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
 
     // Two versions served: the annotation lets the deletion go on to the revert.
