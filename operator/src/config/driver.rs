@@ -75,7 +75,9 @@ impl<'a, K: ConfigKind> ConfigDriver<'a, K> {
                 .map_err(Error::NotReady)?
             }
         };
-        let after = target::wire(self.ctx, cfg.target_kind(), cfg.target_name(), &wiring).await?;
+        let after =
+            target::wire(self.ctx, cfg.target_kind(), cfg.target_name(), &wiring, observed.target.as_ref())
+                .await?;
         self.ctx.metrics.target_patches.inc();
         self.target = Some(Some(after));
         Ok(wiring)

@@ -61,9 +61,14 @@ pub fn served_versions(target: &Value) -> usize {
 
 /// The version to write XRD `name` through: the preferred one, unless the XRD's scope needs
 /// `v1` (`XrdApi::for_write`), which only a read can tell while both are served (the scope is
-/// immutable, so the read cannot go stale). An error names what to install when XRDs are not
-/// served at all.
-async fn write_version(client: &Client, xrds: XrdApi, name: &str) -> Result<XrdVersion> {
+/// immutable, so the read cannot go stale: the caller's own read of the XRD, `known`, serves
+/// when it has one). An error names what to install when XRDs are not served at all.
+async fn write_version(
+    client: &Client,
+    xrds: XrdApi,
+    name: &str,
+    known: Option<&Value>,
+) -> Result<XrdVersion> {
     let Some(preferred) = xrds.preferred() else {
         return Err(Error::NotReady(format!(
             "cannot write CompositeResourceDefinition {name}: Crossplane is not installed (apiextensions.crossplane.io serves neither v1 nor v2); install Crossplane or delete the config"
@@ -72,15 +77,27 @@ async fn write_version(client: &Client, xrds: XrdApi, name: &str) -> Result<XrdV
     if !(xrds.v1 && xrds.v2) {
         return Ok(preferred);
     }
-    let live = read(client, TargetKind::Xrd, xrds, name).await?;
-    Ok(live.as_ref().and_then(|t| xrds.for_write(t)).unwrap_or(preferred))
+    let read_now;
+    let live = match known {
+        Some(t) => Some(t),
+        None => {
+            read_now = read(client, TargetKind::Xrd, xrds, name).await?;
+            read_now.as_ref()
+        }
+    };
+    Ok(live.and_then(|t| xrds.for_write(t)).unwrap_or(preferred))
 }
 
 /// The target's API, and for an XRD the version it is written through.
-async fn writer(ctx: &Context, kind: TargetKind, name: &str) -> Result<(Api<DynamicObject>, XrdVersion)> {
+async fn writer(
+    ctx: &Context,
+    kind: TargetKind,
+    name: &str,
+    known: Option<&Value>,
+) -> Result<(Api<DynamicObject>, XrdVersion)> {
     let at = match kind {
         TargetKind::Crd => XrdVersion::V2, // unused for CRDs
-        TargetKind::Xrd => write_version(&ctx.client, ctx.xrd_api().await, name).await?,
+        TargetKind::Xrd => write_version(&ctx.client, ctx.xrd_api().await, name, known).await?,
     };
     Ok((Api::all_with(ctx.client.clone(), &resource(kind, at)), at))
 }
@@ -99,9 +116,10 @@ async fn apply(
     kind: TargetKind,
     name: &str,
     want: Option<&CustomResourceConversion>,
+    known: Option<&Value>,
     action: &'static str,
 ) -> Result<Value> {
-    let (api, at) = writer(ctx, kind, name).await?;
+    let (api, at) = writer(ctx, kind, name, known).await?;
     let failed = Error::kube(action, kind.kind_name(), name);
     let body = apply_body(kind, at, name, want);
     let pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -125,14 +143,22 @@ async fn apply(
 }
 
 /// Server-side apply `spec.conversion` so reviews go to `wiring`; returns the target after.
-pub async fn wire(ctx: &Context, kind: TargetKind, name: &str, wiring: &Wiring) -> Result<Value> {
-    apply(ctx, kind, name, Some(&wiring.conversion()), "wire spec.conversion of").await
+/// `known`: the target as the caller just read it (an XRD's scope picks the version written
+/// through), so the write needs no read of its own.
+pub async fn wire(
+    ctx: &Context,
+    kind: TargetKind,
+    name: &str,
+    wiring: &Wiring,
+    known: Option<&Value>,
+) -> Result<Value> {
+    apply(ctx, kind, name, Some(&wiring.conversion()), known, "wire spec.conversion of").await
 }
 
 /// Give `spec.conversion` back (`dco_api::target::unwired`): a CRD's to strategy None, an
 /// XRD's removed (its generated CRDs then default to None); no webhook field is left.
 pub async fn unwire(ctx: &Context, kind: TargetKind, name: &str) -> Result<Value> {
-    apply(ctx, kind, name, unwired(kind).as_ref(), "revert spec.conversion of").await
+    apply(ctx, kind, name, unwired(kind).as_ref(), None, "revert spec.conversion of").await
 }
 
 // What `spec.conversion` says, written and read, is tested in `api/src/target.rs`.
