@@ -5,6 +5,9 @@
 
 mod analyze;
 mod load;
+// Used by the commands as they move onto the shared report model.
+#[allow(dead_code)]
+mod output;
 mod roundtrip;
 
 use std::io::Write;
