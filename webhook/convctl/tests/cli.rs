@@ -1,48 +1,9 @@
 //! Runs the convctl binary on the fixtures in docs/examples/convctl and checks exit codes and
 //! output.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn examples() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/convctl")
-}
-
-fn ex(name: &str) -> String {
-    examples().join(name).to_string_lossy().into_owned()
-}
-
-fn convctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convctl")).args(args).output().expect("convctl runs")
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().expect("exit code")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("convctl-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn widgets(cmd: &str) -> Vec<String> {
-    vec![cmd.into(), "--config".into(), ex("widgets-config.yaml"), "--xrd".into(), ex("widgets-xrd.yaml")]
-}
-
-fn run(args: Vec<String>) -> Output {
-    convctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
-}
+use common::*;
 
 #[test]
 fn validate_ok_exits_0() {
