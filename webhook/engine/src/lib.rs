@@ -27,6 +27,7 @@ pub mod strategies;
 mod stream;
 pub mod target;
 pub mod template;
+pub mod validate;
 pub mod value;
 
 pub use compile::{Compiled, Report, compile};
