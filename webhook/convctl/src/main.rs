@@ -4,11 +4,17 @@
 //! loss), 2 usage (bad arguments, unreadable or malformed input files).
 
 mod analyze;
+mod completion;
+mod kyverno;
 mod load;
 // Used by the commands as they move onto the shared report model.
 #[allow(dead_code)]
 mod output;
+mod patch_preview;
+mod rehub;
 mod roundtrip;
+mod suggest;
+mod version;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -32,7 +38,7 @@ pub enum CliError {
 #[derive(Parser)]
 #[command(
     name = "convctl",
-    version,
+    version = version::LONG,
     about = "Validate, analyze, convert and round-trip test dco conversion configs offline"
 )]
 struct Cli {
@@ -81,6 +87,19 @@ enum Command {
         #[arg(long, value_enum, default_value_t = FailOn::Loss)]
         fail_on: FailOn,
     },
+    /// Propose FieldRename and TypeCoerce rules for uncovered fields (each one compiles).
+    Suggest(suggest::SuggestArgs),
+    /// Draft the config rewritten around another hub version (never applied).
+    Rehub(rehub::RehubArgs),
+    /// Print the spec.conversion apply body the operator sends to the target.
+    PatchPreview(patch_preview::PatchPreviewArgs),
+    /// Print helper manifests (Kyverno policies) for a config's target; nothing is applied.
+    #[command(subcommand)]
+    Generate(kyverno::Generate),
+    /// Print a shell completion script (bash, zsh, fish, powershell).
+    Completion(completion::CompletionArgs),
+    /// Print the version, git commit and build target.
+    Version(version::VersionArgs),
 }
 
 #[derive(Args)]
@@ -174,8 +193,15 @@ impl Loaded {
 }
 
 fn main() -> ExitCode {
+    completion::answer_shell();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Suggest(args) => suggest::run(&args),
+        Command::Rehub(args) => rehub::run(&args),
+        Command::PatchPreview(args) => patch_preview::run(&args),
+        Command::Generate(g) => kyverno::run(&g),
+        Command::Completion(args) => completion::run(&args),
+        Command::Version(args) => version::run(&args),
         Command::Validate(inputs) => inputs.load().and_then(|l| validate(&l)),
         Command::Analyze { inputs, output } => inputs.load().and_then(|l| analyze::run(&l, output)),
         Command::Convert { inputs, sample, to, from, output } => {
