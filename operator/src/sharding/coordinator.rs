@@ -18,6 +18,10 @@
 //!   whose member Lease is gone has left (it stopped first, or its Pod is gone): its shards are
 //!   taken at once ([`ShardLease::holder_left`]), which a reinstall needs, since `helm
 //!   uninstall` removes the RBAC the leaving replicas would free their shards with.
+//! - **Joins counted together.** A member that holds no shard is left out of the division for
+//!   one interval after it joined, and for as long as another member joined less than an
+//!   interval ago (at most [`JOIN_WAIT_INTERVALS`]): Pods started together (a scale from 1
+//!   to 3) are divided with in one step, so each shard moves once ([`dividing_members`]).
 //! - **Hand-off on a join.** The old owner frees the shards the new rule gives away at its next
 //!   tick, and stops treating them as its own in that same tick; the new owner takes them at
 //!   its first tick after seeing them free: a shard is without owner for at most ~I.
@@ -32,6 +36,10 @@ use crate::sharding::shard::Shards;
 /// Member Leases unrenewed for this many lease durations are deleted (a replica that will
 /// not come back, e.g. a Pod of an old ReplicaSet), so the Lease namespace does not grow.
 const STALE_MEMBER_DURATIONS: i32 = 10;
+
+/// A replica joining while others join too waits at most this many renew intervals before
+/// the shards are divided with it ([`dividing_members`]).
+const JOIN_WAIT_INTERVALS: i32 = 4;
 
 /// `t + d`, saturating: a renewTime near the end of time must not panic the tick (it reads
 /// as never expiring, which only delays a take; the gate side uses the holder's own writes).
@@ -78,6 +86,8 @@ impl CoordinatorSettings {
 pub struct MemberLease {
     pub id: String,
     pub renewed: Option<Timestamp>,
+    /// When the Lease was created (`metadata.creationTimestamp`): when its replica joined.
+    pub joined: Option<Timestamp>,
     /// What a delete of it is conditioned on: a view read before the member came back must
     /// not delete its Lease (its shards would then read as left, `ShardLease::holder_left`).
     pub resource_version: String,
@@ -266,26 +276,85 @@ pub fn live_members(
     live.into_iter().map(str::to_string).collect()
 }
 
+/// The members the shards are divided among: the live ones (sorted), minus those still
+/// joining. A live member that holds no shard (`holding`) is joining until its member Lease is
+/// one renew interval old, and then while another member joined less than an interval ago, for
+/// at most [`JOIN_WAIT_INTERVALS`] intervals. Without the wait, Pods that start a moment apart
+/// would each trigger a division of their own and a shard could move twice (A→B, then B→C)
+/// where once suffices. Holders always count (leaving them out would move their shards), and
+/// when every live member is joining (a fresh start) all count, so a new install takes its
+/// shards at once. `me` without a member Lease yet is joining.
+pub fn dividing_members(
+    settings: &CoordinatorSettings,
+    now: Timestamp,
+    members: &[MemberLease],
+    live: &[String],
+    holding: &BTreeSet<&str>,
+) -> Vec<String> {
+    // No Lease yet: joining. A Lease without a creation time (never from an apiserver): old.
+    let joined: BTreeMap<&str, Option<Timestamp>> =
+        members.iter().map(|m| (m.id.as_str(), m.joined)).collect();
+    let age = |id: &str| match joined.get(id) {
+        None => SignedDuration::ZERO,
+        Some(j) => j.map_or(SignedDuration::MAX, |j| now.duration_since(j)),
+    };
+    let settle = settings.renew_interval;
+    if live.iter().all(|m| age(m) >= settle) {
+        return live.to_vec();
+    }
+    let cap = settle * JOIN_WAIT_INTERVALS;
+    let counted: Vec<String> =
+        live.iter().filter(|m| holding.contains(m.as_str()) || age(m) >= cap).cloned().collect();
+    if counted.is_empty() { live.to_vec() } else { counted }
+}
+
+/// When [`dividing_members`] may change by time alone: once every live member is an interval
+/// old, or a joiner that holds nothing reaches the cap. `None` when no one is joining.
+fn join_wake(
+    settings: &CoordinatorSettings,
+    now: Timestamp,
+    members: &[MemberLease],
+    live: &[String],
+    holding: &BTreeSet<&str>,
+) -> Option<Timestamp> {
+    let joined: Vec<(&str, Timestamp)> = members
+        .iter()
+        .filter(|m| live.contains(&m.id))
+        .filter_map(|m| Some((m.id.as_str(), m.joined?)))
+        .collect();
+    let quiet_at = joined.iter().map(|(_, j)| after(*j, settings.renew_interval)).max().filter(|t| *t > now);
+    let cap = settings.renew_interval * JOIN_WAIT_INTERVALS;
+    let capped = joined
+        .iter()
+        .filter(|(id, _)| !holding.contains(id))
+        .map(|(_, j)| after(*j, cap))
+        .filter(|t| *t > now && quiet_at.is_some());
+    quiet_at.into_iter().chain(capped).min()
+}
+
 /// One tick's decisions.
 pub fn tick(settings: &CoordinatorSettings, view: &View<'_>) -> Tick {
     let now = view.now;
     let live = live_members(settings, view.me, now, view.members);
-    let rank = live.iter().position(|m| m == view.me).expect("live includes me");
     let leases: BTreeMap<u32, &ShardLease> = view.shard_leases.iter().map(|l| (l.index, l)).collect();
     let members: BTreeMap<&str, Option<Timestamp>> =
         view.members.iter().map(|m| (m.id.as_str(), m.renewed)).collect();
     let takeable = |l: &ShardLease| l.takeable(now, view.me, &members);
-    // Who holds each shard now, among the live: the rule keeps them where they are.
-    let held: Vec<Option<usize>> = settings
+    let holders: Vec<Option<&str>> = settings
         .shards
         .all()
-        .map(|i| {
-            let holder = leases.get(&i).filter(|l| !takeable(l)).and_then(|l| l.holder())?;
-            live.iter().position(|m| m == holder)
-        })
+        .map(|i| leases.get(&i).filter(|l| !takeable(l)).and_then(|l| l.holder()))
         .collect();
-    let owners = assign(&live, settings.shards, &held);
-    let wanted: BTreeSet<u32> = settings.shards.all().filter(|i| owners[*i as usize] == rank).collect();
+    let holding: BTreeSet<&str> = holders.iter().flatten().copied().collect();
+    let dividing = dividing_members(settings, now, view.members, &live, &holding);
+    // Who holds each shard now, among the dividing: the rule keeps them where they are.
+    let held: Vec<Option<usize>> =
+        holders.iter().map(|h| h.and_then(|h| dividing.iter().position(|m| m == h))).collect();
+    let owners = assign(&dividing, settings.shards, &held);
+    // A joining replica wants nothing yet.
+    let rank = dividing.iter().position(|m| m == view.me);
+    let wanted: BTreeSet<u32> =
+        settings.shards.all().filter(|i| rank.is_some_and(|r| owners[*i as usize] == r)).collect();
 
     let mut actions = vec![LeaseAction::RenewMember];
     for i in settings.shards.all() {
@@ -334,7 +403,10 @@ pub fn tick(settings: &CoordinatorSettings, view: &View<'_>) -> Tick {
         .filter_map(|i| leases.get(i))
         .filter(|l| l.holder().is_some_and(|h| h != view.me) && !takeable(l))
         .filter_map(|l| Some(after(l.renewed?, l.duration)));
-    let wake_at = members_expire.chain(wanted_expire).min();
+    let wake_at = members_expire
+        .chain(wanted_expire)
+        .chain(join_wake(settings, now, view.members, &live, &holding))
+        .min();
     Tick { live, wanted, actions, owned, wake_at }
 }
 

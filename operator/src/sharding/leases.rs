@@ -434,7 +434,8 @@ pub(super) fn read(names: &LeaseNames, leases: &[Lease]) -> (Vec<MemberLease>, V
                 let Some(id) = names.member_id(name) else { continue };
                 let renewed = l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
                 let resource_version = l.metadata.resource_version.clone().unwrap_or_default();
-                members.push(MemberLease { id: id.to_string(), renewed, resource_version });
+                let joined = l.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                members.push(MemberLease { id: id.to_string(), renewed, joined, resource_version });
             }
             Some(ROLE_SHARD) => shards.extend(shard_lease(names, l)),
             _ => {}

@@ -213,7 +213,7 @@ fn secs(n: i64) -> SignedDuration {
 }
 
 fn member(id: &str, renewed: Option<Timestamp>) -> MemberLease {
-    MemberLease { id: id.into(), renewed, resource_version: format!("m-{id}") }
+    MemberLease { id: id.into(), renewed, joined: None, resource_version: format!("m-{id}") }
 }
 
 /// The apiserver's side of the Leases: resourceVersion-guarded writes, as the I/O part
@@ -222,6 +222,8 @@ fn member(id: &str, renewed: Option<Timestamp>) -> MemberLease {
 struct Store {
     /// Each member Lease's renewal and resourceVersion.
     members: BTreeMap<String, (Timestamp, String)>,
+    /// When each member Lease was created.
+    joined: BTreeMap<String, Timestamp>,
     shards: BTreeMap<u32, ShardLease>,
     rv: u64,
 }
@@ -233,6 +235,7 @@ impl Store {
             .map(|(id, (r, rv))| MemberLease {
                 id: id.clone(),
                 renewed: Some(*r),
+                joined: self.joined.get(id).copied(),
                 resource_version: rv.clone(),
             })
             .collect()
@@ -253,6 +256,7 @@ impl Store {
             LeaseAction::RenewMember => {
                 let rv = self.next_rv();
                 self.members.insert(me.to_string(), (now, rv));
+                self.joined.entry(me.to_string()).or_insert(now);
                 return true;
             }
             LeaseAction::DeleteMember { id, resource_version } => {
@@ -260,6 +264,7 @@ impl Store {
                     return false;
                 }
                 self.members.remove(id);
+                self.joined.remove(id);
                 return true;
             }
             LeaseAction::Take { shard, resource_version } => (*shard, resource_version.clone(), Some(me)),
@@ -413,25 +418,90 @@ fn join_old_owner_frees_then_newcomer_takes() {
     let mut a = Replica::new("a");
     a.tick(&s, &mut store, t0(), false, false);
     let mut b = Replica::new("b");
-    // b's first tick: it wants its share, but a holds it unexpired: it waits.
-    let now = t0() + secs(1);
-    let tb = b.tick(&s, &mut store, now, false, false);
+    // b's first tick: it joins, and wants nothing until it has been a member an interval.
+    let tb = b.tick(&s, &mut store, t0() + secs(1), false, false);
     assert_eq!(tb.live, vec!["a", "b"]);
+    assert!(tb.wanted.is_empty() && takes(&tb).is_empty());
+    // An interval later it wants its share, but a holds it unexpired: it waits.
+    let now = t0() + secs(1) + I;
+    let tb = b.tick(&s, &mut store, now, false, false);
     assert!(!tb.wanted.is_empty() && tb.wanted.len() <= 8);
     assert!(takes(&tb).is_empty(), "no take while the holder is live");
     assert!(b.owned.at(now).is_empty());
     // a's tick: frees exactly what b wants, and stops treating it as its own at once.
-    let now = t0() + I;
     let ta = a.tick(&s, &mut store, now, false, false);
     assert_eq!(frees(&ta), tb.wanted);
     assert_eq!(ta.owned.at(now), &all(16) - &tb.wanted, "freed shards leave the gate before the write");
     assert_eq!(a.owned.at(now), &all(16) - &tb.wanted);
     // b's next tick takes them (free now), and only them.
-    let now = t0() + I + secs(1);
+    let now = now + secs(1);
     let tb = b.tick(&s, &mut store, now, false, false);
     assert_eq!(takes(&tb), tb.wanted);
     assert_eq!(b.owned.at(now), tb.wanted);
     assert!(a.owned.at(now).is_disjoint(&b.owned.at(now)));
+}
+
+/// Two replicas that join a second apart (a scale from 1 to 3) are divided with in one step:
+/// the old owner frees nothing until both have been members for an interval, and then
+/// exactly the newcomers' shares move, each shard once.
+#[test]
+fn joins_close_together_move_each_shard_once() {
+    let s = settings(32);
+    let mut store = Store::default();
+    let mut a = Replica::new("a");
+    a.tick(&s, &mut store, t0(), false, false);
+    // a is long settled when b and c join, a second apart.
+    let base = t0() + secs(100);
+    a.tick(&s, &mut store, base, false, false);
+    let (mut b, mut c) = (Replica::new("b"), Replica::new("c"));
+    let mut moves = 0usize;
+    let mut frees_total = 0usize;
+    let mut first_take = None;
+    for k in 0..60 {
+        let now = base + secs(1) + SignedDuration::from_millis(500 * k);
+        for r in [&mut b, &mut c, &mut a] {
+            if r.id == "c" && k < 2 {
+                continue; // c starts a second after b
+            }
+            let t = r.tick(&s, &mut store, now, false, false);
+            moves += takes(&t).len();
+            frees_total += frees(&t).len();
+            if !takes(&t).is_empty() && first_take.is_none() {
+                first_take = Some(now);
+            }
+        }
+    }
+    let loads: Vec<usize> = ["a", "b", "c"]
+        .iter()
+        .map(|id| store.shards.values().filter(|l| l.holder.as_deref() == Some(*id)).count())
+        .collect();
+    assert_eq!(loads.iter().sum::<usize>(), 32);
+    assert!(loads.iter().all(|l| (10..=11).contains(l)), "balanced: {loads:?}");
+    assert_eq!(moves, 32 - loads[0], "each moved shard moved once: {moves} takes, a kept {}", loads[0]);
+    assert_eq!(frees_total, moves);
+    // Nothing moved before the later joiner had been a member for an interval.
+    assert!(first_take.is_some_and(|t| t >= base + secs(2) + I), "first take at {first_take:?}");
+}
+
+/// A fresh start (no holders, every member new) divides at once; a lone joiner among
+/// settled holders gets its share one interval after it joined.
+#[test]
+fn fresh_starts_divide_at_once_and_a_lone_joiner_waits_one_interval() {
+    let s = settings(8);
+    let mut store = Store::default();
+    let (mut a, mut b) = (Replica::new("a"), Replica::new("b"));
+    a.tick(&s, &mut store, t0(), false, false);
+    let t = b.tick(&s, &mut store, t0() + secs(1), false, false);
+    assert_eq!(t.live, vec!["a", "b"]);
+    // b joined while a holds everything: b waits, and says when to look again.
+    assert!(takes(&t).is_empty());
+    assert!(t.wake_at.is_some_and(|w| w <= t0() + secs(1) + I), "{t:?}");
+    let ta = a.tick(&s, &mut store, t0() + secs(2), false, false);
+    assert!(frees(&ta).is_empty(), "a keeps its shards while b is joining");
+    let ta = a.tick(&s, &mut store, t0() + secs(1) + I, false, false);
+    assert_eq!(frees(&ta).len(), 4);
+    let tb = b.tick(&s, &mut store, t0() + secs(2) + I, false, false);
+    assert_eq!(takes(&tb), frees(&ta));
 }
 
 #[test]
@@ -495,9 +565,9 @@ fn a_tick_is_due_when_a_lease_that_holds_this_replica_back_expires() {
     let mut store = Store::default();
     let (mut a, mut b) = (Replica::new("a"), Replica::new("b"));
     a.tick(&s, &mut store, t0(), false, false);
-    let t = b.tick(&s, &mut store, t0() + secs(1), false, false);
-    // b wants half of a's shards, held live by a: due when a's member Lease (renewed at t0)
-    // lapses, which comes before its shard Leases do.
+    let t = b.tick(&s, &mut store, t0() + I, false, false);
+    // b joins once a is an interval old; a holds every shard live: due when a's member Lease
+    // (renewed at t0) lapses, which comes before its shard Leases do.
     assert_eq!(t.wake_at, Some(t0() + D), "{t:?}");
     // a stops. At that moment b's view no longer counts a: it wants every shard, held by a
     // until its shard Leases expire — the same instant here, so they are takeable at once.
@@ -613,6 +683,7 @@ fn shards_of_a_holder_without_a_member_lease_are_taken_at_once() {
     for r in [&mut old_a, &mut old_b] {
         r.owned = ShardOwnership::default();
         store.members.remove(&r.id);
+        store.joined.remove(&r.id);
     }
     let mut new = Replica::new("new");
     let t = new.tick(&s, &mut store, left + secs(1), false, false);
@@ -710,6 +781,7 @@ proptest! {
                 Step::Leave { k } => {
                     replicas[k] = Replica::new(&format!("r{k}"));
                     store.members.remove(&format!("r{k}"));
+                    store.joined.remove(&format!("r{k}"));
                 }
             }
             for i in settings.shards.all() {
