@@ -4,17 +4,22 @@
 //! loss), 2 usage (bad arguments, unreadable or malformed input files).
 
 mod analyze;
+mod compat;
 mod completion;
+mod diff;
 mod kyverno;
+mod lint;
 mod load;
 // Used by the commands as they move onto the shared report model.
 #[allow(dead_code)]
 mod output;
 mod patch_preview;
+mod plan;
 mod rehub;
 mod roundtrip;
 mod suggest;
 mod version;
+mod versions;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -100,6 +105,16 @@ enum Command {
     Completion(completion::CompletionArgs),
     /// Print the version, git commit and build target.
     Version(version::VersionArgs),
+    /// Compare two revisions of a target and its config; fail on breaking changes.
+    Compat(compat::CompatArgs),
+    /// Compare two configs of one target: coverage, rules, lossless verdicts, diagnostics.
+    Diff(diff::DiffArgs),
+    /// Find every config in files or trees, pair it with its target there, validate both.
+    Lint(lint::LintArgs),
+    /// The ordered steps to make a version the hub, or to retire one (offline).
+    Plan(plan::PlanArgs),
+    /// List the target's versions: served, storage, deprecated, hub or spoke in the config.
+    Versions(versions::VersionsArgs),
 }
 
 #[derive(Args)]
@@ -210,6 +225,11 @@ fn main() -> ExitCode {
         Command::Test { inputs, samples, output, fail_on } => {
             inputs.load().and_then(|l| roundtrip::run(&l, &samples, output, fail_on))
         }
+        Command::Compat(args) => compat::run(&args),
+        Command::Diff(args) => diff::run(&args),
+        Command::Lint(args) => lint::run(&args),
+        Command::Plan(args) => plan::run(&args),
+        Command::Versions(args) => versions::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

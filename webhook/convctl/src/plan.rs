@@ -1,0 +1,383 @@
+//! `convctl plan`: the ordered, gated steps to make a version the hub (storage/referenceable)
+//! version, or to retire one, read from the definition and the config alone (docs/convctl.md,
+//! "plan"). A step whose state only the cluster knows (stored versions, object counts,
+//! Compositions) is UNKNOWN and names the command that tells it; steps that retire a version
+//! stay blocked behind those until `--assume-verified`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::Args;
+use dco_api::config::TargetKind;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::diff::{TargetArgs, emit_report, target_kind_label};
+use crate::output::{Case, OutputArgs, Report};
+use crate::versions::Definition;
+use crate::{CliError, load};
+
+#[derive(Args)]
+pub struct PlanArgs {
+    /// The version to make the hub (the storage version of a CRD, the referenceable one of an XRD).
+    #[arg(long, value_name = "VERSION", required_unless_present = "retire", conflicts_with = "retire")]
+    pub to: Option<String>,
+    /// The version to retire (stop serving and drop) instead.
+    #[arg(long, value_name = "VERSION")]
+    pub retire: Option<String>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The conversion config of the target.
+    #[arg(short = 'c', long = "config", value_name = "CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The UNKNOWN steps were checked against the cluster: offer the retirement steps.
+    #[arg(long)]
+    pub assume_verified: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Done,
+    Ready,
+    Unknown,
+    Blocked,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    pub number: usize,
+    pub title: String,
+    pub run: String,
+    /// What must hold before the next step is safe.
+    pub gate: String,
+    /// The command that shows the gate holds (for UNKNOWN steps: the one that learns the state).
+    pub verify: String,
+    pub status: Status,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub blocked_by: String,
+    /// A step that retires a version: never offered while an UNKNOWN step is unverified.
+    #[serde(skip)]
+    retires: bool,
+}
+
+struct Ctx<'a> {
+    def: &'a Definition,
+    config: Option<&'a load::Config>,
+    config_arg: String,
+    target_arg: String,
+    steps: Vec<Step>,
+}
+
+fn status(done: bool) -> Status {
+    if done { Status::Done } else { Status::Ready }
+}
+
+impl Ctx<'_> {
+    fn add(&mut self, title: String, run: String, gate: String, verify: String, st: Status, why: String) {
+        let blocked_by = if st == Status::Done { String::new() } else { why };
+        let number = self.steps.len() + 1;
+        self.steps.push(Step { number, title, run, gate, verify, status: st, blocked_by, retires: false });
+    }
+
+    /// A step whose state the files cannot show; `why` says what is unknown and how to learn it.
+    fn unknown(&mut self, title: String, run: String, gate: String, verify: String, why: &str) {
+        self.add(title, run, gate, verify, Status::Unknown, format!("UNKNOWN offline: {why}"));
+    }
+
+    fn name(&self) -> &str {
+        self.def.target.name()
+    }
+
+    fn in_config(&self, v: &str) -> bool {
+        self.config.is_some_and(|c| c.spec.hub_version == v || c.spec.spokes.iter().any(|s| s.version == v))
+    }
+
+    fn validate_cmd(&self) -> String {
+        format!("convctl validate --config {} {} {}", self.config_arg, self.def.flag(), self.target_arg)
+    }
+
+    fn migrate(&mut self, to: &str) {
+        let (name, count) = (self.name().to_string(), self.def.count_cmd());
+        self.unknown(
+            format!("Rewrite every stored object at {to}"),
+            format!("kubectl get {}.{} -A -o json | kubectl replace -f -  # each object is written back at the storage version", self.def.plural, self.def.target.group()),
+            format!("every object of {name} has been written since {to} became the storage version (object count: UNKNOWN, learn it with: {count})"),
+            self.def.stored_versions_cmd(),
+            "which versions objects are stored at, and how many objects there are, only the cluster knows",
+        );
+        self.unknown(
+            "Prune status.storedVersions".into(),
+            format!("kubectl patch crd {name} --subresource=status --type=merge -p '{{\"status\":{{\"storedVersions\":[\"{to}\"]}}}}'"),
+            format!("status.storedVersions lists only {to}"),
+            self.def.stored_versions_cmd(),
+            "status.storedVersions is in the cluster, not in the file",
+        );
+    }
+
+    fn retire(&mut self, old: &str) {
+        let name = self.name().to_string();
+        let v = self.def.version(old).cloned();
+        let before = self.steps.len();
+        self.add(
+            format!("Stop serving {old}"),
+            format!("edit {name}: set spec.versions[name={old}].served: false (mark it deprecated: true with a deprecationWarning a release earlier)"),
+            format!("{old} is not in status.storedVersions and no client still reads or writes {old}"),
+            format!("{}; kubectl get --raw /metrics | grep apiserver_requested_deprecated_apis | grep 'version=\"{old}\"'", self.def.stored_versions_cmd()),
+            status(v.as_ref().is_none_or(|v| !v.served)),
+            format!("{old} is still served"),
+        );
+        let gone = v.is_none() && !self.in_config(old);
+        let why = match (v.is_some(), self.in_config(old)) {
+            (true, true) => format!("the {old} version block and its spoke are still present"),
+            (true, false) => format!("the {old} version block is still present"),
+            _ => format!("the config still has a spoke for {old}"),
+        };
+        self.add(
+            format!("Drop {old}"),
+            format!("edit {name}: remove {old} from spec.versions, and its spoke from the config (irreversible for objects still stored at {old})"),
+            format!("{old} has been unserved long enough that no client depends on it"),
+            format!("convctl compat --base BEFORE_DIR --head AFTER_DIR; {}", self.validate_cmd()),
+            status(gone),
+            why,
+        );
+        for s in &mut self.steps[before..] {
+            s.retires = true;
+        }
+    }
+
+    fn promote(&mut self, to: &str) {
+        let (name, field, kind) = (self.name().to_string(), self.def.hub_field(), self.def.target.kind());
+        let old = self.def.hub().map(str::to_string);
+        let served = self.def.version(to).is_some_and(|v| v.served);
+        self.add(
+            format!("Serve {to} on the {}", target_kind_label(kind)),
+            format!("edit {name}: set spec.versions[name={to}].served: true"),
+            format!("{to} is served"),
+            format!("kubectl get crd {name} -o jsonpath='{{.spec.versions[?(@.name==\"{to}\")].served}}'"),
+            status(served),
+            format!("spec.versions[name={to}].served is not true"),
+        );
+        let wired = self.in_config(to);
+        self.add(
+            format!("Wire {to} into the conversion config"),
+            format!(
+                "add a spoke for {to} to the config (convctl suggest drafts its rules), then apply the config"
+            ),
+            format!("the config covers {to} and convctl validate is clean"),
+            self.validate_cmd(),
+            status(wired),
+            match self.config {
+                Some(c) => format!("{} has no spoke for {to}", c.name),
+                None => "no config was given (-c CONFIG)".into(),
+            },
+        );
+        self.unknown(
+            format!("Test round trips through {to}"),
+            format!("convctl test --config {} {} {} --samples SAMPLES_DIR", self.config_arg, self.def.flag(), self.target_arg),
+            "samples of every served version convert to every other version and back without unacknowledged loss".into(),
+            format!("convctl test --config {} {} {} --samples SAMPLES_DIR", self.config_arg, self.def.flag(), self.target_arg),
+            "plan reads no samples; convctl test with samples of every version shows it",
+        );
+        let config_hub = self.config.map(|c| c.spec.hub_version.clone());
+        let promoted = self.def.hub() == Some(to) && config_hub.as_deref().is_none_or(|h| h == to);
+        let why = match (&old, &config_hub) {
+            (Some(o), _) if o != to => format!("the {field} version is still {o}"),
+            (_, Some(h)) if h != to => {
+                format!("{to} is the {field} version but the config still has spec.hubVersion: {h}")
+            }
+            _ => format!("no version is marked {field}: true"),
+        };
+        self.add(
+            format!("Promote {to} to the hub"),
+            format!(
+                "edit {name}: move {field}: true {}to {to}; in the config set spec.hubVersion: {to} and re-express every spoke's rules against {to} ({}a spoke); validate both edited files, then apply them together",
+                old.as_ref().filter(|o| o.as_str() != to).map(|o| format!("from {o} ")).unwrap_or_default(),
+                old.as_ref().filter(|o| o.as_str() != to).map(|o| format!("{o} becomes ")).unwrap_or_default()
+            ),
+            format!("the {field} version and spec.hubVersion are both {to}, and the round trips pass"),
+            self.validate_cmd(),
+            status(promoted),
+            why,
+        );
+        if kind == TargetKind::Xrd {
+            self.unknown(
+                format!("Retarget Compositions at {to}"),
+                format!("edit each Composition of {}: set spec.compositeTypeRef.apiVersion: {}/{to}", self.def.target.resource_kind(), self.def.target.group()),
+                format!("every Composition's compositeTypeRef names {to}"),
+                "kubectl get compositions -o custom-columns=NAME:.metadata.name,TYPE:.spec.compositeTypeRef.apiVersion".into(),
+                "the Compositions are in the cluster or another tree",
+            );
+        }
+        self.migrate(to);
+        let mut retiring: Vec<String> = Vec::new();
+        if let Some(o) = old.filter(|o| o != to) {
+            retiring.push(o);
+        }
+        for v in &self.def.versions {
+            if v.name != to && (v.deprecated || !v.served) && !retiring.contains(&v.name) {
+                retiring.push(v.name.clone());
+            }
+        }
+        for r in retiring {
+            self.retire(&r);
+        }
+    }
+
+    fn retirement(&mut self, old: &str) {
+        let name = self.name().to_string();
+        let is_hub = self.def.hub() == Some(old) || self.config.is_some_and(|c| c.spec.hub_version == old);
+        self.add(
+            format!("Move the hub off {old}"),
+            format!(
+                "convctl plan --to VERSION {} {} -c {}",
+                self.def.flag(),
+                self.target_arg,
+                self.config_arg
+            ),
+            format!("{old} is neither the {} version nor the config's hub", self.def.hub_field()),
+            self.validate_cmd(),
+            status(!is_hub),
+            format!("{old} is the hub: objects are stored at it"),
+        );
+        let deprecated = self.def.version(old).is_none_or(|v| v.deprecated || !v.served);
+        self.add(
+            format!("Deprecate {old}"),
+            format!("edit {name}: set spec.versions[name={old}].deprecated: true and a deprecationWarning naming the replacement"),
+            "clients get a warning on every request at the version for at least one release".into(),
+            format!("kubectl get crd {name} -o jsonpath='{{.spec.versions[?(@.name==\"{old}\")].deprecated}}'"),
+            status(deprecated),
+            format!("{old} is not marked deprecated"),
+        );
+        let hub = self.def.hub().unwrap_or("THE_HUB").to_string();
+        self.migrate(&hub);
+        self.retire(old);
+    }
+
+    /// The first READY step is the one to do now; every later READY step waits for it, and
+    /// retirement waits for the UNKNOWN steps unless they were verified.
+    fn gate(&mut self, assume_verified: bool) {
+        let unknown: Vec<String> =
+            self.steps.iter().filter(|s| s.status == Status::Unknown).map(|s| s.number.to_string()).collect();
+        if !assume_verified && !unknown.is_empty() {
+            for s in self.steps.iter_mut().filter(|s| s.retires && s.status == Status::Ready) {
+                s.status = Status::Blocked;
+                s.blocked_by = format!(
+                    "step(s) {} are UNKNOWN offline and retiring a version is irreversible; run their verify commands, then re-run with --assume-verified",
+                    unknown.join(", ")
+                );
+            }
+        }
+        if let Some(first) = self.steps.iter().position(|s| s.status == Status::Ready) {
+            let (n, title) = (self.steps[first].number, self.steps[first].title.clone());
+            for s in self.steps[first + 1..].iter_mut().filter(|s| s.status == Status::Ready) {
+                s.status = Status::Blocked;
+                s.blocked_by = format!("step {n} ({title}) is not done yet");
+            }
+        }
+    }
+}
+
+fn word(s: Status) -> &'static str {
+    match s {
+        Status::Done => "DONE",
+        Status::Ready => "READY",
+        Status::Unknown => "UNKNOWN",
+        Status::Blocked => "BLOCKED",
+    }
+}
+
+pub fn run(args: &PlanArgs) -> Result<(), CliError> {
+    let (path, kind) = args.target.path_and_kind()?;
+    let def = Definition::read(path, kind)?;
+    let config = match &args.config {
+        Some(p) => Some(load::config(p)?),
+        None => None,
+    };
+    let (version, retiring) = match (&args.to, &args.retire) {
+        (Some(v), None) => (v.clone(), false),
+        (None, Some(v)) => (v.clone(), true),
+        _ => return Err(CliError::Usage("give one of --to VERSION or --retire VERSION".into())),
+    };
+    if def.version(&version).is_none() && !retiring {
+        return Err(CliError::Usage(format!(
+            "--to {version}: {} has versions {}; add the {version} block to spec.versions first, then re-run",
+            def.target.name(),
+            def.versions.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let mut cx = Ctx {
+        def: &def,
+        config: config.as_ref(),
+        config_arg: args.config.as_ref().map_or_else(|| "CONFIG".into(), |p| p.display().to_string()),
+        target_arg: path.display().to_string(),
+        steps: Vec::new(),
+    };
+    if retiring {
+        cx.retirement(&version)
+    } else {
+        cx.promote(&version)
+    }
+    cx.gate(args.assume_verified);
+    let steps = cx.steps;
+
+    let goal = if retiring { format!("retire {version}") } else { format!("make {version} the hub") };
+    let mut table = String::new();
+    let _ = writeln!(table, "{} {}: {goal}", target_kind_label(kind), def.target.name());
+    if let Some(c) = &config {
+        let _ = writeln!(table, "config {} (hub {})", c.name, c.spec.hub_version);
+    }
+    let _ = writeln!(table, "{} version now: {}\n", def.hub_field(), def.hub().unwrap_or("(none)"));
+    let next = steps.iter().find(|s| s.status == Status::Ready).map(|s| s.number);
+    for s in &steps {
+        let marker = if Some(s.number) == next { "▶ " } else { "  " };
+        let _ = writeln!(table, "{marker}{}. [{}] {}", s.number, word(s.status), s.title);
+        let _ = writeln!(table, "     run:     {}", s.run);
+        let _ = writeln!(table, "     gate:    {}", s.gate);
+        let _ = writeln!(table, "     verify:  {}", s.verify);
+        if !s.blocked_by.is_empty() {
+            let label = match s.status {
+                Status::Unknown => "unknown:",
+                Status::Blocked => "blocked:",
+                _ => "pending:",
+            };
+            let _ = writeln!(table, "     {label:<8} {}", s.blocked_by);
+        }
+    }
+    let unknown = steps.iter().filter(|s| s.status == Status::Unknown).count();
+    let summary_line = match next {
+        Some(n) => format!("plan: NEXT step {n} — {}; {unknown} step(s) UNKNOWN offline", steps[n - 1].title),
+        None if unknown > 0 => format!(
+            "plan: nothing outstanding that files can show; {unknown} step(s) UNKNOWN offline: run their verify commands"
+        ),
+        None => format!("plan: nothing to do: {goal} is complete"),
+    };
+    let cases: Vec<Case> = steps
+        .iter()
+        .map(|s| Case {
+            group: format!("plan {goal}"),
+            name: format!("{}. {}", s.number, s.title),
+            status: word(s.status).to_lowercase(),
+            fails: false,
+            detail: format!("run: {}\ngate: {}\nverify: {}", s.run, s.gate, s.verify),
+            seconds: 0.0,
+            data: serde_json::to_value(s).unwrap_or_default(),
+        })
+        .collect();
+    let summary = json!({
+        "kind": target_kind_label(kind),
+        "target": def.target.name(),
+        "config": config.as_ref().map(|c| c.name.clone()),
+        "goal": if retiring { "retire" } else { "hub" },
+        "version": version,
+        "currentHub": def.hub(),
+        "next": next,
+        "unknown": unknown,
+        "steps": steps,
+    });
+    let report = Report { command: "plan".into(), findings: Vec::new(), cases, summary, table, summary_line };
+    emit_report(&report, &args.out)
+}
