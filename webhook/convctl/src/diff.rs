@@ -14,7 +14,7 @@ use dco_api::config::{RuleResult, SpokeStatus, TargetKind};
 use dco_engine::{Compiled, Diagnostic, Target, compile};
 use serde_json::{Value, json};
 
-use crate::output::{Finding, Format, JSON_SCHEMA_VERSION, Location, OutputArgs, Report, Severity};
+use crate::output::{Finding, Location, OutputArgs, Report, Severity};
 use crate::{CliError, load};
 
 /// The definition every comparison is made against: `--crd FILE` or `--xrd FILE`.
@@ -345,10 +345,26 @@ impl<'a> Delta<'a> {
                 })
                 .unwrap_or_default();
             let why = if causes.is_empty() {
-                format!(
-                    "no single rule explains it: {}'s uncovered fields or diagnostics changed",
-                    lossy_side.label
-                )
+                let before: BTreeSet<&String> = other
+                    .spoke(v)
+                    .map(|s| s.fields_uncovered_hub.iter().chain(&s.fields_uncovered_spoke).collect())
+                    .unwrap_or_default();
+                let newly: Vec<&str> = lossy_side
+                    .spoke(v)
+                    .map(|s| {
+                        s.fields_uncovered_hub
+                            .iter()
+                            .chain(&s.fields_uncovered_spoke)
+                            .filter(|f| !before.contains(f))
+                            .map(String::as_str)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if newly.is_empty() {
+                    format!("no rule's verdict explains it; {}'s diagnostics changed", lossy_side.label)
+                } else {
+                    format!("{} uncovered in {}", newly.join(", "), lossy_side.label)
+                }
             } else {
                 let names: Vec<String> = causes.iter().map(|r| describe_rule(r)).collect();
                 format!("{} of {} is lossy {label}", names.join(", "), lossy_side.label)
@@ -498,31 +514,5 @@ pub fn run(args: &DiffArgs) -> Result<(), CliError> {
 /// Renders a report in the chosen format (stdout or `--output-file`) and maps it to the exit
 /// code: 1 when a finding or case fails.
 pub fn emit_report(report: &Report, out: &OutputArgs) -> Result<(), CliError> {
-    let text = match out.output {
-        Format::Json => {
-            let mut v = serde_json::to_value(report).unwrap_or_default();
-            v["schemaVersion"] = json!(JSON_SCHEMA_VERSION);
-            serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
-        }
-        Format::Table => format!("{}\n{}\n", report.table.trim_end(), report.summary_line),
-        other => {
-            return Err(CliError::Usage(format!(
-                "-o {}: this command writes table or json",
-                serde_json::to_value(other)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            )));
-        }
-    };
-    match &out.output_file {
-        Some(path) => {
-            std::fs::write(path, &text).map_err(|e| {
-                CliError::Usage(format!("cannot write --output-file {}: {e}", path.display()))
-            })?;
-            crate::emit(&format!("{}\n", report.summary_line));
-        }
-        None => crate::emit(&text),
-    }
-    if report.failed() { Err(CliError::Failed(String::new())) } else { Ok(()) }
+    crate::output::finish(report, out)
 }

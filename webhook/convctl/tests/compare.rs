@@ -1,0 +1,488 @@
+//! diff, compat, lint, versions and plan on copies of the docs/examples/convctl fixtures, edited
+//! in scratch directories. Table outputs are compared with tests/golden/compare/*.txt (run with
+//! UPDATE_GOLDEN=1 to rewrite them after a deliberate change); every command runs inside its
+//! scratch directory so the paths it prints are relative and stable.
+
+mod common;
+use common::*;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn at(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_convctl")).current_dir(dir).args(args).output().expect("convctl runs")
+}
+
+fn copy(name: &str, dir: &Path, as_name: &str) -> PathBuf {
+    let to = dir.join(as_name);
+    fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+    fs::copy(examples().join(name), &to).expect("copy fixture");
+    to
+}
+
+/// Rewrites a YAML file through `edit`.
+fn edit(path: &Path, edit: impl FnOnce(&mut serde_yaml::Value)) {
+    let mut v: serde_yaml::Value =
+        serde_yaml::from_str(&fs::read_to_string(path).expect("read")).expect("yaml");
+    edit(&mut v);
+    fs::write(path, serde_yaml::to_string(&v).expect("write yaml")).expect("write");
+}
+
+fn replace(path: &Path, from: &str, to: &str) {
+    let text = fs::read_to_string(path).expect("read");
+    assert!(text.contains(from), "{} has no {from:?}", path.display());
+    fs::write(path, text.replacen(from, to, 1)).expect("write");
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/compare").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(&path, actual).expect("write golden");
+        return;
+    }
+    let want = fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1", path.display()));
+    assert_eq!(actual, want, "output differs from {}", path.display());
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+fn rules_of(v: &mut serde_yaml::Value, spoke: usize) -> &mut Vec<serde_yaml::Value> {
+    v["spec"]["spokes"][spoke]["rules"].as_sequence_mut().expect("rules")
+}
+
+// ---- diff ----
+
+#[test]
+fn diff_of_a_config_with_itself_and_with_its_rules_reordered_is_clean() {
+    let d = scratch("diff-equal");
+    copy("widgets-xrd.yaml", &d, "xrd.yaml");
+    copy("widgets-config.yaml", &d, "a.yaml");
+    let b = copy("widgets-config.yaml", &d, "b.yaml");
+    let o = at(&d, &["diff", "-c", "a.yaml", "-c", "a.yaml", "--xrd", "xrd.yaml"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("no differences"), "{}", stdout(&o));
+
+    // Every rule of both spokes in reverse order: claims are matched by strategy and paths.
+    edit(&b, |v| {
+        rules_of(v, 0).reverse();
+        rules_of(v, 1).reverse();
+    });
+    let o = at(&d, &["diff", "-c", "a.yaml", "-c", "b.yaml", "--xrd", "xrd.yaml", "-o", "json"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let j = json_of(&o);
+    assert_eq!(j["summary"]["hasDeltas"], false);
+    assert_eq!(j["findings"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn diff_of_one_removed_rule_names_the_rule_and_the_paths() {
+    let d = scratch("diff-change");
+    copy("databases-crd.yaml", &d, "crd.yaml");
+    copy("databases-config.yaml", &d, "old.yaml");
+    let new = copy("databases-config.yaml", &d, "new.yaml");
+    edit(&new, |v| {
+        rules_of(v, 0).remove(0);
+    });
+    let o = at(&d, &["diff", "-c", "old.yaml", "-c", "new.yaml", "--crd", "crd.yaml"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("- rule 0 (FieldRename hub spec.storageGB ↔ spoke spec.storageSize) of old.yaml is gone from new.yaml"),
+        "{out}"
+    );
+    assert!(out.contains("hub field spec.storageGB became uncovered: rule 0 (FieldRename"), "{out}");
+    assert!(out.contains("at old.yaml spec.spokes[0].rules[0]"), "{out}");
+    assert!(
+        out.contains("hub→spoke lossless → lossy: spec.storageGB, spec.storageSize uncovered in new.yaml"),
+        "{out}"
+    );
+    golden("diff-removed-rule.txt", &out);
+
+    let o = at(&d, &["diff", "-c", "old.yaml", "-c", "new.yaml", "--crd", "crd.yaml", "-o", "json"]);
+    assert_eq!(code(&o), 1);
+    let j = json_of(&o);
+    let spoke = &j["summary"]["spokes"][0];
+    assert_eq!(spoke["version"], "v1");
+    assert_eq!(spoke["ruleClaimsRemoved"][0]["strategy"], "FieldRename");
+    assert_eq!(spoke["ruleClaimsRemoved"][0]["rule"], 0);
+    assert_eq!(spoke["uncoveredHubAdded"][0], "spec.storageGB");
+    assert_eq!(spoke["uncoveredSpokeAdded"][0], "spec.storageSize");
+    // The reordered TypeCoerce and Quantity rules (now at 0 and 1) are not deltas.
+    let rules: Vec<&str> =
+        j["findings"].as_array().expect("findings").iter().filter_map(|f| f["rule"].as_str()).collect();
+    assert_eq!(rules.iter().filter(|r| **r == "rule-removed").count(), 1, "{rules:?}");
+    assert!(!rules.contains(&"rule-added"), "{rules:?}");
+    let removed = j["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["rule"] == "rule-removed")
+        .expect("rule-removed");
+    assert_eq!(removed["location"]["path"], "spec.spokes[0].rules[0]");
+    assert_eq!(removed["location"]["file"], "old.yaml");
+}
+
+#[test]
+fn diff_reports_hub_change_and_spokes_added_and_removed() {
+    let d = scratch("diff-spokes");
+    copy("widgets-xrd.yaml", &d, "xrd.yaml");
+    copy("widgets-config.yaml", &d, "a.yaml");
+    let b = copy("widgets-config.yaml", &d, "b.yaml");
+    edit(&b, |v| {
+        v["spec"]["spokes"].as_sequence_mut().expect("spokes").remove(1);
+    });
+    let o = at(&d, &["diff", "-c", "a.yaml", "-c", "b.yaml", "--xrd", "xrd.yaml", "-o", "json"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let j = json_of(&o);
+    assert_eq!(j["summary"]["spokesRemoved"][0], "v1");
+    let o = at(&d, &["diff", "-c", "b.yaml", "-c", "a.yaml", "--xrd", "xrd.yaml", "-o", "json"]);
+    assert_eq!(json_of(&o)["summary"]["spokesAdded"][0], "v1");
+    assert_eq!(code(&o), 1);
+
+    let c = copy("widgets-config.yaml", &d, "c.yaml");
+    replace(&c, "hubVersion: v3", "hubVersion: v2");
+    let o = at(&d, &["diff", "-c", "a.yaml", "-c", "c.yaml", "--xrd", "xrd.yaml", "-o", "json"]);
+    assert_eq!(code(&o), 1);
+    let j = json_of(&o);
+    assert_eq!(j["summary"]["hubVersionChange"]["from"], "v3");
+    assert_eq!(j["summary"]["hubVersionChange"]["to"], "v2");
+    let hub = j["findings"]
+        .as_array()
+        .expect("f")
+        .iter()
+        .find(|f| f["rule"] == "hub-changed")
+        .expect("hub-changed");
+    assert_eq!(hub["location"]["path"], "spec.hubVersion");
+    assert_eq!(hub["location"]["file"], "c.yaml");
+}
+
+#[test]
+fn diff_usage_errors_exit_2() {
+    let d = scratch("diff-usage");
+    copy("widgets-xrd.yaml", &d, "xrd.yaml");
+    copy("widgets-config.yaml", &d, "a.yaml");
+    copy("databases-crd.yaml", &d, "crd.yaml");
+    let o = at(&d, &["diff", "-c", "a.yaml", "--xrd", "xrd.yaml"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("exactly two configs"), "{}", stderr(&o));
+    let o = at(&d, &["diff", "-c", "a.yaml", "-c", "a.yaml", "--crd", "crd.yaml"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("--xrd"), "{}", stderr(&o));
+}
+
+// ---- compat ----
+
+fn revisions(name: &str) -> (PathBuf, PathBuf) {
+    let d = scratch(name);
+    for side in ["base", "head"] {
+        copy("databases-crd.yaml", &d, &format!("{side}/crd.yaml"));
+        copy("databases-config.yaml", &d, &format!("{side}/config/databases.yaml"));
+        fs::write(d.join(side).join("kustomization.yaml"), "resources: [crd.yaml, config/databases.yaml]\n")
+            .expect("write");
+    }
+    (d.clone(), d.join("head"))
+}
+
+#[test]
+fn compat_of_identical_revisions_and_of_an_added_field_passes() {
+    let (d, head) = revisions("compat-safe");
+    let o = at(&d, &["compat", "--base", "base", "--head", "head"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("no differences"), "{}", stdout(&o));
+
+    // An optional field added to both versions: copied as identical, safe for stored objects.
+    let crd = head.join("crd.yaml");
+    let text = fs::read_to_string(&crd).expect("read");
+    fs::write(
+        &crd,
+        text.replace(
+            "replicas: {type: integer}",
+            "replicas: {type: integer}\n                labels: {type: string}",
+        )
+        .replace(
+            "replicas: {type: string}",
+            "replicas: {type: string}\n                labels: {type: string}",
+        ),
+    )
+    .expect("write");
+    let o = at(&d, &["compat", "--base", "base", "--head", "head", "-o", "json"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let j = json_of(&o);
+    assert_eq!(j["summary"]["breaking"], 0);
+    assert_eq!(j["summary"]["safe"], 2, "{}", stdout(&o));
+    assert!(j["findings"].as_array().expect("findings").iter().all(|f| f["rule"] == "FieldAdded"));
+}
+
+#[test]
+fn compat_fails_on_breaking_changes_and_names_their_paths() {
+    let (d, head) = revisions("compat-breaking");
+    let crd = head.join("crd.yaml");
+    // v1 no longer served, and v2's replicas becomes a string.
+    let text = fs::read_to_string(&crd).expect("read");
+    let (v2, v1) = text.split_at(text.find("- name: v1").expect("v1"));
+    let text = v2.replace("replicas: {type: integer}", "replicas: {type: string}")
+        + &v1.replacen("served: true", "served: false", 1);
+    fs::write(&crd, text).expect("write");
+    // The config drops its TypeCoerce rule.
+    edit(&head.join("config/databases.yaml"), |v| {
+        rules_of(v, 0).remove(2);
+    });
+    let o = at(&d, &["compat", "--base", "base", "--head", "head"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("[breaking] ServedVersionRemoved: version v1 is no longer served"), "{out}");
+    assert!(
+        out.contains(
+            "[breaking] FieldTypeChanged: version v2: field spec.replicas changed from integer to string"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("at head/crd.yaml#1 spec.versions[0].schema.openAPIV3Schema spec.replicas"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "RuleRemoved: spoke v1: rule 2 (TypeCoerce hub spec.replicas ↔ spoke spec.replicas) was removed"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("at base/config/databases.yaml spec.spokes[0].rules[2]"), "{out}");
+    golden("compat-breaking.txt", &out);
+
+    // Acknowledging every breaking class passes, and says which were used.
+    let j = json_of(&at(&d, &["compat", "--base", "base", "--head", "head", "-o", "json"]));
+    let mut classes: Vec<String> = j["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["fails"] == true)
+        .map(|f| f["rule"].as_str().expect("rule").to_string())
+        .collect();
+    classes.sort();
+    classes.dedup();
+    let mut args = vec!["compat", "--base", "base", "--head", "head"];
+    for c in &classes {
+        args.extend(["--allow", c.as_str()]);
+    }
+    let o = at(&d, &args);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("(allowed by --allow ServedVersionRemoved)"), "{}", stdout(&o));
+
+    let o = at(&d, &["compat", "--base", "base", "--head", "head", "--allow", "Everything"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("not a change class"), "{}", stderr(&o));
+}
+
+#[test]
+fn compat_reads_single_files_and_refuses_a_revision_without_its_definition() {
+    let d = scratch("compat-files");
+    let both = fs::read_to_string(examples().join("databases-config.yaml")).expect("read")
+        + "---\n"
+        + &fs::read_to_string(examples().join("databases-crd.yaml")).expect("read");
+    fs::write(d.join("old.yaml"), &both).expect("write");
+    fs::write(d.join("new.yaml"), &both).expect("write");
+    let o = at(&d, &["compat", "--base", "old.yaml", "--head", "new.yaml"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    copy("databases-config.yaml", &d, "lonely/config.yaml");
+    let o = at(&d, &["compat", "--base", "old.yaml", "--head", "lonely"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("targets CRD databases.example.org, which is not in the same tree"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+// ---- lint ----
+
+fn lint_tree(name: &str) -> PathBuf {
+    let d = scratch(name);
+    copy("databases-crd.yaml", &d, "tree/good/crd.yaml");
+    copy("databases-config.yaml", &d, "tree/good/config.yaml");
+    copy("widgets-xrd.yaml", &d, "tree/broken/schemas/xrd.yaml");
+    let bad = copy("widgets-config.yaml", &d, "tree/broken/config.yaml");
+    // v1's only rule gone: its size enum (small/medium/large) no longer maps to the hub's.
+    edit(&bad, |v| rules_of(v, 1).clear());
+    fs::write(d.join("tree/good/kustomization.yaml"), "resources: [crd.yaml, config.yaml]\n").expect("write");
+    fs::create_dir_all(d.join("tree/.git")).expect("mkdir");
+    fs::write(d.join("tree/.git/config.yaml"), "kind: XRDConversionConfig\n: broken").expect("write");
+    d
+}
+
+#[test]
+fn lint_finds_pairs_and_validates_every_config_in_a_tree() {
+    let d = lint_tree("lint-tree");
+    let o = at(&d, &["lint", "tree"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("OK       tree/good/config.yaml#1"), "{out}");
+    assert!(out.contains("INVALID  tree/broken/config.yaml#1"), "{out}");
+    assert!(
+        out.contains("tree/broken/config.yaml:\n  error   document 1, spec.spokes[1]: spoke v1"),
+        "{out}"
+    );
+    // The hidden directory is not searched.
+    assert!(!out.contains(".git"), "{out}");
+    golden("lint-tree.txt", &out);
+
+    let o = at(&d, &["lint", "tree/good"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let o = at(&d, &["lint", "tree", "--fail-on", "none"]);
+    assert_eq!(code(&o), 0);
+
+    // A config whose definition lives elsewhere is unpaired, until --schema-dir names it.
+    let o = at(&d, &["lint", "tree/broken/config.yaml", "-o", "json"]);
+    assert_eq!(code(&o), 1);
+    assert_eq!(json_of(&o)["summary"]["unpaired"], 1);
+    let o = at(&d, &["lint", "tree/broken/config.yaml", "--schema-dir", "tree/broken/schemas", "-o", "json"]);
+    let j = json_of(&o);
+    assert_eq!(j["summary"]["unpaired"], 0);
+    assert_eq!(j["summary"]["invalid"], 1);
+}
+
+#[test]
+fn lint_reports_duplicates_unparsable_configs_and_reference_configs() {
+    let d = scratch("lint-dup");
+    copy("databases-crd.yaml", &d, "crd.yaml");
+    copy("databases-config.yaml", &d, "a.yaml");
+    copy("databases-config.yaml", &d, "b.yaml");
+    copy("reference-config.yaml", &d, "ref.yaml");
+    fs::write(d.join("c.yaml"), "kind: CRDConversionConfig\nspec: [unclosed\n").expect("write");
+    let o = at(&d, &["lint", ".", "-o", "json"]);
+    assert_eq!(code(&o), 1);
+    let j = json_of(&o);
+    let rules: Vec<&str> =
+        j["findings"].as_array().expect("findings").iter().filter_map(|f| f["rule"].as_str()).collect();
+    assert!(rules.contains(&"duplicate-target"), "{rules:?}");
+    assert!(rules.contains(&"parse-error"), "{rules:?}");
+    assert!(rules.contains(&"api-version"), "{rules:?}");
+    let dup =
+        j["findings"].as_array().expect("f").iter().find(|f| f["rule"] == "duplicate-target").expect("dup");
+    assert_eq!(dup["location"]["file"], "./b.yaml");
+    assert!(dup["message"].as_str().expect("msg").contains("./a.yaml#1"), "{dup}");
+}
+
+#[test]
+fn pre_commit_hook_runs_convctl_lint_on_yaml() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let hooks: serde_yaml::Value =
+        serde_yaml::from_str(&fs::read_to_string(root.join(".pre-commit-hooks.yaml")).expect("hooks file"))
+            .expect("yaml");
+    let hook = hooks
+        .as_sequence()
+        .and_then(|s| s.iter().find(|h| h["id"] == "convctl-lint"))
+        .expect("convctl-lint hook");
+    assert_eq!(hook["language"], "system");
+    assert_eq!(hook["entry"], "convctl lint");
+    let files = hook["files"].as_str().expect("files");
+    assert_eq!(files, r"\.(ya?ml)$");
+    // The entry is a real command: run it the way pre-commit does (no file names).
+    let d = lint_tree("lint-hook");
+    let o = at(&d.join("tree/good"), &["lint"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+}
+
+// ---- versions ----
+
+#[test]
+fn versions_lists_served_storage_deprecated_and_role() {
+    let d = scratch("versions");
+    copy("widgets-config.yaml", &d, "config.yaml");
+    let xrd = copy("widgets-xrd.yaml", &d, "xrd.yaml");
+    replace(
+        &xrd,
+        "    - name: v1\n      served: true\n",
+        "    - name: v1\n      served: true\n      deprecated: true\n      deprecationWarning: v1 goes away; use v3\n",
+    );
+    let o = at(&d, &["versions", "--xrd", "xrd.yaml", "-c", "config.yaml"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    golden("versions-widgets.txt", &stdout(&o));
+    let j = json_of(&at(&d, &["versions", "--xrd", "xrd.yaml", "-c", "config.yaml", "-o", "json"]));
+    let v = &j["summary"]["versions"];
+    assert_eq!(v[0]["name"], "v3");
+    assert_eq!(v[0]["referenceable"], true);
+    assert_eq!(v[0]["role"], "hub");
+    assert_eq!(v[2]["deprecated"], true);
+    assert_eq!(v[2]["stored"], "UNKNOWN");
+
+    // A served version with no role fails: every conversion to or from it would.
+    let cfg = d.join("config.yaml");
+    edit(&cfg, |v| {
+        v["spec"]["spokes"].as_sequence_mut().expect("spokes").remove(1);
+    });
+    let o = at(&d, &["versions", "--xrd", "xrd.yaml", "-c", "config.yaml"]);
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("version v1 is served but is neither the hub nor a spoke"), "{}", stdout(&o));
+}
+
+// ---- plan ----
+
+#[test]
+fn plan_orders_the_steps_to_a_new_hub_and_marks_what_is_unknown_offline() {
+    let d = scratch("plan");
+    copy("databases-crd.yaml", &d, "crd.yaml");
+    copy("databases-config.yaml", &d, "config.yaml");
+    let o = at(&d, &["plan", "--to", "v1", "--crd", "crd.yaml", "-c", "config.yaml"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    golden("plan-to-v1.txt", &out);
+    let titles: Vec<&str> = out.lines().filter(|l| l.contains(". [")).collect();
+    assert_eq!(titles.len(), 8, "{out}");
+    assert!(titles[0].contains("1. [DONE] Serve v1"), "{out}");
+    assert!(titles[3].starts_with("▶ 4. [READY] Promote v1 to the hub"), "{out}");
+    assert!(titles[4].contains("[UNKNOWN] Rewrite every stored object at v1"), "{out}");
+    assert!(titles[6].contains("[BLOCKED] Stop serving v2"), "{out}");
+    assert!(
+        out.contains("kubectl get crd databases.example.org -o jsonpath='{.status.storedVersions}'"),
+        "{out}"
+    );
+
+    // With the cluster-only steps verified, retirement waits only for the promotion.
+    let j = json_of(&at(
+        &d,
+        &["plan", "--to", "v1", "--crd", "crd.yaml", "-c", "config.yaml", "--assume-verified", "-o", "json"],
+    ));
+    let stop = &j["summary"]["steps"][6];
+    assert_eq!(stop["status"], "blocked");
+    assert!(stop["blockedBy"].as_str().expect("why").contains("step 4 (Promote v1 to the hub)"), "{stop}");
+
+    // Once v1 is the storage version and the hub, the promotion is done.
+    let crd = d.join("crd.yaml");
+    replace(&crd, "served: true\n      storage: true", "served: true\n      storage: false");
+    replace(
+        &crd,
+        "served: true\n      storage: false\n      schema:\n        openAPIV3Schema:\n          type: object\n          properties:\n            spec:\n              type: object\n              properties:\n                storageSize",
+        "served: true\n      storage: true\n      schema:\n        openAPIV3Schema:\n          type: object\n          properties:\n            spec:\n              type: object\n              properties:\n                storageSize",
+    );
+    replace(&d.join("config.yaml"), "hubVersion: v2", "hubVersion: v1");
+    let j = json_of(&at(&d, &["plan", "--to", "v1", "--crd", "crd.yaml", "-c", "config.yaml", "-o", "json"]));
+    assert_eq!(j["summary"]["steps"][3]["status"], "done", "{}", j["summary"]["steps"][3]);
+
+    let o = at(&d, &["plan", "--to", "v9", "--crd", "crd.yaml"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("has versions v2, v1"), "{}", stderr(&o));
+}
+
+#[test]
+fn plan_retire_starts_by_moving_the_hub_off_the_version() {
+    let d = scratch("plan-retire");
+    copy("databases-crd.yaml", &d, "crd.yaml");
+    copy("databases-config.yaml", &d, "config.yaml");
+    let j =
+        json_of(&at(&d, &["plan", "--retire", "v2", "--crd", "crd.yaml", "-c", "config.yaml", "-o", "json"]));
+    let steps = j["summary"]["steps"].as_array().expect("steps");
+    assert_eq!(steps[0]["title"], "Move the hub off v2");
+    assert_eq!(steps[0]["status"], "ready");
+    let o = at(&d, &["plan", "--retire", "v1", "--crd", "crd.yaml", "-c", "config.yaml"]);
+    assert_eq!(code(&o), 0);
+    golden("plan-retire-v1.txt", &stdout(&o));
+    assert!(stdout(&o).contains("▶ 2. [READY] Deprecate v1"), "{}", stdout(&o));
+}
