@@ -7,6 +7,7 @@ mod analyze;
 mod compat;
 mod completion;
 mod diff;
+mod import;
 mod kyverno;
 mod lint;
 mod load;
@@ -105,6 +106,8 @@ enum Command {
     Completion(completion::CompletionArgs),
     /// Print the version, git commit and build target.
     Version(version::VersionArgs),
+    /// Translate the reference project's configs and servers into dco's; report every change.
+    Import(import::ImportArgs),
     /// Compare two revisions of a target and its config; fail on breaking changes.
     Compat(compat::CompatArgs),
     /// Compare two configs of one target: coverage, rules, lossless verdicts, diagnostics.
@@ -217,6 +220,7 @@ fn main() -> ExitCode {
         Command::Generate(g) => kyverno::run(&g),
         Command::Completion(args) => completion::run(&args),
         Command::Version(args) => version::run(&args),
+        Command::Import(args) => import::run(&args),
         Command::Validate(inputs) => inputs.load().and_then(|l| validate(&l)),
         Command::Analyze { inputs, output } => inputs.load().and_then(|l| analyze::run(&l, output)),
         Command::Convert { inputs, sample, to, from, output } => {
