@@ -18,6 +18,7 @@ mod patch_preview;
 mod plan;
 mod rehub;
 mod roundtrip;
+mod validate;
 mod suggest;
 mod version;
 mod versions;
@@ -55,13 +56,18 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Compile the config against the target's schemas; print the diagnostics.
-    Validate(Inputs),
+    Validate {
+        #[command(flatten)]
+        inputs: Inputs,
+        #[command(flatten)]
+        output: output::OutputArgs,
+    },
     /// Show per-spoke and per-rule verdicts, claims and uncovered fields.
     Analyze {
         #[command(flatten)]
         inputs: Inputs,
-        #[arg(short, long, value_enum, default_value_t = Format::Table)]
-        output: Format,
+        #[command(flatten)]
+        output: output::OutputArgs,
     },
     /// Convert a sample object to another version.
     Convert {
@@ -131,12 +137,6 @@ struct Inputs {
     /// The Crossplane CompositeResourceDefinition the config targets.
     #[arg(long)]
     xrd: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -221,8 +221,12 @@ fn main() -> ExitCode {
         Command::Completion(args) => completion::run(&args),
         Command::Version(args) => version::run(&args),
         Command::Import(args) => import::run(&args),
-        Command::Validate(inputs) => inputs.load().and_then(|l| validate(&l)),
-        Command::Analyze { inputs, output } => inputs.load().and_then(|l| analyze::run(&l, output)),
+        Command::Validate { inputs, output } => {
+            inputs.load().and_then(|l| validate::run(&l, &inputs.config, &output))
+        }
+        Command::Analyze { inputs, output } => {
+            inputs.load().and_then(|l| analyze::run(&l, &inputs.config, &output))
+        }
         Command::Convert { inputs, sample, to, from, output } => {
             inputs.load().and_then(|l| convert(&l, &sample, &to, from.as_deref(), output))
         }
@@ -253,38 +257,6 @@ fn main() -> ExitCode {
 /// Writes to stdout; a closed pipe (`convctl ... | head`) is not an error worth a panic.
 pub fn emit(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
-}
-
-/// Prints the diagnostics; fails when the config does not compile.
-fn validate(l: &Loaded) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
-    let r = &l.compiled.report;
-    for e in l.extra_errors() {
-        let _ = writeln!(out, "error: {e}");
-    }
-    for d in &r.diagnostics {
-        let sev = if d.is_error() { "error" } else { "warning" };
-        let _ = writeln!(out, "{sev}: {d}");
-    }
-    let errors = r.errors().count() + l.extra_errors().len();
-    let warnings = r.warnings().count();
-    if l.ok() {
-        let _ = writeln!(
-            out,
-            "ok: {} converts {} between hub {} and {} spoke(s); lossless: {}; {warnings} warning(s)",
-            l.config.name,
-            l.target.name(),
-            l.config.spec.hub_version,
-            l.config.spec.spokes.len(),
-            if r.overall_lossless { "yes" } else { "no (acknowledged)" }
-        );
-        Ok(())
-    } else {
-        Err(CliError::Failed(format!(
-            "{} does not compile: {errors} error(s), {warnings} warning(s)",
-            l.config.name
-        )))
-    }
 }
 
 /// Fails with the diagnostics when the config does not compile (for convert and test).

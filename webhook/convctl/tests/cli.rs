@@ -177,7 +177,10 @@ fn analyze_table_and_json() {
     args.extend(["-o".into(), "json".into()]);
     let o = run(args);
     assert_eq!(code(&o), 0);
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("analyze -o json prints JSON");
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("analyze -o json prints JSON");
+    // The versioned report shape; the analysis is its summary (docs/convctl.md, "Output formats").
+    assert_eq!(doc["apiVersion"], "convctl.dco.rs/v1");
+    let v = &doc["summary"];
     assert_eq!(v["compiles"], true);
     assert_eq!(v["overallLossless"], false);
     assert_eq!(v["kind"], "XRD");
@@ -201,7 +204,8 @@ fn analyze_table_and_json() {
         "json",
     ]);
     assert_eq!(code(&o), 1);
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let v = &doc["summary"];
     assert_eq!(v["compiles"], false);
     assert_eq!(v["spokes"][0]["fieldsUncoveredHub"], serde_json::json!(["spec.memory", "spec.replicas"]));
 }
