@@ -301,7 +301,7 @@ fn translate(d: &Doc, targets: &BTreeMap<String, Target>, findings: &mut Vec<Fin
         );
         return None;
     }
-    let Some(obj) = d.value.as_object() else { return None };
+    let obj = d.value.as_object()?;
     if !ours {
         cx.changed("apiVersion", format!("{api_version} → {}", dco_api::API_VERSION));
     }
@@ -504,23 +504,24 @@ fn rules_branchmap(rules: &mut [Value], path: &str, cx: &mut Ctx) {
 fn server_spec(spec: &mut Value, cx: &mut Ctx) {
     // Two defaults differ: the reference's sharding block opts in when written (its `enabled`
     // defaults to true), and its autoscaling targets 75 % CPU; dco's defaults are false and 80.
-    if let Some(sh) = spec.get_mut("sharding").and_then(Value::as_object_mut) {
-        if !sh.contains_key("enabled") {
-            sh.insert("enabled".into(), Value::Bool(true));
-            cx.changed(
-                "spec.sharding.enabled",
-                "set to true: a written sharding block opts in in the reference; dco's enabled defaults to false".into(),
-            );
-        }
+    if let Some(sh) = spec.get_mut("sharding").and_then(Value::as_object_mut)
+        && !sh.contains_key("enabled")
+    {
+        sh.insert("enabled".into(), Value::Bool(true));
+        cx.changed(
+            "spec.sharding.enabled",
+            "set to true: a written sharding block opts in in the reference; dco's enabled defaults to false"
+                .into(),
+        );
     }
-    if let Some(a) = spec.get_mut("autoscaling").and_then(Value::as_object_mut) {
-        if !a.contains_key("targetCPUUtilizationPercentage") {
-            a.insert("targetCPUUtilizationPercentage".into(), json!(75));
-            cx.changed(
-                "spec.autoscaling.targetCPUUtilizationPercentage",
-                "set to 75, the reference's default; dco's default is 80".into(),
-            );
-        }
+    if let Some(a) = spec.get_mut("autoscaling").and_then(Value::as_object_mut)
+        && !a.contains_key("targetCPUUtilizationPercentage")
+    {
+        a.insert("targetCPUUtilizationPercentage".into(), json!(75));
+        cx.changed(
+            "spec.autoscaling.targetCPUUtilizationPercentage",
+            "set to 75, the reference's default; dco's default is 80".into(),
+        );
     }
     if spec.get("cacheSelector").is_some() {
         cx.add(
