@@ -18,7 +18,7 @@ use dco_engine::schema::FlatSchema;
 use serde_json::{Value, json};
 
 use crate::CliError;
-use crate::diff::{Side, claim_key, describe_rule, emit_report, target_kind_label};
+use crate::diff::{Side, claim_key, describe_rule, emit_report, file_line, target_kind_label};
 use crate::lint::{Found, Walk, walk};
 use crate::output::{Finding, Location, OutputArgs, Report, Severity};
 use crate::versions::Definition;
@@ -99,7 +99,7 @@ fn pick_config<'a>(w: &'a Walk, root: &Path, name: Option<&str>) -> Result<&'a F
 impl Revision {
     fn read(root: &Path, name: Option<&str>) -> Result<Revision, CliError> {
         let mut w = Walk::default();
-        walk(&[root.to_path_buf()], false, &mut w)?;
+        walk(&[root.to_path_buf()], false, &[], &mut w)?;
         if let Some(bad) = w.unreadable.first() {
             return Err(CliError::Usage(format!("{}: {}", root.display(), bad.message)));
         }
@@ -524,7 +524,8 @@ pub fn run(args: &CompatArgs) -> Result<(), CliError> {
     out.findings.sort_by(|a, b| {
         rank(a.severity).cmp(&rank(b.severity)).then(a.rule.cmp(&b.rule)).then(a.message.cmp(&b.message))
     });
-    let findings = out.findings;
+    let mut findings = out.findings;
+    crate::lint::add_lines(&mut findings);
 
     let breaking = findings.iter().filter(|f| f.fails).count();
     let mut table = String::new();
@@ -549,7 +550,7 @@ pub fn run(args: &CompatArgs) -> Result<(), CliError> {
             let _ = writeln!(
                 table,
                 "      at {} {}",
-                f.location.file.as_deref().unwrap_or(""),
+                file_line(&f.location),
                 f.location.path.as_deref().unwrap_or("")
             );
             if let Some(fix) = &f.fix {

@@ -489,7 +489,8 @@ pub fn run(args: &DiffArgs) -> Result<(), CliError> {
     };
     let target = args.target.load()?;
     let (from, to) = (Side::load(a, &target)?, Side::load(b, &target)?);
-    let (findings, summary) = compare(&from, &to, &target);
+    let (mut findings, summary) = compare(&from, &to, &target);
+    crate::lint::add_lines(&mut findings);
     let mut table = String::new();
     let _ = writeln!(table, "{} conversion diff: {}", target_kind_label(target.kind()), target.name());
     let _ = writeln!(table, "{} → {}\n", from.label, to.label);
@@ -499,7 +500,7 @@ pub fn run(args: &DiffArgs) -> Result<(), CliError> {
     for f in &findings {
         let _ = writeln!(table, "  {}", f.message);
         if let Some(p) = &f.location.path {
-            let _ = writeln!(table, "      at {} {p}", f.location.file.as_deref().unwrap_or(""));
+            let _ = writeln!(table, "      at {} {p}", file_line(&f.location));
         }
     }
     let summary_line = if findings.is_empty() {
@@ -509,6 +510,15 @@ pub fn run(args: &DiffArgs) -> Result<(), CliError> {
     };
     let report = Report { command: "diff".into(), findings, cases: Vec::new(), summary, table, summary_line };
     emit_report(&report, &args.out)
+}
+
+/// `file:line` when the line is known, else the file.
+pub fn file_line(l: &Location) -> String {
+    match (&l.file, l.line) {
+        (Some(f), Some(n)) => format!("{f}:{n}"),
+        (Some(f), None) => f.clone(),
+        _ => String::new(),
+    }
 }
 
 /// Renders a report in the chosen format (stdout or `--output-file`) and maps it to the exit

@@ -29,6 +29,10 @@ pub struct LintArgs {
     /// Further trees to search for CRDs and XRDs only (schemas kept apart from configs).
     #[arg(long, value_name = "DIR")]
     pub schema_dir: Vec<PathBuf>,
+    /// Skip files and directories whose path or name matches this glob (`*` and `?` within one
+    /// path segment; repeatable), e.g. `--exclude 'vendor' --exclude '*.generated.yaml'`.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
     /// Which findings fail the run: `error` (default), `warn` (warnings too), `none` (report only).
     #[arg(long, value_enum, default_value_t = LintFailOn::Error)]
     pub fail_on: LintFailOn,
@@ -72,7 +76,43 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
 }
 
 /// Sorted YAML/JSON files under `root` (or `root` itself), hidden directories skipped.
-fn files_under(root: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<(), CliError> {
+/// `pattern` matches `text` (`*`: any run of characters but `/`; `?`: one such character).
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // Iterative matching with one backtrack point, linear in practice and bounded by p × t.
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' && t[ti] != '/' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(sp) = star.filter(|_| t[mark] != '/') {
+            pi = sp + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+fn excluded(path: &Path, exclude: &[String]) -> bool {
+    let full = path.to_string_lossy();
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let full = full.strip_prefix("./").unwrap_or(&full);
+    exclude.iter().any(|g| glob(g, full) || glob(g, &name))
+}
+
+fn files_under(
+    root: &Path,
+    out: &mut Vec<PathBuf>,
+    depth: usize,
+    exclude: &[String],
+) -> Result<(), CliError> {
     let meta = fs::symlink_metadata(root)
         .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", root.display())))?;
     if meta.is_file() || (meta.file_type().is_symlink() && root.is_file()) {
@@ -95,9 +135,12 @@ fn files_under(root: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<(), 
             Ok(m) => m,
             Err(_) => continue,
         };
+        if excluded(&p, exclude) {
+            continue;
+        }
         if md.is_dir() {
             if !name.starts_with('.') {
-                files_under(&p, out, depth + 1)?;
+                files_under(&p, out, depth + 1, exclude)?;
             }
         } else if matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
             out.push(p);
@@ -132,10 +175,15 @@ fn classify(doc: &Value) -> Option<(TargetKind, bool)> {
 /// name). A file that does not parse is skipped unless it mentions a conversion config or a
 /// resource definition, which is then reported: a broken config must not pass as "no config
 /// found", nor a broken definition as "unpaired".
-pub fn walk(roots: &[PathBuf], schemas_only: bool, into: &mut Walk) -> Result<(), CliError> {
+pub fn walk(
+    roots: &[PathBuf],
+    schemas_only: bool,
+    exclude: &[String],
+    into: &mut Walk,
+) -> Result<(), CliError> {
     for root in roots {
         let mut files = Vec::new();
-        files_under(root, &mut files, 0)?;
+        files_under(root, &mut files, 0, exclude)?;
         for file in files {
             into.files += 1;
             let size = fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
@@ -214,7 +262,22 @@ fn error(rule: &str, message: String, fix: Option<String>, location: Location) -
 
 /// The config path of a diagnostic: `spec.spokes[i].rules[j]`, `spec.spokes[i]` or `spec`.
 fn diag_path(spec: &dco_api::config::ConversionSpec, d: &dco_engine::Diagnostic) -> String {
-    let Some(v) = &d.spoke else { return "spec".into() };
+    let Some(v) = &d.spoke else {
+        // A config-wide finding starts with the field it is about (`hubVersion "v9" is not…`).
+        let first = d.message.split([' ', ':']).next().unwrap_or_default();
+        const FIELDS: [&str; 6] = [
+            "hubVersion",
+            "spokes",
+            "unmappedFieldPolicy",
+            "unmappedFieldReason",
+            "conversionReviewVersions",
+            "driftPolicy",
+        ];
+        return match FIELDS.iter().find(|f| **f == first) {
+            Some(f) => format!("spec.{f}"),
+            None => "spec".into(),
+        };
+    };
     let Some(si) = spec.spokes.iter().position(|s| &s.version == v) else { return "spec.spokes".into() };
     match d.rule.as_deref() {
         Some([r, ..]) => format!("spec.spokes[{si}].rules[{r}]"),
@@ -331,8 +394,8 @@ fn lint_one(
 pub fn run(args: &LintArgs) -> Result<(), CliError> {
     let roots = if args.paths.is_empty() { vec![PathBuf::from(".")] } else { args.paths.clone() };
     let mut w = Walk::default();
-    walk(&roots, false, &mut w)?;
-    walk(&args.schema_dir, true, &mut w)?;
+    walk(&roots, false, &args.exclude, &mut w)?;
+    walk(&args.schema_dir, true, &args.exclude, &mut w)?;
     // The first definition of a name wins (the walk is sorted, so this is deterministic).
     let mut schemas: BTreeMap<(&'static str, String), Found> = BTreeMap::new();
     for f in w.found.iter().filter(|f| !f.is_config) {
@@ -369,6 +432,7 @@ pub fn run(args: &LintArgs) -> Result<(), CliError> {
     for p in &pairs {
         findings.extend(p.findings.iter().cloned());
     }
+    add_lines(&mut findings);
     for f in &mut findings {
         f.fails = match (args.fail_on, f.severity) {
             (LintFailOn::None, _) => false,
@@ -421,6 +485,9 @@ pub fn run(args: &LintArgs) -> Result<(), CliError> {
             if let Some(d) = f.location.document {
                 let _ = write!(place, "document {d}");
             }
+            if let Some(l) = f.location.line {
+                let _ = write!(place, "{}line {l}", if place.is_empty() { "" } else { ", " });
+            }
             if let Some(p) = &f.location.path {
                 let _ = write!(place, "{}{p}", if place.is_empty() { "" } else { ", " });
             }
@@ -467,4 +534,179 @@ pub fn run(args: &LintArgs) -> Result<(), CliError> {
     });
     let report = Report { command: "lint".into(), findings, cases: Vec::new(), summary, table, summary_line };
     emit_report(&report, &args.out)
+}
+
+/// One step of a config path: `spokes` or `[1]`.
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn steps(path: &str) -> Vec<Step<'_>> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let (key, rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+        if !key.is_empty() {
+            out.push(Step::Key(key));
+        }
+        for idx in rest.split('[') {
+            if let Ok(i) = idx.trim_end_matches(']').parse() {
+                out.push(Step::Index(i));
+            }
+        }
+    }
+    out
+}
+
+/// Column of a line's key (after any `- ` item markers), and the key itself.
+fn key_at(line: &str) -> Option<(usize, &str)> {
+    let mut col = line.len() - line.trim_start().len();
+    let mut rest = line.trim_start();
+    while let Some(r) = rest.strip_prefix("- ") {
+        col += 2 + (r.len() - r.trim_start().len());
+        rest = r.trim_start();
+    }
+    let (key, _) = rest.split_once(':')?;
+    let key = key.trim_matches(|c| c == '"' || c == '\'');
+    (!key.is_empty() && !key.starts_with('#') && !key.contains(' ')).then_some((col, key))
+}
+
+fn dash_at(line: &str) -> Option<usize> {
+    let t = line.trim_start();
+    (t == "-" || t.starts_with("- ")).then(|| line.len() - t.len())
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+fn blank(line: &str) -> bool {
+    let t = line.trim_start();
+    t.is_empty() || t.starts_with('#')
+}
+
+/// The 1-based line of `path` (`spec.spokes[1].rules[0]`) in the `document`-th (1-based, empty
+/// documents not counted) YAML document of `text`, for block-style YAML; the deepest step it
+/// can follow when the rest is written in flow style. A best effort for locations in reports:
+/// None when not even the first step is found.
+pub fn line_of(text: &str, document: usize, path: &str) -> Option<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut docs: Vec<(usize, usize)> = Vec::new();
+    let mut start = 0;
+    for (i, l) in lines.iter().enumerate().chain(std::iter::once((lines.len(), &"---"))) {
+        if *l == "---" || l.starts_with("--- ") {
+            if lines[start..i].iter().any(|l| !blank(l)) {
+                docs.push((start, i));
+            }
+            start = i + 1;
+        }
+    }
+    let (mut lo, mut hi) = *docs.get(document.checked_sub(1)?)?;
+    let mut found = None;
+    for step in steps(path) {
+        match step {
+            Step::Key(k) => {
+                let keys: Vec<(usize, usize, &str)> =
+                    (lo..hi).filter_map(|i| key_at(lines[i]).map(|(c, key)| (i, c, key))).collect();
+                let Some(col) = keys.iter().map(|k| k.1).min() else { break };
+                let Some(&(at, _, _)) = keys.iter().find(|(_, c, key)| *c == col && *key == k) else { break };
+                let end = (at + 1..hi)
+                    .find(|&i| {
+                        !blank(lines[i])
+                            && (indent(lines[i]) < col
+                                || (indent(lines[i]) == col && dash_at(lines[i]).is_none()))
+                    })
+                    .unwrap_or(hi);
+                found = Some(at + 1);
+                (lo, hi) = (at + 1, end);
+            }
+            Step::Index(n) => {
+                let dashes: Vec<(usize, usize)> =
+                    (lo..hi).filter_map(|i| dash_at(lines[i]).map(|c| (i, c))).collect();
+                let Some(col) = dashes.iter().map(|d| d.1).min() else { break };
+                let items: Vec<usize> = dashes.iter().filter(|d| d.1 == col).map(|d| d.0).collect();
+                let Some(&at) = items.get(n) else { break };
+                let end = items.get(n + 1).copied().unwrap_or_else(|| {
+                    (at + 1..hi).find(|&i| !blank(lines[i]) && indent(lines[i]) < col).unwrap_or(hi)
+                });
+                found = Some(at + 1);
+                (lo, hi) = (at, end);
+            }
+        }
+    }
+    found
+}
+
+/// Fills in `line` (and `document` from a `file#N` label) for findings that name a file and a
+/// path, reading each file once.
+pub fn add_lines(findings: &mut [Finding]) {
+    let mut texts: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for f in findings.iter_mut() {
+        let (Some(file), Some(path)) = (f.location.file.clone(), f.location.path.clone()) else { continue };
+        if f.location.line.is_some() {
+            continue;
+        }
+        let (name, doc) = match file.rsplit_once('#') {
+            Some((n, d)) if d.parse::<usize>().is_ok() => (n.to_string(), d.parse().unwrap_or(1)),
+            _ => (file.clone(), f.location.document.unwrap_or(1)),
+        };
+        let text = texts.entry(name.clone()).or_insert_with(|| {
+            fs::metadata(&name)
+                .ok()
+                .filter(|m| m.len() <= MAX_FILE_BYTES)
+                .and_then(|_| fs::read_to_string(&name).ok())
+        });
+        // A schema field is written `spec.versions[0].schema.openAPIV3Schema spec.replicas`.
+        let yaml_path = match path.split_once(' ') {
+            Some((base, field)) => format!("{base}.properties.{}", field.replace('.', ".properties.")),
+            None => path,
+        };
+        if let Some(line) = text.as_deref().and_then(|t| line_of(t, doc, &yaml_path)) {
+            f.location.line = Some(line);
+            if f.location.document.is_none() && file.contains('#') {
+                f.location.document = Some(doc);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{glob, line_of};
+
+    #[test]
+    fn globs_match_within_a_segment() {
+        assert!(glob("*.yaml", "a.yaml"));
+        assert!(!glob("*.yaml", "dir/a.yaml"));
+        assert!(glob("dir/*.yaml", "dir/a.yaml"));
+        assert!(glob("vendor", "vendor"));
+        assert!(glob("v?ndor*", "vendored"));
+        assert!(!glob("vendor", "vendors"));
+        assert!(glob("*", ""));
+        assert!(!glob("a*b", "a/b"));
+    }
+
+    const TEXT: &str = "# leading comment\n---\nkind: Other\n---\napiVersion: conversion.dco.rs/v1alpha1\nkind: CRDConversionConfig\nspec:\n  hubVersion: v2\n  spokes:\n    - version: v1\n      rules:\n        - strategy: FieldRename\n          fieldRename: {hubPath: a, spokePath: b}\n        - strategy: TypeCoerce\n          typeCoerce: {path: c}\nstatus: {}\n";
+
+    #[test]
+    fn lines_follow_block_yaml_and_stop_at_flow_style() {
+        assert_eq!(line_of(TEXT, 2, "apiVersion"), Some(5));
+        assert_eq!(line_of(TEXT, 2, "spec.hubVersion"), Some(8));
+        assert_eq!(line_of(TEXT, 2, "spec.spokes[0]"), Some(10));
+        assert_eq!(line_of(TEXT, 2, "spec.spokes[0].rules[1]"), Some(14));
+        assert_eq!(line_of(TEXT, 2, "spec.spokes[0].rules[1].typeCoerce"), Some(15));
+        // Inside a flow mapping: the deepest block-style step.
+        assert_eq!(line_of(TEXT, 2, "spec.spokes[0].rules[0].fieldRename.hubPath"), Some(13));
+        assert_eq!(line_of(TEXT, 1, "kind"), Some(3));
+        assert_eq!(line_of(TEXT, 3, "kind"), None);
+        assert_eq!(line_of(TEXT, 2, "status"), Some(16));
+        assert_eq!(line_of(TEXT, 2, "metadata"), None);
+    }
+
+    #[test]
+    fn compact_sequences_at_the_key_indentation_are_items() {
+        let t = "spec:\n  spokes:\n  - version: v1\n    rules:\n    - strategy: A\n    - strategy: B\n  - version: v2\n";
+        assert_eq!(line_of(t, 1, "spec.spokes[1]"), Some(7));
+        assert_eq!(line_of(t, 1, "spec.spokes[0].rules[1]"), Some(6));
+    }
 }

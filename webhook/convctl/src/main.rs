@@ -18,8 +18,8 @@ mod patch_preview;
 mod plan;
 mod rehub;
 mod roundtrip;
-mod validate;
 mod suggest;
+mod validate;
 mod version;
 mod versions;
 

@@ -98,7 +98,7 @@ fn diff_of_one_removed_rule_names_the_rule_and_the_paths() {
         "{out}"
     );
     assert!(out.contains("hub field spec.storageGB became uncovered: rule 0 (FieldRename"), "{out}");
-    assert!(out.contains("at old.yaml spec.spokes[0].rules[0]"), "{out}");
+    assert!(out.contains("at old.yaml:12 spec.spokes[0].rules[0]"), "{out}");
     assert!(
         out.contains("hub→spoke lossless → lossy: spec.storageGB, spec.storageSize uncovered in new.yaml"),
         "{out}"
@@ -127,6 +127,7 @@ fn diff_of_one_removed_rule_names_the_rule_and_the_paths() {
         .expect("rule-removed");
     assert_eq!(removed["location"]["path"], "spec.spokes[0].rules[0]");
     assert_eq!(removed["location"]["file"], "old.yaml");
+    assert_eq!(removed["location"]["line"], 12, "the line of `- strategy: FieldRename`");
 }
 
 #[test]
@@ -245,7 +246,7 @@ fn compat_fails_on_breaking_changes_and_names_their_paths() {
         "{out}"
     );
     assert!(
-        out.contains("at head/crd.yaml#1 spec.versions[0].schema.openAPIV3Schema spec.replicas"),
+        out.contains("at head/crd.yaml#1:23 spec.versions[0].schema.openAPIV3Schema spec.replicas"),
         "{out}"
     );
     assert!(
@@ -254,7 +255,7 @@ fn compat_fails_on_breaking_changes_and_names_their_paths() {
         ),
         "{out}"
     );
-    assert!(out.contains("at base/config/databases.yaml spec.spokes[0].rules[2]"), "{out}");
+    assert!(out.contains("at base/config/databases.yaml:18 spec.spokes[0].rules[2]"), "{out}");
     golden("compat-breaking.txt", &out);
 
     // Acknowledging every breaking class passes, and says which were used.
@@ -326,7 +327,7 @@ fn lint_finds_pairs_and_validates_every_config_in_a_tree() {
     assert!(out.contains("OK       tree/good/config.yaml#1"), "{out}");
     assert!(out.contains("INVALID  tree/broken/config.yaml#1"), "{out}");
     assert!(
-        out.contains("tree/broken/config.yaml:\n  error   document 1, spec.spokes[1]: spoke v1"),
+        out.contains("tree/broken/config.yaml:\n  error   document 1, line 101, spec.spokes[1]: spoke v1"),
         "{out}"
     );
     // The hidden directory is not searched.
@@ -337,6 +338,11 @@ fn lint_finds_pairs_and_validates_every_config_in_a_tree() {
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
     let o = at(&d, &["lint", "tree", "--fail-on", "none"]);
     assert_eq!(code(&o), 0);
+    let o = at(&d, &["lint", "tree", "--exclude", "broken"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let o = at(&d, &["lint", "tree", "--exclude", "tree/broken/config.yaml", "-o", "json"]);
+    let j = json_of(&o);
+    assert_eq!((j["summary"]["configs"].as_u64(), j["summary"]["schemas"].as_u64()), (Some(1), Some(2)));
 
     // A config whose definition lives elsewhere is unpaired, until --schema-dir names it.
     let o = at(&d, &["lint", "tree/broken/config.yaml", "-o", "json"]);
@@ -485,4 +491,79 @@ fn plan_retire_starts_by_moving_the_hub_off_the_version() {
     assert_eq!(code(&o), 0);
     golden("plan-retire-v1.txt", &stdout(&o));
     assert!(stdout(&o).contains("▶ 2. [READY] Deprecate v1"), "{}", stdout(&o));
+}
+
+#[test]
+fn lint_github_annotations_carry_file_and_line() {
+    let d = lint_tree("lint-github");
+    let o = at(&d, &["lint", "tree", "-o", "github"]);
+    assert_eq!(code(&o), 1);
+    let out = stdout(&o);
+    assert!(out.contains("::error file=tree/broken/config.yaml,line=101,title=compile-error"), "{out}");
+}
+
+/// Every output line the docs show for these commands is one the command prints (lines cut
+/// with `…` and `...` aside), so the examples cannot drift from the program.
+#[test]
+fn docs_examples_are_real_outputs() {
+    let docs = fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/convctl.md"))
+        .expect("docs/convctl.md");
+    let goldens = [
+        ("diff", "diff-removed-rule.txt"),
+        ("compat", "compat-breaking.txt"),
+        ("lint", "lint-tree.txt"),
+        ("versions", "versions-widgets.txt"),
+        ("plan", "plan-to-v1.txt"),
+    ];
+    for (section, file) in goldens {
+        let body = docs
+            .split(&format!("\n## {section}\n"))
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .unwrap_or_else(|| panic!("docs/convctl.md has no ## {section}"));
+        let want = fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/compare").join(file),
+        )
+        .expect("golden");
+        let example = body
+            .split("```")
+            .find(|block| {
+                block.trim_start().starts_with(&format!("\n$ convctl {section}"))
+                    || block.starts_with(&format!("\n$ convctl {section}"))
+            })
+            .unwrap_or_else(|| panic!("## {section} has no `$ convctl {section}` example"));
+        let mut checked = 0;
+        for line in example
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("$ ") && !l.contains('…') && l.trim() != "...")
+        {
+            assert!(
+                want.lines().any(|w| w == line),
+                "## {section}: {line:?} is not in tests/golden/compare/{file}"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 3, "## {section}: only {checked} lines checked");
+    }
+}
+
+#[test]
+fn lint_points_a_config_wide_error_at_its_field() {
+    let d = scratch("lint-hub");
+    copy("databases-crd.yaml", &d, "crd.yaml");
+    let cfg = copy("databases-config.yaml", &d, "config.yaml");
+    replace(&cfg, "hubVersion: v2", "hubVersion: v1");
+    let o = at(&d, &["lint", ".", "-o", "json"]);
+    assert_eq!(code(&o), 1);
+    let j = json_of(&o);
+    let hub = j["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| {
+            f["message"].as_str().is_some_and(|m| m.starts_with("hubVersion v1 is not the storage version"))
+        })
+        .unwrap_or_else(|| panic!("no hub finding: {j}"));
+    assert_eq!(hub["location"]["path"], "spec.hubVersion");
+    assert_eq!(hub["location"]["line"], 8);
 }
