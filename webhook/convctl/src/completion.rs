@@ -152,8 +152,13 @@ fn file_has_kind(path: &Path, kind: FileKind) -> bool {
         } else {
             return false;
         };
-        let v = v.trim().trim_end_matches(',').trim_matches(|c| c == '"' || c == '\'');
-        kind.matches(v)
+        // The value: a quoted string up to its closing quote, or a plain word.
+        let v = v.trim_start();
+        let v = match v.strip_prefix('"').or_else(|| v.strip_prefix('\'')) {
+            Some(q) => q.split(['"', '\'']).next().unwrap_or_default(),
+            None => v.split([' ', '#', ',', '}']).next().unwrap_or_default(),
+        };
+        kind.matches(v.trim())
     })
 }
 

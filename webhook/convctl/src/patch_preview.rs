@@ -34,7 +34,7 @@ pub struct PatchPreviewArgs {
     pub service_namespace: String,
     /// The CA that signed the server's certificate: PEM, or base64 of the PEM (as in a
     /// Secret's `ca.crt` or a CRD's `caBundle`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub ca_bundle: String,
     /// The webhook path; the operator's is /convert/<target name>.
     #[arg(long)]
