@@ -483,6 +483,7 @@ pub struct BranchMapParams {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = branch_spellings)]
 pub struct Branch {
     /// Branch key under the hub union (`hubBranch` is accepted too, as the reference spells it).
     #[serde(alias = "hubBranch")]
@@ -500,6 +501,40 @@ pub struct Branch {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "opaque_rules")]
     pub rules: Vec<ConversionRule>,
+}
+
+/// The CRD schema of a branch declares the reference's spellings `hubBranch`/`spokeBranch`
+/// beside `hub`/`spoke` (serde reads either), so a config written the reference's way passes
+/// the apiserver as it passes convctl; CEL rules require exactly one spelling of each.
+fn branch_spellings(schema: &mut schemars::Schema) {
+    for (key, alias) in [("hub", "hubBranch"), ("spoke", "spokeBranch")] {
+        if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+            let mut s = props.get(key).cloned().unwrap_or_else(|| serde_json::json!({"type": "string"}));
+            if let Some(o) = s.as_object_mut() {
+                o.insert(
+                    "description".into(),
+                    format!("The reference project's spelling of `{key}`.").into(),
+                );
+            }
+            props.insert(alias.into(), s);
+        }
+        if let Some(req) = schema.get_mut("required").and_then(Value::as_array_mut) {
+            req.retain(|r| r != key);
+        }
+        let rule = serde_json::json!({
+            "rule": format!("has(self.{key}) != has(self.{alias})"),
+            "message": format!("a branch names its {key} key once: set `{key}` (or `{alias}`, the reference's spelling), not both and not neither"),
+        });
+        match schema.get_mut("x-kubernetes-validations").and_then(Value::as_array_mut) {
+            Some(list) => list.push(rule),
+            None => {
+                schema.insert("x-kubernetes-validations".into(), Value::Array(vec![rule]));
+            }
+        }
+    }
+    if schema.get("required").and_then(Value::as_array).is_some_and(Vec::is_empty) {
+        schema.remove("required");
+    }
 }
 
 /// Apply a rule only when the input's `path` equals `equals`.
@@ -793,6 +828,48 @@ mod tests {
         let r = rule(serde_json::json!({"strategy": "FromLabel",
             "fromLabel": {"spokePath": "spec.tier", "key": "tier", "serialization": "JSON"}}));
         assert_eq!(r.from_label.unwrap().serialization, Serialization::Json);
+    }
+
+    #[test]
+    fn a_branch_reads_either_spelling_and_the_crd_declares_both() {
+        let a: Branch = serde_json::from_value(serde_json::json!({"hub": "s3", "spoke": "obj"})).unwrap();
+        let b: Branch =
+            serde_json::from_value(serde_json::json!({"hubBranch": "s3", "spokeBranch": "obj"})).unwrap();
+        assert_eq!(a, b);
+        // Both spellings at once is no branch serde can read, and the CEL rule says so too.
+        assert!(
+            serde_json::from_value::<Branch>(
+                serde_json::json!({"hub": "s3", "hubBranch": "s3", "spoke": "o"})
+            )
+            .is_err()
+        );
+        let crds = serde_json::to_value(crate::crds()).unwrap();
+        let mut found = 0;
+        for crd in crds.as_array().unwrap() {
+            for v in crd["spec"]["versions"].as_array().unwrap() {
+                let Some(branch) = v.pointer(
+                    "/schema/openAPIV3Schema/properties/spec/properties/spokes/items/properties/rules/items/properties/branchMap/properties/branches/items",
+                ) else {
+                    continue;
+                };
+                for key in ["hub", "spoke", "hubBranch", "spokeBranch"] {
+                    assert_eq!(branch["properties"][key]["type"], "string", "{key}");
+                }
+                assert!(branch.get("required").is_none(), "{branch}");
+                let rules: Vec<&str> = branch["x-kubernetes-validations"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|r| r["rule"].as_str())
+                    .collect();
+                assert_eq!(
+                    rules,
+                    ["has(self.hub) != has(self.hubBranch)", "has(self.spoke) != has(self.spokeBranch)"]
+                );
+                found += 1;
+            }
+        }
+        assert_eq!(found, 2, "both config kinds");
     }
 
     #[test]

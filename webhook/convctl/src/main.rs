@@ -8,9 +8,11 @@ mod compat;
 mod completion;
 mod diff;
 mod import;
+mod keys;
 mod kyverno;
 mod lint;
 mod load;
+mod locate;
 // Used by the commands as they move onto the shared report model.
 #[allow(dead_code)]
 mod output;
@@ -185,6 +187,7 @@ impl Inputs {
             )));
         }
         let target = load::target(path, kind)?;
+        load::same_target(&config, &target)?;
         let compiled = compile(&config.spec, &target);
         Ok(Loaded { config, target, compiled })
     }

@@ -151,11 +151,14 @@ fn target_name_mismatch_fails_validation() {
     std::fs::write(&path, text).unwrap();
     let o = convctl(&["validate", "--config", path.to_str().unwrap(), "--xrd", &ex("widgets-xrd.yaml")]);
     assert_eq!(code(&o), 1);
+    // One cause, reported once at the target's name, before any compile diagnostic.
     assert!(
-        stdout(&o).contains("targets gadgets.example.org but the given definition is xwidgets.example.org"),
+        stderr(&o).contains("targets gadgets.example.org but the given definition is xwidgets.example.org"),
         "{}",
-        stdout(&o)
+        stderr(&o)
     );
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
 }
 
 #[test]
