@@ -567,3 +567,39 @@ fn lint_points_a_config_wide_error_at_its_field() {
     assert_eq!(hub["location"]["path"], "spec.hubVersion");
     assert_eq!(hub["location"]["line"], 8);
 }
+
+#[test]
+fn every_format_of_the_shared_report_renders_these_commands() {
+    let d = scratch("formats");
+    copy("databases-crd.yaml", &d, "crd.yaml");
+    copy("databases-config.yaml", &d, "old.yaml");
+    let new = copy("databases-config.yaml", &d, "new.yaml");
+    edit(&new, |v| {
+        rules_of(v, 0).remove(0);
+    });
+    let diff = ["diff", "-c", "old.yaml", "-c", "new.yaml", "--crd", "crd.yaml"];
+    let md = at(&d, &[&diff[..], &["-o", "markdown"]].concat());
+    assert_eq!(code(&md), 1);
+    assert!(
+        stdout(&md).contains("rule 0 (FieldRename hub spec.storageGB ↔ spoke spec.storageSize)"),
+        "{}",
+        stdout(&md)
+    );
+    let sarif = json_of(&at(&d, &[&diff[..], &["-o", "sarif"]].concat()));
+    assert_eq!(sarif["version"], "2.1.0");
+    assert!(sarif["runs"][0]["results"].as_array().is_some_and(|r| r.len() == 6), "{sarif}");
+
+    // plan's steps are cases: one JUnit testcase per step, none failing.
+    let junit =
+        stdout(&at(&d, &["plan", "--to", "v1", "--crd", "crd.yaml", "-c", "old.yaml", "-o", "junit"]));
+    assert_eq!(junit.matches("<testcase").count(), 8, "{junit}");
+    assert!(!junit.contains("<failure"), "{junit}");
+
+    // --output-file: the report goes to the file, the summary line to stdout.
+    let o = at(&d, &[&diff[..], &["-o", "json", "--output-file", "diff.json"]].concat());
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).starts_with("diff: 6 difference(s)"), "{}", stdout(&o));
+    let j: Value =
+        serde_json::from_str(&fs::read_to_string(d.join("diff.json")).expect("report file")).expect("json");
+    assert_eq!(j["summary"]["deltas"], 6);
+}
