@@ -194,9 +194,12 @@ impl Ctx<'_> {
         self.add(
             format!("Promote {to} to the hub"),
             format!(
-                "edit {name}: move {field}: true {}to {to}; in the config set spec.hubVersion: {to} and re-express every spoke's rules against {to} ({}a spoke); validate both edited files, then apply them together",
+                "edit {name}: move {field}: true {}to {to}; replace the config by the draft of `convctl rehub --to {to} --config {} {} {}` (hubVersion {to}, every spoke's rules re-expressed against it{}); validate both edited files, then apply them together",
                 old.as_ref().filter(|o| o.as_str() != to).map(|o| format!("from {o} ")).unwrap_or_default(),
-                old.as_ref().filter(|o| o.as_str() != to).map(|o| format!("{o} becomes ")).unwrap_or_default()
+                self.config_arg,
+                self.def.flag(),
+                self.target_arg,
+                old.as_ref().filter(|o| o.as_str() != to).map(|o| format!(", {o} a spoke")).unwrap_or_default()
             ),
             format!("the {field} version and spec.hubVersion are both {to}, and the round trips pass"),
             self.validate_cmd(),
