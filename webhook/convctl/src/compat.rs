@@ -50,16 +50,23 @@ fn severity_of(class: &str) -> &'static str {
 
 #[derive(Args)]
 pub struct CompatArgs {
-    /// The old revision: a directory (searched recursively) or a file holding the config and its
-    /// CRD or XRD.
-    #[arg(long, value_name = "DIR_OR_FILE")]
+    /// The old revision: a directory (searched recursively), a file holding the config and its
+    /// CRD or XRD, or a git revision of the repository the command runs in (`origin/main`).
+    #[arg(long, value_name = "DIR_OR_FILE_OR_REV")]
     pub base: PathBuf,
     /// The new revision, the same way.
-    #[arg(long, value_name = "DIR_OR_FILE")]
+    #[arg(long, value_name = "DIR_OR_FILE_OR_REV")]
     pub head: PathBuf,
-    /// The config's metadata.name, when a revision holds several configs.
-    #[arg(short = 'c', long = "config", value_name = "NAME")]
+    /// The config: its metadata.name, or (as the reference takes it) its path within each
+    /// revision.
+    #[arg(short = 'c', long = "config", value_name = "NAME_OR_PATH")]
     pub config: Option<String>,
+    /// The CRD's path within each revision (the reference's flag; default: found beside the config).
+    #[arg(long, value_name = "PATH", conflicts_with = "xrd")]
+    pub crd: Option<PathBuf>,
+    /// The XRD's path within each revision (the reference's flag; default: found beside the config).
+    #[arg(short = 'x', long, value_name = "PATH")]
+    pub xrd: Option<PathBuf>,
     /// Acknowledge a deliberate breaking class (repeatable): it is reported but does not fail.
     #[arg(long, value_name = "CLASS")]
     pub allow: Vec<String>,
@@ -75,9 +82,17 @@ struct Revision {
     raw_def: Value,
 }
 
+/// Whether `-c` names a file rather than a config.
+fn is_path(c: &str) -> bool {
+    c.contains('/') || [".yaml", ".yml", ".json"].iter().any(|e| c.ends_with(e))
+}
+
 fn pick_config<'a>(w: &'a Walk, root: &Path, name: Option<&str>) -> Result<&'a Found, CliError> {
     let configs: Vec<&Found> = w.found.iter().filter(|f| f.is_config).collect();
     let chosen: Vec<&Found> = match name {
+        Some(n) if is_path(n) => {
+            configs.iter().copied().filter(|f| f.file == root.join(n.trim_start_matches("./"))).collect()
+        }
         Some(n) => configs.iter().copied().filter(|f| f.config_name == n).collect(),
         None => configs.clone(),
     };
@@ -96,10 +111,84 @@ fn pick_config<'a>(w: &'a Walk, root: &Path, name: Option<&str>) -> Result<&'a F
     }
 }
 
+/// A revision read out of git into a scratch directory, removed when dropped. Run in a
+/// subdirectory, `git archive` takes that subdirectory's tree, so paths relative to the working
+/// directory mean what they mean in the shell.
+struct Checkout {
+    dir: PathBuf,
+    rev: String,
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn git(args: &[&str]) -> Option<String> {
+    let o = std::process::Command::new("git").args(args).stderr(std::process::Stdio::null()).output().ok()?;
+    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).trim_end().to_string())
+}
+
+/// `rev`'s tree, through `git archive | tar -x` (no checkout, so a shallow CI clone works).
+fn checkout(rev: &str) -> Result<Checkout, CliError> {
+    let commit =
+        git(&["rev-parse", "--verify", "--quiet", &format!("{rev}^{{commit}}")]).ok_or_else(|| {
+            CliError::Usage(format!(
+                "{rev} is neither a file, a directory nor a git revision of the repository here"
+            ))
+        })?;
+    let dir = std::env::temp_dir().join(format!(
+        "convctl-compat-{}-{}",
+        std::process::id(),
+        &commit[..12.min(commit.len())]
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    let co = Checkout { dir, rev: rev.to_string() };
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("git archive --format=tar \"$1\" | tar -x -C \"$2\"")
+        .arg("convctl")
+        .arg(&commit)
+        .arg(&co.dir)
+        .status()
+        .map_err(|e| CliError::Usage(format!("cannot run git archive | tar: {e}")))?;
+    if !status.success() {
+        return Err(CliError::Usage(format!("git archive {rev} | tar -x failed ({status})")));
+    }
+    Ok(co)
+}
+
 impl Revision {
-    fn read(root: &Path, name: Option<&str>) -> Result<Revision, CliError> {
+    /// Reads a revision given as a path or a git revision; the files of a git revision are
+    /// reported as `REV:path`.
+    fn open(arg: &Path, args: &CompatArgs) -> Result<(Revision, Option<Checkout>), CliError> {
+        if arg.exists() {
+            return Ok((Revision::read(arg, args)?, None));
+        }
+        let co = checkout(&arg.to_string_lossy())?;
+        let dir = format!("{}/", co.dir.display());
+        let rev = Revision::read(&co.dir, args).map_err(|e| match e {
+            CliError::Usage(m) => CliError::Usage(m.replace(&dir, &format!("{}:", co.rev))),
+            CliError::Failed(m) => CliError::Failed(m.replace(&dir, &format!("{}:", co.rev))),
+        })?;
+        Ok((rev, Some(co)))
+    }
+
+    fn read(root: &Path, args: &CompatArgs) -> Result<Revision, CliError> {
+        let name = args.config.as_deref();
         let mut w = Walk::default();
-        walk(&[root.to_path_buf()], false, &[], &mut w)?;
+        // With both files named, only they are read (the reference's form of the command).
+        let def_path = args.crd.as_ref().or(args.xrd.as_ref());
+        let roots = match (name.filter(|n| is_path(n)), def_path) {
+            (Some(c), Some(d)) if root.is_dir() => {
+                vec![root.join(c.trim_start_matches("./")), root.join(d.strip_prefix("./").unwrap_or(d))]
+            }
+            _ => vec![root.to_path_buf()],
+        };
+        walk(&roots, false, &[], &mut w)?;
         if let Some(bad) = w.unreadable.first() {
             return Err(CliError::Usage(format!("{}: {}", root.display(), bad.message)));
         }
@@ -107,7 +196,9 @@ impl Revision {
         let schema = w
             .found
             .iter()
-            .find(|f| !f.is_config && f.kind == c.kind && f.name == c.name)
+            .find(|f| {
+                !f.is_config && f.kind == c.kind && f.name == c.name && def_path.is_none_or(|d| f.file == root.join(d.strip_prefix("./").unwrap_or(d)))
+            })
             .ok_or_else(|| {
                 CliError::Usage(format!(
                     "{}: config {} targets {} {}, which is not in the same tree; put the definition beside it",
@@ -478,8 +569,8 @@ pub fn run(args: &CompatArgs) -> Result<(), CliError> {
             )));
         }
     }
-    let base = Revision::read(&args.base, args.config.as_deref())?;
-    let head = Revision::read(&args.head, args.config.as_deref())?;
+    let (base, base_co) = Revision::open(&args.base, args)?;
+    let (head, head_co) = Revision::open(&args.head, args)?;
     if base.def.target.kind() != head.def.target.kind() || base.def.target.name() != head.def.target.name() {
         return Err(CliError::Usage(format!(
             "base targets {} {} but head targets {} {}; compare two revisions of one target",
@@ -526,6 +617,15 @@ pub fn run(args: &CompatArgs) -> Result<(), CliError> {
     });
     let mut findings = out.findings;
     crate::lint::add_lines(&mut findings);
+    // Files of a git revision read as `REV:path`, not as the scratch directory they sit in.
+    for co in [&base_co, &head_co].into_iter().flatten() {
+        let dir = format!("{}/", co.dir.display());
+        for f in &mut findings {
+            if let Some(file) = f.location.file.as_mut().filter(|x| x.starts_with(&dir)) {
+                *file = format!("{}:{}", co.rev, &file[dir.len()..]);
+            }
+        }
+    }
 
     let breaking = findings.iter().filter(|f| f.fails).count();
     let mut table = String::new();

@@ -603,3 +603,81 @@ fn every_format_of_the_shared_report_renders_these_commands() {
         serde_json::from_str(&fs::read_to_string(d.join("diff.json")).expect("report file")).expect("json");
     assert_eq!(j["summary"]["deltas"], 6);
 }
+
+#[test]
+fn compat_reads_git_revisions_as_the_reference_does() {
+    let d = scratch("compat-git");
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .current_dir(&d)
+            .args([
+                "-c",
+                "user.name=convctl",
+                "-c",
+                "user.email=convctl@localhost",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .output()
+            .expect("git runs");
+        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    git(&["init", "-q"]);
+    copy("databases-crd.yaml", &d, "deploy/crd.yaml");
+    copy("databases-config.yaml", &d, "deploy/config.yaml");
+    git(&["add", "."]);
+    git(&["commit", "-qm", "base"]);
+    let crd = d.join("deploy/crd.yaml");
+    let text = fs::read_to_string(&crd).expect("read");
+    let (v2, v1) = text.split_at(text.find("- name: v1").expect("v1"));
+    fs::write(&crd, v2.to_string() + &v1.replacen("served: true", "served: false", 1)).expect("write");
+    git(&["commit", "-qam", "head"]);
+
+    // The reference's form, from the repository root and from the config's directory.
+    let o = at(
+        &d,
+        &[
+            "compat",
+            "--base",
+            "HEAD~1",
+            "--head",
+            "HEAD",
+            "--config",
+            "deploy/config.yaml",
+            "--crd",
+            "deploy/crd.yaml",
+        ],
+    );
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("at HEAD:deploy/crd.yaml#1:24 spec.versions[1]"), "{}", stdout(&o));
+    let o = at(&d.join("deploy"), &["compat", "--base", "HEAD~1", "--head", "HEAD", "-c", "config.yaml"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("ServedVersionRemoved: version v1 is no longer served"), "{}", stdout(&o));
+    let o = at(&d, &["compat", "--base", "HEAD~1", "--head", "HEAD~1"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+
+    let o = at(&d, &["compat", "--base", "no-such-rev", "--head", "HEAD"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("no-such-rev is neither a file, a directory nor a git revision"),
+        "{}",
+        stderr(&o)
+    );
+    let o = at(
+        &d,
+        &[
+            "compat",
+            "--base",
+            "HEAD~1",
+            "--head",
+            "HEAD",
+            "-c",
+            "deploy/config.yaml",
+            "--crd",
+            "deploy/none.yaml",
+        ],
+    );
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("HEAD~1:deploy/none.yaml"), "{}", stderr(&o));
+}
