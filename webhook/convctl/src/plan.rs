@@ -92,6 +92,11 @@ impl Ctx<'_> {
         self.def.target.name()
     }
 
+    /// The definition's resource for kubectl: the XRD itself, not the CRD Crossplane generates.
+    fn resource(&self) -> &'static str {
+        if self.def.target.kind() == TargetKind::Xrd { "compositeresourcedefinition" } else { "crd" }
+    }
+
     fn in_config(&self, v: &str) -> bool {
         self.config.is_some_and(|c| c.spec.hub_version == v || c.spec.spokes.iter().any(|s| s.version == v))
     }
@@ -157,7 +162,10 @@ impl Ctx<'_> {
             format!("Serve {to} on the {}", target_kind_label(kind)),
             format!("edit {name}: set spec.versions[name={to}].served: true"),
             format!("{to} is served"),
-            format!("kubectl get crd {name} -o jsonpath='{{.spec.versions[?(@.name==\"{to}\")].served}}'"),
+            format!(
+                "kubectl get {} {name} -o jsonpath='{{.spec.versions[?(@.name==\"{to}\")].served}}'",
+                self.resource()
+            ),
             status(served),
             format!("spec.versions[name={to}].served is not true"),
         );
@@ -251,7 +259,7 @@ impl Ctx<'_> {
             format!("Deprecate {old}"),
             format!("edit {name}: set spec.versions[name={old}].deprecated: true and a deprecationWarning naming the replacement"),
             "clients get a warning on every request at the version for at least one release".into(),
-            format!("kubectl get crd {name} -o jsonpath='{{.spec.versions[?(@.name==\"{old}\")].deprecated}}'"),
+            format!("kubectl get {} {name} -o jsonpath='{{.spec.versions[?(@.name==\"{old}\")].deprecated}}'", self.resource()),
             status(deprecated),
             format!("{old} is not marked deprecated"),
         );

@@ -478,6 +478,29 @@ fn plan_orders_the_steps_to_a_new_hub_and_marks_what_is_unknown_offline() {
 }
 
 #[test]
+fn plan_of_an_xrd_retargets_compositions_and_reads_the_xrd() {
+    let d = scratch("plan-xrd");
+    copy("widgets-xrd.yaml", &d, "xrd.yaml");
+    copy("widgets-config.yaml", &d, "config.yaml");
+    let j = json_of(&at(&d, &["plan", "--to", "v2", "--xrd", "xrd.yaml", "-c", "config.yaml", "-o", "json"]));
+    let steps = j["summary"]["steps"].as_array().expect("steps");
+    let titles: Vec<&str> = steps.iter().filter_map(|s| s["title"].as_str()).collect();
+    assert_eq!(titles[4], "Retarget Compositions at v2", "{titles:?}");
+    assert_eq!(steps[4]["status"], "unknown");
+    assert!(
+        steps[0]["verify"]
+            .as_str()
+            .expect("verify")
+            .starts_with("kubectl get compositeresourcedefinition xwidgets.example.org")
+    );
+    assert!(
+        steps[3]["run"].as_str().expect("run").contains("move referenceable: true from v3 to v2"),
+        "{}",
+        steps[3]
+    );
+}
+
+#[test]
 fn plan_retire_starts_by_moving_the_hub_off_the_version() {
     let d = scratch("plan-retire");
     copy("databases-crd.yaml", &d, "crd.yaml");
