@@ -93,9 +93,10 @@ fn case_xml(c: &Case, suite: &mut Suite) {
 
 fn finding_xml(f: &Finding, suite: &mut Suite) {
     let place = f.location.label();
-    let classname =
-        f.location.object.clone().or_else(|| f.location.file.clone()).unwrap_or_else(|| "convctl".into());
-    let name = if place.is_empty() { f.rule.clone() } else { format!("{} {place}", f.rule) };
+    let classname = if place.is_empty() { format!("convctl {}", f.rule) } else { place };
+    // The message makes the name unique (several findings share a rule and a place).
+    let short: String = first_line(&f.message).chars().take(120).collect();
+    let name = format!("{}: {short}", f.rule);
     let mut x =
         format!("    <testcase classname=\"{}\" name=\"{}\" time=\"0.000\"", xml(&classname), xml(&name));
     let mut detail = f.message.clone();
