@@ -333,12 +333,16 @@ fn compile_scope(
     let mut claimed_hub: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut claimed_spoke: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut rule_facts = BTreeMap::new();
+    // The paths failed rules meant to convert: the leftover scan does not report them again,
+    // so one mistake in a rule is one error (docs/engine.md, "Diagnostics").
+    let mut intended = Intended::default();
 
     for (i, rule) in rules.iter().enumerate() {
         if prefix.is_empty()
             && let Some(d) = settings.composite.and_then(|c| c.check_rule(spoke, i, rule))
         {
             diags.push(d);
+            intended.add(rule, hub, spoke_fs);
             continue;
         }
         let mut index = prefix.to_vec();
@@ -354,11 +358,15 @@ fn compile_scope(
             diags: &mut *diags,
             had_error: false,
         };
-        let Some(compiled) = compile_rule(&mut cx) else { continue };
+        let Some(compiled) = compile_rule(&mut cx) else {
+            intended.add(rule, hub, spoke_fs);
+            continue;
+        };
         let when = compile_when(&mut cx);
         let had_error = cx.had_error;
         drop(cx);
         if had_error {
+            intended.add(rule, hub, spoke_fs);
             continue;
         }
         let claims_ok = claim(
@@ -385,6 +393,7 @@ fn compile_scope(
             diags,
         );
         if !claims_ok {
+            intended.add(rule, hub, spoke_fs);
             continue;
         }
         verdict.hub_to_spoke &= compiled.verdict.hub_to_spoke;
@@ -406,7 +415,7 @@ fn compile_scope(
     let mut uncovered_spoke = Vec::new();
     let mut reasons: BTreeMap<String, String> = BTreeMap::new();
     for (path, hn) in hub.leaves() {
-        if claimed_hub.contains_key(path) || empty_vs_interior(hn, spoke_fs, path) {
+        if claimed_hub.contains_key(path) || intended.covers(path) || empty_vs_interior(hn, spoke_fs, path) {
             continue;
         }
         match spoke_fs.resolve(path) {
@@ -427,7 +436,7 @@ fn compile_scope(
         }
     }
     for (path, sn) in spoke_fs.leaves() {
-        if claimed_spoke.contains_key(path) || empty_vs_interior(sn, hub, path) {
+        if claimed_spoke.contains_key(path) || intended.covers(path) || empty_vs_interior(sn, hub, path) {
             continue;
         }
         match hub.resolve(path) {
@@ -492,6 +501,79 @@ fn compile_scope(
     }
     let had_errors = diags.iter().filter(|d| d.is_error()).count() > errors_before;
     ScopeOutcome { plan, verdict, uncovered_hub, uncovered_spoke, rule_facts, had_errors }
+}
+
+/// The paths rules that failed to compile name, on either side, and for a path that is not
+/// declared the declared field it most likely misspells. A leaf at, below or around (a path
+/// into an array or map) one of them is not reported as uncovered: the rule's own error
+/// already stands for it.
+#[derive(Default)]
+struct Intended {
+    paths: Vec<String>,
+}
+
+impl Intended {
+    fn add(&mut self, rule: &ConversionRule, hub: &FlatSchema, spoke: &FlatSchema) {
+        for (field, path) in crate::crossplane::rule_paths(rule) {
+            if field == "when.path" || path.is_empty() {
+                continue;
+            }
+            for fs in [hub, spoke] {
+                if let Some(near) = closest_declared(fs, &path) {
+                    self.paths.push(near);
+                }
+            }
+            self.paths.push(path);
+        }
+    }
+
+    fn covers(&self, leaf: &str) -> bool {
+        let under = |a: &str, b: &str| a.len() > b.len() && a.starts_with(b) && a.as_bytes()[b.len()] == b'.';
+        self.paths.iter().any(|p| p == leaf || under(leaf, p) || under(p, leaf))
+    }
+}
+
+/// For a path that is not declared, the declared sibling of its first missing segment that
+/// is closest in spelling (at most a third of the name's letters apart, and a unique best):
+/// `spec.storageSiz` → `spec.storageSize`.
+pub(crate) fn closest_declared(fs: &FlatSchema, path: &str) -> Option<String> {
+    let Resolved::Missing { parent } = fs.resolve(path) else { return None };
+    let rest = if parent.is_empty() { path } else { path.get(parent.len() + 1..)? };
+    let wrong = rest.split('.').next()?;
+    let mut best: Option<(usize, &str)> = None;
+    let mut tie = false;
+    for name in fs.children(&parent) {
+        let d = edit_distance(&wrong.to_lowercase(), &name.to_lowercase());
+        match best {
+            Some((b, _)) if d > b => {}
+            Some((b, _)) if d == b => tie = true,
+            _ => {
+                best = Some((d, name));
+                tie = false;
+            }
+        }
+    }
+    let (d, name) = best?;
+    if tie || d > (wrong.chars().count() / 3).max(1) {
+        return None;
+    }
+    Some(if parent.is_empty() { name.to_string() } else { format!("{parent}.{name}") })
+}
+
+/// Levenshtein distance over chars; names are short (bounded by the schema's own keys).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb { prev } else { 1 + prev.min(cur).min(row[j]) };
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 /// An object declared without properties on one side and with them on the other: its
@@ -690,6 +772,10 @@ impl<'a> RuleCx<'a> {
         self.spoke
     }
 
+    pub fn hub_version(&self) -> &str {
+        self.settings.hub_version
+    }
+
     pub fn hub_schema(&self) -> &'a FlatSchema {
         self.hub
     }
@@ -771,10 +857,11 @@ impl<'a> RuleCx<'a> {
                     let at = if parent.is_empty() { "the top".to_string() } else { parent.clone() };
                     format!(" (fields at {at}: {})", known.join(", "))
                 };
-                self.error(
-                    &[dotted],
-                    format!("{field}: not in the schema of {side}{scope}{hint}; fix the path"),
-                );
+                let guess = match closest_declared(fs, dotted) {
+                    Some(near) => format!("; did you mean {near}?"),
+                    None => "; fix the path".to_string(),
+                };
+                self.error(&[dotted], format!("{field}: not in the schema of {side}{scope}{hint}{guess}"));
                 None
             }
             Resolved::InsideLeaf { unit, node } => {
@@ -956,6 +1043,55 @@ mod tests {
         assert_eq!(s, spoke_obj(json!({"b": 1, "same": "x"})));
         let h = plan.convert(&spoke_obj(json!({"b": 1, "spokeOnly": true})), HUB_AV).unwrap();
         assert_eq!(h, hub_obj(json!({"a": 1})));
+    }
+
+    /// One mistake, one error: a rule that fails keeps the fields it names (and, for a
+    /// misspelt path, the field it most likely means) out of the "not covered" scan.
+    #[test]
+    fn one_bad_rule_is_one_error() {
+        let errors = |rules: serde_json::Value| {
+            let c = compile_spec(json!({"hubVersion": "v2", "spokes": [{"version": "v1", "rules": rules}]}));
+            assert!(c.plan.is_none());
+            c.report.errors().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        let delete_spoke_only = json!({"strategy": "Delete", "delete": {"path": "spec.spokeOnly", "existsOn": "Spoke"}, "acknowledgeLossy": true, "reason": "r"});
+        let delete_hub_only = json!({"strategy": "Delete", "delete": {"path": "spec.hubOnly", "existsOn": "Hub"}, "acknowledgeLossy": true, "reason": "r"});
+        // A misspelt path: its error says what was meant; spec.a is not reported again.
+        let e = errors(json!([
+            {"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.aa", "spokePath": "spec.b"}},
+            delete_hub_only, delete_spoke_only]));
+        assert_eq!(
+            e,
+            vec![
+                "spoke v1, rule 0 (FieldRename) spec.aa: fieldRename.hubPath: not in the schema of hub version v2 (fields at spec: a, hubOnly, same); did you mean spec.a?"
+            ],
+            "{e:#?}"
+        );
+        // A lossy rule without acknowledgeLossy: one error, not one more per field.
+        let e = errors(json!([rename_ab(),
+            {"strategy": "Delete", "delete": {"path": "spec.hubOnly", "existsOn": "Hub"}},
+            delete_spoke_only]));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].starts_with("spoke v1, rule 1 (Delete) spec.hubOnly: rule is lossy"), "{e:#?}");
+        // A bad params block names no path: the fields it would have named are reported.
+        let e = errors(json!([rename_ab(), {"strategy": "Delete"}, delete_spoke_only]));
+        assert_eq!(e.len(), 2, "{e:#?}");
+        // A claim clash: the second rule's fields are the first's, reported once.
+        let e = errors(json!([rename_ab(), rename_ab(), delete_hub_only, delete_spoke_only]));
+        assert_eq!(e.len(), 2, "hub and spoke side of the clash: {e:#?}");
+        assert!(e.iter().all(|m| m.contains("already claimed by rule 0")), "{e:#?}");
+    }
+
+    #[test]
+    fn closest_declared_guesses_one_field_or_none() {
+        let (h, _) = schemas();
+        let fs = FlatSchema::object(&h);
+        assert_eq!(closest_declared(&fs, "spec.hubonly").as_deref(), Some("spec.hubOnly"));
+        assert_eq!(closest_declared(&fs, "spec.sme.x").as_deref(), Some("spec.same"));
+        assert_eq!(closest_declared(&fs, "spec.completelyDifferent"), None);
+        assert_eq!(closest_declared(&fs, "spec.a"), None, "declared: nothing to guess");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "ab"), 2);
     }
 
     #[test]

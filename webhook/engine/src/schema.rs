@@ -6,7 +6,7 @@
 //! preserve-unknown nodes without properties). Objects with properties are interior nodes.
 //! Fields a schema never declares are not leaves: convert copies them through untouched.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -134,12 +134,24 @@ fn plural(n: &Node) -> String {
 /// Paths are kept in depth-first order, so a node's descendants follow it contiguously
 /// (sorting would not give that: `a-x` sorts between `a` and `a.b`), with a hash index for
 /// lookups — compile does a few thousand of them.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct FlatSchema {
     pub root: Node,
     /// Every declared path below the root, interior nodes included, depth-first.
     entries: Vec<(String, Node)>,
     index: HashMap<String, usize>,
+    /// Paths an object has whenever their parent is there: `required` by the parent, or
+    /// given a `default` (the apiserver defaults an object at its own version before it is
+    /// converted). Compile-time only: [`FlatSchema::always_present`].
+    present: HashSet<String>,
+}
+
+/// Two schemas are equal when they declare the same nodes; which of them are required is a
+/// fact about objects, not about the shape a value may take, so it does not count.
+impl PartialEq for FlatSchema {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root && self.entries == other.entries
+    }
 }
 
 /// What a rule path resolves to.
@@ -159,7 +171,7 @@ pub enum Resolved<'a> {
 
 impl FlatSchema {
     fn empty(root: Node) -> FlatSchema {
-        FlatSchema { root, entries: Vec::new(), index: HashMap::new() }
+        FlatSchema { root, entries: Vec::new(), index: HashMap::new(), present: HashSet::new() }
     }
 
     /// Flattens a whole object's schema; `apiVersion`, `kind` and `metadata` are left out
@@ -177,6 +189,7 @@ impl FlatSchema {
                 if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
                     continue;
                 }
+                fs.mark_present(schema, k, v, k);
                 fs.add(k.clone(), v, 1);
             }
         }
@@ -195,6 +208,7 @@ impl FlatSchema {
         let mut fs = FlatSchema::empty(root);
         if interior && let Some(props) = schema.get("properties").and_then(Value::as_object) {
             for (k, v) in props {
+                fs.mark_present(schema, k, v, k);
                 fs.add(k.clone(), v, depth + 1);
             }
         }
@@ -210,9 +224,51 @@ impl FlatSchema {
             let at = self.entries.len() - 1;
             for (k, v) in props {
                 let child = format!("{}.{k}", self.entries[at].0);
+                self.mark_present(schema, k, v, &child);
                 self.add(child, v, depth + 1);
             }
         }
+    }
+
+    /// Records `path` (property `key` of `parent`, schema `schema`) as present whenever its
+    /// parent is: named in the parent's `required`, or defaulted.
+    fn mark_present(&mut self, parent: &Value, key: &str, schema: &Value, path: &str) {
+        let required = parent
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|r| r.iter().any(|k| k.as_str() == Some(key)));
+        if required || schema.get("default").is_some() {
+            self.present.insert(path.to_string());
+        }
+    }
+
+    /// Whether every object valid under this schema has `path` (dotted, below the root):
+    /// each segment is required or defaulted, and no ancestor may be null. A path inside a
+    /// leaf (an array item, a map key) is never guaranteed.
+    pub fn always_present(&self, path: &str) -> bool {
+        self.present_below(path, 0)
+    }
+
+    /// Like [`FlatSchema::always_present`], for an object known to have the first `known`
+    /// segments of `path` (a sibling below them is set): only the segments after them count.
+    pub fn present_below(&self, path: &str, known: usize) -> bool {
+        if path.is_empty() {
+            return true;
+        }
+        let segments = path.split('.').count();
+        let mut end = 0;
+        for (i, seg) in path.split('.').enumerate() {
+            end += seg.len() + usize::from(i > 0);
+            let prefix = &path[..end];
+            let Some(node) = self.get(prefix) else { return false };
+            if i + 1 < segments && (node.nullable || node.is_leaf()) {
+                return false;
+            }
+            if i >= known && !self.present.contains(prefix) {
+                return false;
+            }
+        }
+        true
     }
 
     fn build_index(&mut self) {
@@ -296,6 +352,12 @@ impl FlatSchema {
         let skip = path.len() + 1;
         let mut fs = FlatSchema::empty(root.clone());
         fs.entries = block[1..].iter().map(|(k, n)| (k[skip..].to_string(), n.clone())).collect();
+        fs.present = fs
+            .entries
+            .iter()
+            .filter(|(k, _)| self.present.contains(&format!("{path}.{k}")))
+            .map(|(k, _)| k.clone())
+            .collect();
         fs.build_index();
         Some(fs)
     }
@@ -531,6 +593,46 @@ mod tests {
                 "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}}
             }
         })
+    }
+
+    #[test]
+    fn always_present_needs_required_or_default_all_the_way_up() {
+        let fs = FlatSchema::object(&json!({"type": "object", "required": ["spec"], "properties": {
+            "spec": {"type": "object", "required": ["a", "n"], "properties": {
+                "a": {"type": "object", "properties": {"x": {"type": "string", "default": "d"}, "y": {"type": "string"}}},
+                "n": {"type": "object", "nullable": true, "required": ["z"], "properties": {"z": {"type": "string"}}},
+                "list": {"type": "array", "items": {"type": "object", "required": ["k"], "properties": {"k": {"type": "string"}}}},
+                "opt": {"type": "string"}}}}}));
+        for (path, present) in [
+            ("spec", true),
+            ("spec.a", true),
+            ("spec.a.x", true),
+            ("spec.a.y", false),
+            ("spec.n", true),
+            ("spec.n.z", false),
+            ("spec.opt", false),
+            ("spec.list", false),
+            ("spec.list.0.k", false),
+            ("spec.undeclared", false),
+        ] {
+            assert_eq!(fs.always_present(path), present, "{path}");
+        }
+        // Below a known sibling: only the segments after the shared prefix count.
+        assert!(!fs.always_present("spec.a.x") || fs.present_below("spec.a.x", 2));
+        assert!(!fs.present_below("spec.a.y", 2));
+        // Array items keep their own required list.
+        let Shape::Array { items, .. } = &fs.get("spec.list").unwrap().shape else { panic!("array") };
+        assert!(items.always_present("k"));
+        // Requiredness does not make two schemas of the same shape differ.
+        let loose = FlatSchema::object(
+            &json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {"s": {"type": "string"}}}}}),
+        );
+        let strict = FlatSchema::object(
+            &json!({"type": "object", "required": ["spec"], "properties": {"spec": {"type": "object", "required": ["s"], "properties": {"s": {"type": "string"}}}}}),
+        );
+        assert_eq!(loose, strict);
+        assert!(strict.subtree("spec").unwrap().always_present("s"));
+        assert!(!loose.subtree("spec").unwrap().always_present("s"));
     }
 
     #[test]

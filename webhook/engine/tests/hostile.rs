@@ -21,7 +21,8 @@ fn deep(levels: usize, objects: bool) -> String {
 
 fn crd(hub: Value, spoke: Value) -> Value {
     let schema = |spec: Value| {
-        json!({"type": "object", "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+        // spec is required: a JSONPatch may rely on a field only when its parents are there.
+        json!({"type": "object", "required": ["spec"], "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
             "metadata": {"type": "object"}, "spec": {"type": "object", "properties": spec}}})
     };
     json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -109,9 +110,10 @@ fn cases() -> Vec<Case> {
         Case {
             name: "jsonpatch",
             plan: plan(
+                // Defaulted: a move from a field an object may lack is refused at compile.
                 crd(
-                    json!({"a": {"type": "integer"}, "free": free()}),
-                    json!({"b": {"type": "integer"}, "free": free()}),
+                    json!({"a": {"type": "integer", "default": 0}, "free": free()}),
+                    json!({"b": {"type": "integer", "default": 0}, "free": free()}),
                 ),
                 json!([{"strategy": "JSONPatch", "acknowledgeLossy": true, "reason": "test", "jsonPatch": {
                     "hubPaths": ["spec.a"], "spokePaths": ["spec.b"],

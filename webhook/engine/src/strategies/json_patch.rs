@@ -72,6 +72,15 @@ impl StrategyImpl for JsonPatch {
         if cx.has_errors() {
             return None;
         }
+        // Each direction reads the input of its own side.
+        let (hub_fs, spoke_fs) = (cx.hub_schema(), cx.spoke_schema());
+        let hub_version = cx.hub_version().to_string();
+        let spoke_version = cx.spoke_version().to_string();
+        super::absent::check_patch(cx, "hubToSpoke", &p.hub_to_spoke, hub_fs, &hub_version);
+        super::absent::check_patch(cx, "spokeToHub", &p.spoke_to_hub, spoke_fs, &spoke_version);
+        if cx.has_errors() {
+            return None;
+        }
         let op = PatchOp { h2s, s2h, hub_paths: hub_claims.clone(), spoke_paths: spoke_claims.clone() };
         let mut compiled = CompiledRule::new(hub_claims, spoke_claims, LOSSLESS, Box::new(op));
         if !p.lossless_override {
@@ -182,10 +191,17 @@ mod tests {
     use crate::strategies::testkit::*;
     use serde_json::json;
 
+    /// The patches below read legacyFlag(V2): every object has it.
     fn schemas() -> (serde_json::Value, serde_json::Value) {
         (
-            obj_schema(json!({"legacyFlag": {"type": "boolean"}, "name": {"type": "string"}})),
-            obj_schema(json!({"legacyFlagV2": {"type": "boolean"}, "name": {"type": "string"}})),
+            obj_schema_required(
+                json!({"legacyFlag": {"type": "boolean"}, "name": {"type": "string"}}),
+                &["legacyFlag"],
+            ),
+            obj_schema_required(
+                json!({"legacyFlagV2": {"type": "boolean"}, "name": {"type": "string"}}),
+                &["legacyFlagV2"],
+            ),
         )
     }
 
@@ -215,11 +231,13 @@ mod tests {
         assert_eq!(plan.convert(&s, HUB_AV).unwrap(), h);
     }
 
+    /// A pointer into annotations needs them present, which no schema can promise.
     #[test]
-    fn annotations_and_values() {
-        let hub = obj_schema(json!({"tier": {"type": "string"}, "name": {"type": "string"}}));
+    fn annotation_pointers_need_the_annotations() {
+        let hub =
+            obj_schema_required(json!({"tier": {"type": "string"}, "name": {"type": "string"}}), &["tier"]);
         let spoke = obj_schema(json!({"name": {"type": "string"}}));
-        let plan = plan_for(
+        let c = compile_rules(
             &hub,
             &spoke,
             json!([rule(
@@ -228,12 +246,115 @@ mod tests {
                 true
             )]),
         );
-        let mut h = hub_obj(json!({"tier": "gold", "name": "db"}));
-        h["metadata"]["annotations"] = json!({"keep": "1"});
-        let s = plan.convert(&h, SPOKE_AV).unwrap();
-        assert_eq!(s["metadata"]["annotations"], json!({"keep": "1", "example.com/tier": "gold"}));
-        assert_eq!(s["spec"], json!({"name": "db"}));
-        assert_eq!(plan.convert(&s, HUB_AV).unwrap(), h);
+        let m = all_errors(&c);
+        assert!(m.contains("spoke v1, rule 0 (JSONPatch) metadata.annotations: jsonPatch.hubToSpoke[0] (copy): the parent /metadata/annotations of `path` /metadata/annotations/example.com~1tier may be absent"), "{m}");
+        assert!(m.contains("jsonPatch.spokeToHub[0] (copy): `from` /metadata/annotations/example.com~1tier (the value it takes) may be absent"), "{m}");
+        assert!(m.contains("use ToAnnotation/FromAnnotation"), "{m}");
+        assert_eq!(c.report.errors().count(), 2, "{m}");
+    }
+
+    /// The widgets example's mistake: a move from an optional field fails on every object
+    /// without it. The error names direction, op, pointer, version and the three fixes.
+    #[test]
+    fn move_from_an_optional_field_is_refused_with_the_fix() {
+        let hub = obj_schema(json!({"legacyFlag": {"type": "boolean"}}));
+        let spoke = obj_schema(json!({"legacyFlagV2": {"type": "boolean"}}));
+        let both = rule(
+            mv("/spec/legacyFlag", "/spec/legacyFlagV2"),
+            mv("/spec/legacyFlagV2", "/spec/legacyFlag"),
+            true,
+        );
+        let c = compile_rules(&hub, &spoke, json!([both]));
+        let m = all_errors(&c);
+        assert_eq!(c.report.errors().count(), 2, "{m}");
+        assert!(m.contains("spoke v1, rule 0 (JSONPatch) spec.legacyFlag: jsonPatch.hubToSpoke[0] (move): `from` /spec/legacyFlag (the value it takes) may be absent — version v2 neither requires nor defaults spec.legacyFlag all the way up, so the patch fails on every object without it; guard the rule with `when` on the field, give the field a `default` (or make it required) in the schema"), "{m}");
+        assert!(m.contains("jsonPatch.spokeToHub[0] (move): `from` /spec/legacyFlagV2 (the value it takes) may be absent — version v1 neither"), "{m}");
+        // A default on the field, and on spec, is as good as required.
+        let defaulted = |f: &str| {
+            json!({"type": "object", "properties": {"spec": {"type": "object", "default": {},
+                "properties": {f: {"type": "boolean", "default": false}}}}})
+        };
+        let plan = plan_for(&defaulted("legacyFlag"), &defaulted("legacyFlagV2"), json!([both]));
+        let s = plan.convert(&hub_obj(json!({"legacyFlag": true})), SPOKE_AV).unwrap();
+        assert_eq!(s, spoke_obj(json!({"legacyFlagV2": true})));
+        // Required in spec, but spec itself optional: still absent on some objects.
+        let half = obj_schema_required(json!({"legacyFlag": {"type": "boolean"}}), &["legacyFlag"]);
+        let half = {
+            let mut h = half;
+            h.as_object_mut().unwrap().remove("required");
+            h
+        };
+        let c = compile_rules(&half, &defaulted("legacyFlagV2"), json!([both]));
+        assert!(all_errors(&c).contains("hubToSpoke[0] (move)"), "{}", all_errors(&c));
+        // A nullable ancestor can hold null instead of the field.
+        let mut nullable = defaulted("legacyFlag");
+        nullable["properties"]["spec"]["nullable"] = json!(true);
+        let c = compile_rules(&nullable, &defaulted("legacyFlagV2"), json!([both]));
+        assert!(all_errors(&c).contains("hubToSpoke[0] (move)"), "{}", all_errors(&c));
+    }
+
+    /// `when` on the field: the rule runs only on objects that have it.
+    #[test]
+    fn when_on_the_field_guards_the_patch() {
+        let hub = obj_schema(json!({"legacyFlag": {"type": "boolean"}, "name": {"type": "string"}}));
+        let spoke = obj_schema(json!({"legacyFlag": {"type": "boolean"}, "name": {"type": "string"}}));
+        let mut r = rule(
+            json!([{"op": "replace", "path": "/spec/name", "value": "legacy"}]),
+            json!([{"op": "test", "path": "/spec/legacyFlag", "value": true}]),
+            true,
+        );
+        let c = compile_rules(&hub, &spoke, json!([r.clone()]));
+        assert!(
+            all_errors(&c)
+                .contains("jsonPatch.hubToSpoke[0] (replace): `path` /spec/name (its value) may be absent"),
+            "{}",
+            all_errors(&c)
+        );
+        r["when"] = json!({"path": "spec.legacyFlag", "equals": true});
+        let c = compile_rules(&hub, &spoke, json!([r.clone()]));
+        // The guard covers legacyFlag, not name.
+        assert!(all_errors(&c).contains("(replace): `path` /spec/name"), "{}", all_errors(&c));
+        assert!(!all_errors(&c).contains("(test)"), "{}", all_errors(&c));
+        r["jsonPatch"]["hubToSpoke"] = json!([{"op": "replace", "path": "/spec/legacyFlag", "value": false}]);
+        r["acknowledgeLossy"] = json!(true);
+        r["reason"] = json!("a one-way flag");
+        let plan = plan_for(&hub, &spoke, json!([r]));
+        assert_eq!(
+            plan.convert(&hub_obj(json!({"name": "a"})), SPOKE_AV).unwrap(),
+            spoke_obj(json!({"name": "a"}))
+        );
+        assert_eq!(
+            plan.convert(&hub_obj(json!({"legacyFlag": true})), SPOKE_AV).unwrap(),
+            spoke_obj(json!({"legacyFlag": false}))
+        );
+    }
+
+    /// What a patch writes or removes changes what the next op may rely on.
+    #[test]
+    fn ops_see_what_earlier_ops_did() {
+        let (hub, spoke) = schemas();
+        // add then replace: the replace finds the value the add wrote.
+        let ok = rule(
+            json!([{"op": "add", "path": "/spec/name", "value": "x"}, {"op": "replace", "path": "/spec/name", "value": "y"},
+                   {"op": "move", "from": "/spec/legacyFlag", "path": "/spec/legacyFlagV2"}]),
+            mv("/spec/legacyFlagV2", "/spec/legacyFlag"),
+            true,
+        );
+        plan_for(&hub, &spoke, json!([ok]));
+        // move then move again from the same place: the second finds nothing.
+        let twice = rule(
+            json!([{"op": "move", "from": "/spec/legacyFlag", "path": "/spec/legacyFlagV2"},
+                   {"op": "copy", "from": "/spec/legacyFlag", "path": "/spec/name"}]),
+            mv("/spec/legacyFlagV2", "/spec/legacyFlag"),
+            true,
+        );
+        let c = compile_rules(&hub, &spoke, json!([twice]));
+        assert!(
+            all_errors(&c).contains("jsonPatch.hubToSpoke[1] (copy): `from` /spec/legacyFlag"),
+            "{}",
+            all_errors(&c)
+        );
+        assert_eq!(c.report.errors().count(), 1, "{}", all_errors(&c));
     }
 
     #[test]
@@ -300,35 +421,37 @@ mod tests {
 
     #[test]
     fn pointer_into_array_claims_the_array() {
-        let hub = obj_schema(
+        let hub = obj_schema_required(
             json!({"disks": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}),
+            &["disks"],
         );
         let spoke = hub.clone();
-        let plan = plan_for(
+        let mut prepend = rule(
+            json!([{"op": "add", "path": "/spec/disks/0", "value": {"name": "boot"}}]),
+            json!([]),
+            false,
+        );
+        prepend["acknowledgeLossy"] = json!(true);
+        prepend["reason"] = json!("a boot disk first");
+        let plan = plan_for(&hub, &spoke, json!([prepend.clone()]));
+        let s = plan.convert(&hub_obj(json!({"disks": [{"name": "data"}]})), SPOKE_AV).unwrap();
+        assert_eq!(s["spec"]["disks"], json!([{"name": "boot"}, {"name": "data"}]));
+        let c = compile_rules(&hub, &spoke, json!([prepend]));
+        assert_eq!(c.report.spokes[0].rule_results[0].hub_paths, vec!["spec.disks".to_string()]);
+        // An item's field is there only when the array has that item.
+        let c = compile_rules(
             &hub,
             &spoke,
             json!([rule(
                 json!([{"op": "replace", "path": "/spec/disks/0/name", "value": "boot"}]),
-                json!([{"op": "replace", "path": "/spec/disks/0/name", "value": "root"}]),
-                false
-            )
-            .as_object()
-            .map(|o| {
-                let mut o = o.clone();
-                o.insert("acknowledgeLossy".into(), json!(true));
-                o.insert("reason".into(), json!("rename the first disk"));
-                serde_json::Value::Object(o)
-            })
-            .unwrap()]),
+                json!([]),
+                true
+            )]),
         );
-        let s =
-            plan.convert(&hub_obj(json!({"disks": [{"name": "root"}, {"name": "data"}]})), SPOKE_AV).unwrap();
-        assert_eq!(s["spec"]["disks"], json!([{"name": "boot"}, {"name": "data"}]));
-        let c = compile_rules(
-            &hub,
-            &spoke,
-            json!([rule(json!([{"op": "remove", "path": "/spec/disks/0"}]), json!([]), true)]),
+        assert!(
+            all_errors(&c).contains("spec.disks.0.name: jsonPatch.hubToSpoke[0] (replace): `path` /spec/disks/0/name (its value) may be absent"),
+            "{}",
+            all_errors(&c)
         );
-        assert_eq!(c.report.spokes[0].rule_results[0].hub_paths, vec!["spec.disks".to_string()]);
     }
 }

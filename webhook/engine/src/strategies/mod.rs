@@ -16,6 +16,7 @@ pub use crate::compile::RuleCx;
 use crate::schema::{FlatSchema, Node, node_fits, schema_fits};
 use crate::value::{Path, Value};
 
+mod absent;
 mod array_map;
 mod branch_map;
 mod cel;

@@ -17,6 +17,14 @@ pub fn obj_schema(spec_props: Value) -> Value {
         "spec": {"type": "object", "properties": spec_props}}})
 }
 
+/// Like [`obj_schema`], with `spec` required and `required` required within it: fields an
+/// object always has (rules that read a field need it present, `strategies::absent`).
+pub fn obj_schema_required(spec_props: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "required": ["spec"], "properties": {
+        "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+        "spec": {"type": "object", "required": required, "properties": spec_props}}})
+}
+
 /// A CRD with hub (storage) v2 and spoke v1.
 pub fn crd(hub: &Value, spoke: &Value) -> Target {
     let v = json!({
