@@ -69,6 +69,10 @@ fn every_example_deserialises_without_loss() {
     let mut kinds = Vec::new();
     for (name, v) in examples() {
         let kind = v["kind"].as_str().unwrap_or_default().to_string();
+        // A config's target ships beside it (convctl's doc_examples test compiles the pair).
+        if matches!(kind.as_str(), "CustomResourceDefinition" | "CompositeResourceDefinition") {
+            continue;
+        }
         assert_eq!(v["apiVersion"], dco_api::API_VERSION, "{name}");
         let rules = match kind.as_str() {
             "XRDConversionConfig" => {
