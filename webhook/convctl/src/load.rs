@@ -2,7 +2,7 @@
 //! JSON files (multi-document YAML allowed).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use dco_api::config::{ConversionSpec, TargetKind};
 use dco_engine::Target;
@@ -342,24 +342,6 @@ pub fn samples_in_file(path: &Path) -> Result<Vec<(String, Value)>, CliError> {
             (label, d)
         })
         .collect())
-}
-
-/// Sample files in a directory: `*.yaml`, `*.yml`, `*.json`, sorted by name.
-pub fn sample_files(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
-    let entries = fs::read_dir(dir)
-        .map_err(|e| CliError::Usage(format!("cannot read samples directory {}: {e}", dir.display())))?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
-        })
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(CliError::Usage(format!("{} has no .yaml, .yml or .json samples", dir.display())));
-    }
-    Ok(files)
 }
 
 /// The version of an object's `apiVersion` (`group/version` → `version`).

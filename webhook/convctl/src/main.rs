@@ -6,6 +6,7 @@
 mod analyze;
 mod compat;
 mod completion;
+mod coverage;
 mod diff;
 mod import;
 mod keys;
@@ -20,7 +21,9 @@ mod patch_preview;
 mod plan;
 mod rehub;
 mod roundtrip;
+mod samples;
 mod suggest;
+mod test_report;
 mod validate;
 mod version;
 mod versions;
@@ -88,19 +91,7 @@ enum Command {
         output: ObjectFormat,
     },
     /// Convert every sample to every other version and back; report what did not survive.
-    Test {
-        #[command(flatten)]
-        inputs: Inputs,
-        /// Directory of sample objects (*.yaml, *.yml, *.json), each in any served version.
-        #[arg(long)]
-        samples: PathBuf,
-        #[arg(short, long, value_enum, default_value_t = TestFormat::Table)]
-        output: TestFormat,
-        /// Which differences fail the run: `loss` unacknowledged loss, `warn` any loss, `none`
-        /// no difference (conversion errors always fail).
-        #[arg(long, value_enum, default_value_t = FailOn::Loss)]
-        fail_on: FailOn,
-    },
+    Test(roundtrip::TestArgs),
     /// Propose FieldRename and TypeCoerce rules for uncovered fields (each one compiles).
     Suggest(suggest::SuggestArgs),
     /// Draft the config rewritten around another hub version (never applied).
@@ -145,20 +136,6 @@ struct Inputs {
 enum ObjectFormat {
     Yaml,
     Json,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TestFormat {
-    Table,
-    Json,
-    Junit,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FailOn {
-    None,
-    Warn,
-    Loss,
 }
 
 /// The config, its target and the compile outcome.
@@ -233,9 +210,7 @@ fn main() -> ExitCode {
         Command::Convert { inputs, sample, to, from, output } => {
             inputs.load().and_then(|l| convert(&l, &sample, &to, from.as_deref(), output))
         }
-        Command::Test { inputs, samples, output, fail_on } => {
-            inputs.load().and_then(|l| roundtrip::run(&l, &samples, output, fail_on))
-        }
+        Command::Test(args) => args.inputs.load().and_then(|l| roundtrip::run(&l, &args)),
         Command::Compat(args) => compat::run(&args),
         Command::Diff(args) => diff::run(&args),
         Command::Lint(args) => lint::run(&args),

@@ -2,16 +2,81 @@
 //!
 //! A difference is *acknowledged* when a rule with `acknowledgeLossy: true` claims the field
 //! (or the field is left unmapped under `unmappedFieldPolicy: Warn`) on the sample's side of a
-//! spoke the round trip passes through; otherwise it is *unacknowledged* loss.
+//! spoke the round trip passes through; otherwise it is *unacknowledged* loss. Which samples
+//! are read is `samples`; the report (cases, findings, table) is `test_report`.
 
-use std::fmt::Write as _;
-use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
+use clap::{Args, ValueEnum};
 use dco_api::config::UnmappedFieldPolicy;
-use serde_json::{Value, json};
+use dco_engine::Plan;
+use serde_json::Value;
 
-use crate::analyze::table;
-use crate::{CliError, FailOn, Loaded, TestFormat, load, require_plan};
+use crate::coverage::{Rules, segments};
+use crate::output::OutputArgs;
+use crate::samples::{Bounds, Sample};
+use crate::{CliError, Inputs, Loaded, require_plan};
+
+#[derive(Args)]
+pub struct TestArgs {
+    #[command(flatten)]
+    pub inputs: Inputs,
+    /// The samples: a directory tree (walked recursively), one file, `-` for stdin, or a tar
+    /// archive (.tar, .tar.gz, .tgz). Documents of other kinds are skipped and counted.
+    #[arg(short = 's', long, value_name = "PATH")]
+    pub samples: PathBuf,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// What fails the run: `loss` unacknowledged loss and conversion errors, `warn` also a
+    /// declared rule no sample exercised, `none` nothing. Acknowledged loss never fails.
+    #[arg(long, value_enum, default_value_t = FailOn::Loss, value_name = "THRESHOLD")]
+    pub fail_on: FailOn,
+    /// A declared rule no sample exercised fails the run (as under --fail-on warn).
+    #[arg(long)]
+    pub strict: bool,
+    /// Only these round trips (a sample at FROM converted to TO and back). Repeatable.
+    #[arg(long = "version-pair", value_name = "FROM:TO")]
+    pub version_pairs: Vec<String>,
+    /// Leave out the same-version passthrough check of each sample.
+    #[arg(long)]
+    pub skip_identity: bool,
+    /// Samples tested at once (default: one per CPU); the report is the same for any number.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: Option<u16>,
+    /// No progress bar on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+    /// The largest sample file (or archive member, or stdin) read, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
+    pub max_file_size: u64,
+    /// The most documents read from the samples (List items count one each).
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub max_documents: usize,
+    /// The deepest directory level walked below --samples.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub max_depth: usize,
+}
+
+/// The `--fail-on` threshold, as the reference documents it (docs/convctl.md, "test").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    None,
+    Warn,
+    Loss,
+}
+
+impl FailOn {
+    pub fn name(self) -> &'static str {
+        match self {
+            FailOn::None => "none",
+            FailOn::Warn => "warn",
+            FailOn::Loss => "loss",
+        }
+    }
+}
 
 /// One differing field after a round trip.
 #[derive(Debug, Clone)]
@@ -23,41 +88,7 @@ pub struct Diff {
     pub acknowledged_by: Option<String>,
 }
 
-#[derive(Debug)]
-pub enum Outcome {
-    Pass,
-    Loss(Vec<Diff>),
-    Error(String),
-}
-
-pub struct Case {
-    pub sample: String,
-    pub from: String,
-    pub to: String,
-    pub outcome: Outcome,
-}
-
-impl Case {
-    fn status(&self) -> &'static str {
-        match &self.outcome {
-            Outcome::Pass => "pass",
-            Outcome::Error(_) => "error",
-            Outcome::Loss(d) if d.iter().all(|d| d.acknowledged_by.is_some()) => "acknowledged-loss",
-            Outcome::Loss(_) => "loss",
-        }
-    }
-
-    fn fails(&self, fail_on: FailOn) -> bool {
-        match self.status() {
-            "error" => true,
-            "loss" => fail_on != FailOn::None,
-            "acknowledged-loss" => fail_on == FailOn::Warn,
-            _ => false,
-        }
-    }
-}
-
-fn render(path: &[String]) -> String {
+pub fn render(path: &[String]) -> String {
     let mut s = String::new();
     for seg in path {
         if seg.starts_with('[') {
@@ -134,27 +165,12 @@ fn json_equal(a: &Value, b: &Value) -> bool {
 type Allowance = (Vec<String>, String);
 
 /// Claimed paths that allow loss, per spoke version, split by side: `(version, hub side, spoke side)`.
-struct Acks {
+pub struct Acks {
     per_spoke: Vec<(String, Vec<Allowance>, Vec<Allowance>)>,
 }
 
-/// A claim as path segments (`metadata.annotations.["a.b/c"]` keeps its key whole).
-fn claim_segments(claim: &str) -> Vec<String> {
-    for bag in ["metadata.annotations.", "metadata.labels."] {
-        if let Some(key) = claim.strip_prefix(bag) {
-            let key = key.strip_prefix("[\"").and_then(|k| k.strip_suffix("\"]")).unwrap_or(key);
-            return vec![
-                "metadata".into(),
-                bag.trim_end_matches('.').trim_start_matches("metadata.").into(),
-                key.into(),
-            ];
-        }
-    }
-    claim.split('.').map(str::to_string).collect()
-}
-
 impl Acks {
-    fn new(l: &Loaded) -> Acks {
+    pub fn new(l: &Loaded) -> Acks {
         let spec = &l.config.spec;
         let mut per_spoke = Vec::new();
         for status in &l.compiled.report.spokes {
@@ -178,13 +194,13 @@ impl Acks {
                     rr.strategy,
                     rule.reason.trim()
                 );
-                hub.extend(rr.hub_paths.iter().map(|p| (claim_segments(p), why.clone())));
-                spoke.extend(rr.spoke_paths.iter().map(|p| (claim_segments(p), why.clone())));
+                hub.extend(rr.hub_paths.iter().map(|p| (segments(p), why.clone())));
+                spoke.extend(rr.spoke_paths.iter().map(|p| (segments(p), why.clone())));
             }
             if spec.unmapped_field_policy == UnmappedFieldPolicy::Warn {
                 let why = format!("unmappedFieldPolicy Warn: {}", spec.unmapped_field_reason.trim());
-                hub.extend(status.fields_uncovered_hub.iter().map(|p| (claim_segments(p), why.clone())));
-                spoke.extend(status.fields_uncovered_spoke.iter().map(|p| (claim_segments(p), why.clone())));
+                hub.extend(status.fields_uncovered_hub.iter().map(|p| (segments(p), why.clone())));
+                spoke.extend(status.fields_uncovered_spoke.iter().map(|p| (segments(p), why.clone())));
             }
             per_spoke.push((status.version.clone(), hub, spoke));
         }
@@ -192,7 +208,7 @@ impl Acks {
     }
 
     /// Why a difference at `path` (on the `from` side) is acknowledged on the way `from` → `to`.
-    fn find(&self, hub: &str, from: &str, to: &str, path: &[String]) -> Option<String> {
+    pub fn find(&self, hub: &str, from: &str, to: &str, path: &[String]) -> Option<String> {
         let under = |claims: &[Allowance]| {
             claims.iter().find(|(c, _)| path.starts_with(c)).map(|(_, why)| why.clone())
         };
@@ -204,206 +220,311 @@ impl Acks {
     }
 }
 
-pub fn run(l: &Loaded, dir: &Path, format: TestFormat, fail_on: FailOn) -> Result<(), CliError> {
-    let plan = require_plan(l)?;
-    let acks = Acks::new(l);
-    let hub = plan.hub_version().to_string();
-    let versions: Vec<String> = plan.versions().iter().map(|v| v.to_string()).collect();
-    let mut cases = Vec::new();
-    for file in load::sample_files(dir)? {
-        for (label, obj) in load::samples_in_file(&file)? {
-            let Some(from) = load::version_of(&obj).map(str::to_string) else {
-                cases.push(Case {
-                    sample: label,
-                    from: "?".into(),
-                    to: "-".into(),
-                    outcome: Outcome::Error("the object has no apiVersion".into()),
-                });
-                continue;
-            };
-            if !versions.contains(&from) {
-                cases.push(Case {
-                    sample: label,
-                    from: from.clone(),
-                    to: "-".into(),
-                    outcome: Outcome::Error(format!("version {from} is not one of {}", versions.join(", "))),
-                });
-                continue;
-            }
-            for to in versions.iter().filter(|v| **v != from) {
-                let there = plan.convert(&obj, &format!("{}/{to}", plan.group()));
-                let back = there.and_then(|t| plan.convert(&t, &format!("{}/{from}", plan.group())));
-                let outcome = match back {
-                    Err(e) => Outcome::Error(e.to_string()),
-                    Ok(back) => {
-                        let mut diffs = Vec::new();
-                        diff(&obj, &back, &mut Vec::new(), &mut diffs);
-                        for d in &mut diffs {
-                            d.acknowledged_by = acks.find(&hub, &from, to, &d.path);
-                        }
-                        if diffs.is_empty() { Outcome::Pass } else { Outcome::Loss(diffs) }
-                    }
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Pass,
+    Loss(Vec<Diff>),
+    Error(String),
+}
+
+/// One row of the report: a round trip, or a sample that could not be tested.
+#[derive(Debug, Clone)]
+pub struct Trip {
+    pub sample: String,
+    pub file: String,
+    pub document: usize,
+    pub line: Option<usize>,
+    pub from: String,
+    pub to: String,
+    pub outcome: Outcome,
+    pub seconds: f64,
+    /// Positions in [`Rules`] of the rules this trip exercised.
+    pub exercised: Vec<usize>,
+    /// The sample breaks its own version's schema (no round trip ran).
+    pub schema: bool,
+}
+
+impl Trip {
+    pub fn status(&self) -> &'static str {
+        match &self.outcome {
+            Outcome::Pass => "pass",
+            Outcome::Error(_) => "error",
+            Outcome::Loss(d) if d.iter().all(|d| d.acknowledged_by.is_some()) => "acknowledged-loss",
+            Outcome::Loss(_) => "loss",
+        }
+    }
+
+    /// Acknowledged loss never fails; loss and errors fail unless `--fail-on none`.
+    pub fn fails(&self, fail_on: FailOn) -> bool {
+        matches!(self.status(), "error" | "loss") && fail_on != FailOn::None
+    }
+
+    /// `v3 → v2 → v3`, `v3 → v3` for the identity check, `v3 schema`, or `-` when nothing ran.
+    pub fn name(&self) -> String {
+        if self.schema {
+            format!("{} schema", self.from)
+        } else if self.to == "-" {
+            "-".into()
+        } else if self.from == self.to {
+            format!("{} → {}", self.from, self.to)
+        } else {
+            format!("{} → {} → {}", self.from, self.to, self.from)
+        }
+    }
+
+    fn failed_sample(s: &Sample, from: &str, why: String) -> Trip {
+        Trip {
+            sample: s.label.clone(),
+            file: s.file.clone(),
+            document: s.document,
+            line: s.line,
+            from: from.into(),
+            to: "-".into(),
+            outcome: Outcome::Error(why),
+            seconds: 0.0,
+            exercised: Vec::new(),
+            schema: false,
+        }
+    }
+}
+
+/// What every worker shares.
+pub struct Ctx<'a> {
+    pub plan: &'a Plan,
+    pub target: &'a dco_engine::Target,
+    pub acks: Acks,
+    pub rules: Rules,
+    pub versions: Vec<String>,
+    pub pairs: Vec<(String, String)>,
+    pub skip_identity: bool,
+}
+
+impl Ctx<'_> {
+    fn api_version(&self, v: &str) -> String {
+        format!("{}/{v}", self.plan.group())
+    }
+
+    /// The versions a sample at `from` goes to: the identity check first, then the others.
+    fn targets(&self, from: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.skip_identity {
+            out.push(from.to_string());
+        }
+        out.extend(self.versions.iter().filter(|v| *v != from).cloned());
+        out.retain(|to| self.pairs.is_empty() || self.pairs.iter().any(|(f, t)| f == from && t == to));
+        out
+    }
+
+    /// Every round trip of one sample, in version order.
+    pub fn test_sample(&self, s: &Sample) -> Vec<Trip> {
+        let obj = match &s.object {
+            Ok(o) => o,
+            Err(why) => {
+                let at = match s.line {
+                    Some(l) => format!("{} document {} line {l}", s.file, s.document),
+                    None => format!("{} document {}", s.file, s.document),
                 };
-                cases.push(Case { sample: label.clone(), from: from.clone(), to: to.clone(), outcome });
-            }
-        }
-    }
-    match format {
-        TestFormat::Table => crate::emit(&as_table(&cases)),
-        TestFormat::Json => {
-            crate::emit(&(serde_json::to_string_pretty(&as_json(&cases, fail_on)).unwrap_or_default() + "\n"))
-        }
-        TestFormat::Junit => crate::emit(&as_junit(&cases, fail_on)),
-    }
-    let failed = cases.iter().filter(|c| c.fails(fail_on)).count();
-    if failed > 0 {
-        Err(CliError::Failed(format!(
-            "{failed} of {} round trip(s) failed (--fail-on {})",
-            cases.len(),
-            fail_on_name(fail_on)
-        )))
-    } else {
-        Ok(())
-    }
-}
-
-fn fail_on_name(f: FailOn) -> &'static str {
-    match f {
-        FailOn::None => "none",
-        FailOn::Warn => "warn",
-        FailOn::Loss => "loss",
-    }
-}
-
-fn short(v: &Option<Value>) -> String {
-    match v {
-        None => "(absent)".into(),
-        Some(v) => {
-            let s = v.to_string();
-            if s.chars().count() > 40 { format!("{}…", s.chars().take(39).collect::<String>()) } else { s }
-        }
-    }
-}
-
-fn diff_line(d: &Diff) -> String {
-    let ack = match &d.acknowledged_by {
-        Some(why) => format!(" [acknowledged: {why}]"),
-        None => " [UNACKNOWLEDGED]".into(),
-    };
-    format!("{}: {} → {}{ack}", render(&d.path), short(&d.before), short(&d.after))
-}
-
-fn as_table(cases: &[Case]) -> String {
-    let rows: Vec<[String; 4]> = cases
-        .iter()
-        .map(|c| {
-            let detail = match &c.outcome {
-                Outcome::Pass => String::new(),
-                Outcome::Error(e) => e.clone(),
-                Outcome::Loss(d) => d.iter().map(diff_line).collect::<Vec<_>>().join("; "),
-            };
-            [c.sample.clone(), format!("{} → {} → {}", c.from, c.to, c.from), c.status().to_string(), detail]
-        })
-        .collect();
-    let mut out = String::new();
-    table(&mut out, ["SAMPLE", "ROUND TRIP", "RESULT", "DETAIL"], &rows);
-    let count = |s: &str| cases.iter().filter(|c| c.status() == s).count();
-    let _ = writeln!(
-        out,
-        "\n{} round trip(s): {} pass, {} acknowledged loss, {} loss, {} error",
-        cases.len(),
-        count("pass"),
-        count("acknowledged-loss"),
-        count("loss"),
-        count("error")
-    );
-    out
-}
-
-fn as_json(cases: &[Case], fail_on: FailOn) -> Value {
-    let results: Vec<Value> = cases
-        .iter()
-        .map(|c| {
-            let mut v = json!({"sample": c.sample, "from": c.from, "to": c.to, "status": c.status(), "failed": c.fails(fail_on)});
-            match &c.outcome {
-                Outcome::Pass => {}
-                Outcome::Error(e) => v["error"] = json!(e),
-                Outcome::Loss(diffs) => {
-                    v["diffs"] = diffs
-                        .iter()
-                        .map(|d| json!({"path": render(&d.path), "before": d.before, "after": d.after, "acknowledged": d.acknowledged_by.is_some(), "acknowledgedBy": d.acknowledged_by}))
-                        .collect();
-                }
-            }
-            v
-        })
-        .collect();
-    let count = |s: &str| cases.iter().filter(|c| c.status() == s).count();
-    json!({
-        "results": results,
-        "summary": {"total": cases.len(), "pass": count("pass"), "acknowledgedLoss": count("acknowledged-loss"), "loss": count("loss"), "error": count("error"),
-                    "failed": cases.iter().filter(|c| c.fails(fail_on)).count(), "failOn": fail_on_name(fail_on)}
-    })
-}
-
-fn xml(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            '&' => "&amp;".into(),
-            '<' => "&lt;".into(),
-            '>' => "&gt;".into(),
-            '"' => "&quot;".into(),
-            '\'' => "&apos;".into(),
-            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => String::new(),
-            c => c.to_string(),
-        })
-        .collect()
-}
-
-fn as_junit(cases: &[Case], fail_on: FailOn) -> String {
-    let failures = cases.iter().filter(|c| c.fails(fail_on) && c.status() != "error").count();
-    let errors = cases.iter().filter(|c| c.status() == "error").count();
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(
-        out,
-        "<testsuites name=\"convctl\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\">",
-        cases.len()
-    );
-    let _ = writeln!(
-        out,
-        "  <testsuite name=\"convctl test\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\">",
-        cases.len()
-    );
-    for c in cases {
-        let name = format!("{} → {} → {}", c.from, c.to, c.from);
-        let _ = write!(out, "    <testcase classname=\"{}\" name=\"{}\"", xml(&c.sample), xml(&name));
-        let body = match &c.outcome {
-            Outcome::Pass => None,
-            Outcome::Error(e) => Some(format!("      <error message=\"{}\"/>\n", xml(e))),
-            Outcome::Loss(d) => {
-                let text = d.iter().map(diff_line).collect::<Vec<_>>().join("\n");
-                if c.fails(fail_on) {
-                    Some(format!("      <failure message=\"{}\">{}</failure>\n", xml(c.status()), xml(&text)))
-                } else {
-                    Some(format!("      <system-out>{}</system-out>\n", xml(&text)))
-                }
+                return vec![Trip::failed_sample(s, "?", format!("{at}: {why}"))];
             }
         };
-        match body {
-            None => out.push_str("/>\n"),
-            Some(b) => {
-                out.push_str(">\n");
-                out.push_str(&b);
-                out.push_str("    </testcase>\n");
+        let Some(from) = crate::load::version_of(obj).map(str::to_string) else {
+            return vec![Trip::failed_sample(
+                s,
+                "?",
+                "the object has no apiVersion; give it group/version".into(),
+            )];
+        };
+        if !self.versions.contains(&from) {
+            let why = format!("version {from} is not one of {}", self.versions.join(", "));
+            return vec![Trip::failed_sample(s, &from, why)];
+        }
+        // A sample its own version's schema refuses would be refused by the apiserver too: its
+        // round trips would test an object that cannot exist.
+        if let Some(v) = dco_engine::validate::validate_version(self.target, &from, obj)
+            && !v.violations.is_empty()
+        {
+            let mut why: Vec<String> = v.violations.iter().map(ToString::to_string).collect();
+            if v.truncated {
+                why.push("(more violations not shown)".into());
+            }
+            let why = format!("breaks the {from} schema: {}", why.join("; "));
+            let mut t = Trip::failed_sample(s, &from, why);
+            t.schema = true;
+            return vec![t];
+        }
+        let hub = self.plan.hub_version();
+        let mut out = Vec::new();
+        for to in self.targets(&from) {
+            let start = Instant::now();
+            let there = self.plan.convert(obj, &self.api_version(&to));
+            let outcome = match there.as_ref().map_err(|e| format!("{from} → {to}: {e}")).and_then(|t| {
+                self.plan
+                    .convert(t, &self.api_version(&from))
+                    .map_err(|e| format!("{to} → {from} (back): {e}"))
+            }) {
+                Err(e) => Outcome::Error(e),
+                Ok(back) => {
+                    let mut diffs = Vec::new();
+                    diff(obj, &back, &mut Vec::new(), &mut diffs);
+                    for d in &mut diffs {
+                        d.acknowledged_by = self.acks.find(hub, &from, &to, &d.path);
+                    }
+                    if diffs.is_empty() { Outcome::Pass } else { Outcome::Loss(diffs) }
+                }
+            };
+            let seconds = start.elapsed().as_secs_f64();
+            let mut exercised = Vec::new();
+            if from != to {
+                if from != hub {
+                    self.rules.exercised(&from, obj, false, &mut exercised);
+                }
+                if to != hub {
+                    // The far spoke's rules read the hub form.
+                    let hub_form = if from == hub {
+                        Ok(obj.clone())
+                    } else {
+                        self.plan.convert(obj, &self.api_version(hub))
+                    };
+                    if let Ok(h) = hub_form {
+                        self.rules.exercised(&to, &h, true, &mut exercised);
+                    }
+                }
+            }
+            out.push(Trip {
+                sample: s.label.clone(),
+                file: s.file.clone(),
+                document: s.document,
+                line: None,
+                from: from.clone(),
+                to,
+                outcome,
+                seconds,
+                exercised,
+                schema: false,
+            });
+        }
+        out
+    }
+}
+
+/// Runs `test` over every sample with `workers` threads; the rows come back in sample order
+/// whatever the number of workers.
+pub fn run_all(ctx: &Ctx, samples: &[Sample], workers: usize, progress: bool) -> Vec<Vec<Trip>> {
+    let bar = progress.then(|| {
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(samples.len() as u64),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("tested {pos}/{len} samples {wide_bar} {elapsed}")
+        {
+            bar.set_style(style);
+        }
+        bar
+    });
+    let next = AtomicUsize::new(0);
+    let slots: Vec<std::sync::OnceLock<Vec<Trip>>> =
+        samples.iter().map(|_| std::sync::OnceLock::new()).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..workers.clamp(1, samples.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(s) = samples.get(i) else { break };
+                    let _ = slots[i].set(ctx.test_sample(s));
+                    if let Some(b) = &bar {
+                        b.inc(1);
+                    }
+                }
+            });
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    slots.into_iter().map(|s| s.into_inner().unwrap_or_default()).collect()
+}
+
+/// `FROM:TO` pairs, each naming versions of the target.
+fn parse_pairs(given: &[String], versions: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    let mut out = Vec::new();
+    for p in given {
+        let Some((from, to)) = p.split_once(':') else {
+            return Err(CliError::Usage(format!("--version-pair {p}: write it FROM:TO (for example v1:v3)")));
+        };
+        for v in [from, to] {
+            if !versions.iter().any(|have| have == v) {
+                return Err(CliError::Usage(format!(
+                    "--version-pair {p}: {v} is not a version of the target; it has {}",
+                    versions.join(", ")
+                )));
             }
         }
+        out.push((from.to_string(), to.to_string()));
     }
-    out.push_str("  </testsuite>\n</testsuites>\n");
-    out
+    Ok(out)
+}
+
+pub fn run(l: &Loaded, args: &TestArgs) -> Result<(), CliError> {
+    let plan: Arc<Plan> = require_plan(l)?;
+    let versions: Vec<String> = plan.versions().iter().map(|v| v.to_string()).collect();
+    let pairs = parse_pairs(&args.version_pairs, &versions)?;
+    let bounds = Bounds {
+        max_file_bytes: args.max_file_size,
+        max_documents: args.max_documents,
+        max_depth: args.max_depth,
+    };
+    let read = crate::samples::read(&args.samples, &plan, bounds)?;
+    if read.samples.is_empty() {
+        return Err(CliError::Usage(nothing_found(&args.samples, &plan, &read)));
+    }
+    let ctx = Ctx {
+        plan: &plan,
+        target: &l.target,
+        acks: Acks::new(l),
+        rules: Rules::new(l),
+        versions,
+        pairs,
+        skip_identity: args.skip_identity,
+    };
+    let workers = match args.concurrency {
+        Some(n) => n as usize,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    use std::io::IsTerminal as _;
+    let progress = !args.quiet && read.samples.len() > 1 && std::io::stderr().is_terminal();
+    let trips: Vec<Trip> = run_all(&ctx, &read.samples, workers, progress).into_iter().flatten().collect();
+    if trips.is_empty() {
+        return Err(CliError::Usage(format!(
+            "no round trip matched --version-pair {}: the samples are at {}",
+            args.version_pairs.join(", "),
+            crate::test_report::versions_seen(&read.samples)
+        )));
+    }
+    crate::test_report::finish(l, &ctx, &read, &trips, args)
+}
+
+/// Why nothing was tested: what the samples held instead.
+fn nothing_found(source: &std::path::Path, plan: &Plan, read: &crate::samples::Samples) -> String {
+    let what = if read.files == 0 {
+        "no .yaml, .yml or .json files".to_string()
+    } else if read.skipped_total() == 0 {
+        format!("{} file(s) with no objects in them", read.files)
+    } else {
+        format!("{} document(s) of other kinds: {}", read.skipped_total(), read.skipped_text())
+    };
+    format!(
+        "no {} ({}) objects in --samples {}: found {what}; nothing was tested",
+        plan.expected_kinds(),
+        plan.group(),
+        source.display()
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -417,17 +538,11 @@ mod tests {
     }
 
     #[test]
-    fn claim_segments_keep_metadata_keys_whole() {
-        assert_eq!(
-            claim_segments("metadata.annotations.[\"example.com/x\"]"),
-            ["metadata", "annotations", "example.com/x"]
-        );
-        assert_eq!(claim_segments("metadata.labels.tier"), ["metadata", "labels", "tier"]);
-        assert_eq!(claim_segments("spec.a.b"), ["spec", "a", "b"]);
-    }
-
-    #[test]
-    fn junit_escapes() {
-        assert_eq!(xml("a<b & \"c\"\u{1}"), "a&lt;b &amp; &quot;c&quot;");
+    fn version_pairs_name_versions_of_the_target() {
+        let v = vec!["v3".to_string(), "v2".into()];
+        assert_eq!(parse_pairs(&["v3:v2".into()], &v).unwrap(), [("v3".to_string(), "v2".to_string())]);
+        let e = parse_pairs(&["v3:v9".into()], &v).unwrap_err().to_string();
+        assert!(e.contains("v9 is not a version of the target; it has v3, v2"), "{e}");
+        assert!(parse_pairs(&["v3".into()], &v).unwrap_err().to_string().contains("FROM:TO"));
     }
 }
