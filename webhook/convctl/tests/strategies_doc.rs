@@ -51,8 +51,10 @@ fn examples() -> Vec<Example> {
     out
 }
 
+/// Every example object has a spec: required, so a field the example's schema requires or
+/// defaults is on every object (JSONPatch relies on it).
 fn object_schema(props: Value) -> Value {
-    json!({"type": "object", "properties": {
+    json!({"type": "object", "required": ["spec"], "properties": {
         "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
         "spec": {"type": "object", "properties": props}}})
 }
