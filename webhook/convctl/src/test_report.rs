@@ -178,20 +178,23 @@ pub fn finish(
         "samples": read.samples.len(), "files": read.files, "documents": read.documents,
         "total": trips.len(), "pass": count("pass"), "acknowledgedLoss": count("acknowledged-loss"),
         "loss": count("loss"), "error": count("error"), "failed": failed,
-        "rules": ctx.rules.0.len(), "unexercisedRules": unexercised_count,
+        "rules": ctx.rules.0.len(), "unexercisedRules": unexercised_count, "coverageJudged": untested == 0,
         "skippedDocuments": read.skipped_total(), "skippedKinds": read.skipped,
         "failOn": fail_on.name(), "strict": args.strict,
     });
+    let coverage = if untested == 0 {
+        format!("{} of {} rule(s) exercised", ctx.rules.0.len() - unexercised_count, ctx.rules.0.len())
+    } else {
+        "rule coverage not judged".to_string()
+    };
     let summary_line = format!(
-        "{} round trip(s): {} pass, {} acknowledged loss, {} loss, {} error; {} sample(s), {} of {} rule(s) exercised, {} document(s) of other kinds skipped",
+        "{} round trip(s): {} pass, {} acknowledged loss, {} loss, {} error; {} sample(s), {coverage}, {} document(s) of other kinds skipped",
         trips.len(),
         count("pass"),
         count("acknowledged-loss"),
         count("loss"),
         count("error"),
         read.samples.len(),
-        ctx.rules.0.len() - unexercised_count,
-        ctx.rules.0.len(),
         read.skipped_total()
     );
     let mut report =
