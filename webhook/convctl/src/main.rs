@@ -27,6 +27,7 @@ mod test_report;
 mod validate;
 mod version;
 mod versions;
+mod xpkg;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -125,11 +126,14 @@ struct Inputs {
     #[arg(long)]
     config: PathBuf,
     /// The CustomResourceDefinition the config targets.
-    #[arg(long, conflicts_with = "xrd", required_unless_present = "xrd")]
+    #[arg(long, conflicts_with_all = ["xrd", "package"], required_unless_present_any = ["xrd", "package"])]
     crd: Option<PathBuf>,
     /// The Crossplane CompositeResourceDefinition the config targets.
     #[arg(long)]
     xrd: Option<PathBuf>,
+    /// A Crossplane package (.xpkg image tarball, OCI layout, or package.yaml) holding the XRD.
+    #[arg(long, conflicts_with = "xrd", value_name = "XPKG")]
+    package: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -148,7 +152,7 @@ pub struct Loaded {
 impl Inputs {
     fn load(&self) -> Result<Loaded, CliError> {
         let config = load::config(&self.config)?;
-        let (path, kind) = match (&self.crd, &self.xrd) {
+        let (path, kind) = match (&self.crd, self.xrd.as_ref().or(self.package.as_ref())) {
             (Some(p), None) => (p, TargetKind::Crd),
             (None, Some(p)) => (p, TargetKind::Xrd),
             _ => return Err(CliError::Usage("give exactly one of --crd or --xrd".into())),
@@ -163,7 +167,8 @@ impl Inputs {
                 self.config.display()
             )));
         }
-        let target = load::target(path, kind)?;
+        let target =
+            if self.package.is_some() { xpkg::target(path, &config)? } else { load::target(path, kind)? };
         load::same_target(&config, &target)?;
         let compiled = compile(&config.spec, &target);
         Ok(Loaded { config, target, compiled })
