@@ -4,10 +4,13 @@
 //! loss), 2 usage (bad arguments, unreadable or malformed input files).
 
 mod analyze;
+mod checks;
 mod compat;
 mod completion;
 mod coverage;
 mod diff;
+mod fuzz;
+mod golden;
 mod import;
 mod keys;
 mod kyverno;

@@ -58,6 +58,8 @@ pub struct TestArgs {
     /// The deepest directory level walked below --samples.
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub max_depth: usize,
+    #[command(flatten)]
+    pub checks: crate::checks::CheckArgs,
 }
 
 /// The `--fail-on` threshold, as the reference documents it (docs/convctl.md, "test").
@@ -501,6 +503,8 @@ pub fn run(l: &Loaded, args: &TestArgs) -> Result<(), CliError> {
             crate::test_report::versions_seen(&read.samples)
         )));
     }
+    let extra = crate::checks::run(l, &ctx, &read.samples, &args.samples, &args.checks, args.fail_on)?;
+    let trips = [trips, extra].concat();
     crate::test_report::finish(l, &ctx, &read, &trips, args)
 }
 
