@@ -8,7 +8,7 @@
 //! `map`, the value checks of `allOf`/`anyOf`/`oneOf`/`not`, and fields the schema does not
 //! declare (which the apiserver prunes, or refuses under `fieldValidation=Strict`), respecting
 //! `x-kubernetes-preserve-unknown-fields`, `additionalProperties` and
-//! `x-kubernetes-embedded-resource` (docs/convctl.md, "--validate-output").
+//! `x-kubernetes-embedded-resource` (docs/convctl.md, "test --validate-output").
 //!
 //! Not checked: CEL `x-kubernetes-validations`, defaults, and `metadata` beyond what the
 //! schema declares for it. Every walk is bounded in depth and in the number of violations.
