@@ -6,7 +6,7 @@ use std::path::Path;
 use dco_api::config::{LosslessVerdict, TargetKind};
 use serde_json::json;
 
-use crate::output::{Finding, Location, OutputArgs, Report, Severity};
+use crate::output::{Finding, OutputArgs, Report, Severity};
 use crate::{CliError, Loaded};
 
 fn verdict_word(lossless: bool) -> &'static str {
@@ -107,6 +107,7 @@ pub fn report(l: &Loaded, config_file: &Path, width: Option<usize>) -> Report {
 /// Rules whose loss the config acknowledges: notes, they do not fail.
 fn acknowledged(l: &Loaded, config_file: &Path) -> Vec<Finding> {
     let mut out = Vec::new();
+    let doc = crate::validate::config_doc(config_file);
     for (i, spoke) in l.config.spec.spokes.iter().enumerate() {
         let Some(s) = l.compiled.report.spokes.iter().find(|s| s.version == spoke.version) else { continue };
         for rr in &s.rule_results {
@@ -128,12 +129,12 @@ fn acknowledged(l: &Loaded, config_file: &Path) -> Vec<Finding> {
                     if reason.is_empty() { "(no reason given)" } else { reason }
                 ),
                 fix: None,
-                location: Location {
-                    file: Some(config_file.display().to_string()),
-                    object: Some(l.config.name.clone()),
-                    path: Some(format!("spec.spokes[{i}].rules[{}]", rr.index)),
-                    ..Location::default()
-                },
+                location: crate::validate::config_location(
+                    l,
+                    config_file,
+                    doc.as_ref(),
+                    Some(format!("spec.spokes[{i}].rules[{}]", rr.index)),
+                ),
                 fails: false,
             });
         }

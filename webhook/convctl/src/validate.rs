@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use dco_engine::Diagnostic;
-use serde_json::json;
+use serde_json::{Value, json};
+
+use crate::load::Doc;
+use crate::locate::FieldPath;
 
 use crate::output::{Finding, Location, OutputArgs, Report, Severity};
 use crate::{CliError, Loaded};
@@ -42,14 +45,36 @@ fn config_path(l: &Loaded, d: &Diagnostic) -> Option<String> {
     Some(path)
 }
 
-/// The compile's diagnostics (and the target mismatch) as findings; errors fail the run.
-pub fn findings(l: &Loaded, config_file: &Path) -> Vec<Finding> {
-    let at = |path: Option<String>| Location {
+/// The config's document in its file, with where its fields are (for a line on each finding).
+pub fn config_doc(config_file: &Path) -> Option<Doc> {
+    let source = crate::load::read(config_file).ok()?;
+    source.docs.into_iter().find(|d| {
+        matches!(
+            d.value.get("kind").and_then(Value::as_str),
+            Some("XRDConversionConfig" | "CRDConversionConfig")
+        )
+    })
+}
+
+/// A finding's location in the config: file, document, the line and column of `path` (or of
+/// its nearest ancestor in the file), the config's name and the path.
+pub fn config_location(l: &Loaded, config_file: &Path, doc: Option<&Doc>, path: Option<String>) -> Location {
+    let pos = doc.zip(path.as_deref()).and_then(|(d, p)| d.marks.find(&FieldPath::parse(p)));
+    Location {
         file: Some(config_file.display().to_string()),
+        document: doc.map(|d| d.index),
+        line: pos.map(|p| p.line),
+        column: pos.map(|p| p.column),
         object: Some(l.config.name.clone()),
         path,
         ..Location::default()
-    };
+    }
+}
+
+/// The compile's diagnostics (and the target mismatch) as findings; errors fail the run.
+pub fn findings(l: &Loaded, config_file: &Path) -> Vec<Finding> {
+    let doc = config_doc(config_file);
+    let at = |path: Option<String>| config_location(l, config_file, doc.as_ref(), path);
     let mut out: Vec<Finding> = l
         .extra_errors()
         .into_iter()
