@@ -10,16 +10,12 @@
 //!   `from`, and `add`, `move` and `copy` the parent of their `path`. An op whose pointer may be
 //!   missing fails the whole patch on every object without the field, the commonest state of an
 //!   optional field: an **error**.
-//! - The join of ScalarToFields/FieldsToScalar renders nothing when none of its fields is set,
-//!   but fails when some are and a field the template uses is not. That needs a half-filled
-//!   object: a **warning**.
 
 use dco_api::rules::{JsonPatchOp, PatchOp};
 
 use super::RuleCx;
 use crate::patch::Pointer;
 use crate::schema::FlatSchema;
-use crate::value::Path;
 
 const FIX: &str = "guard the rule with `when` on the field, give the field a `default` (or make it required) in the schema, or use a strategy that skips absent fields (FieldRename, or CEL with has())";
 
@@ -157,38 +153,4 @@ impl Simulated {
         self.removed.retain(|r| !ptr.starts_with(r) && !r.starts_with(&ptr));
         self.written.push(ptr);
     }
-}
-
-/// Warns when the join template uses two fields an object may have one without the other.
-/// `fields` are (group, path) of the fields the template uses, on the side `fs` describes.
-pub fn check_join(
-    cx: &mut RuleCx<'_>,
-    block: &str,
-    fields: &[(&str, &Path)],
-    fs: &FlatSchema,
-    version: &str,
-) {
-    for (group, path) in fields {
-        let dotted = path.dotted();
-        let other = fields.iter().find(|(g, p)| {
-            g != group && {
-                let shared = common_prefix(p.segments(), path.segments());
-                !fs.present_below(&dotted, shared) || fs.get(&dotted).is_some_and(|n| n.nullable)
-            }
-        });
-        if let Some((other_group, other_path)) = other {
-            cx.warn(
-                &[&dotted],
-                format!(
-                    "{block}: the join template uses {{{{.{group}}}}} from {dotted}, which an object of version {version} may lack while {other_path} ({{{{.{other_group}}}}}) is set; the join then fails on that object — give {dotted} a `default` or make it required in the schema, or guard the rule with `when`"
-                ),
-            );
-            // One warning per rule: the fix is the same for every pair.
-            return;
-        }
-    }
-}
-
-fn common_prefix(a: &[String], b: &[String]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

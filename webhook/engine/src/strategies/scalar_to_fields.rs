@@ -164,17 +164,6 @@ pub(crate) fn compile_split_join(
     if cx.has_errors() {
         return None;
     }
-    // The join reads the fields side's input.
-    let (fields_fs, fields_version) = match fields_side {
-        SideOf::Hub => (cx.hub_schema(), cx.hub_version().to_string()),
-        SideOf::Spoke => (cx.spoke_schema(), cx.spoke_version().to_string()),
-    };
-    let joined: Vec<(&str, &Path)> = typed
-        .iter()
-        .filter(|f| template.placeholders().contains(&f.group.as_str()))
-        .map(|f| (f.group.as_str(), &f.path))
-        .collect();
-    super::absent::check_join(cx, block, &joined, fields_fs, &fields_version);
     let field_paths: Vec<Path> = typed.iter().map(|f| f.path.clone()).collect();
     let (hub_claims, spoke_claims) = match scalar_side {
         SideOf::Hub => (vec![scalar_path_p.clone()], field_paths),
@@ -345,40 +334,6 @@ mod tests {
             }
         }
         r
-    }
-
-    /// The join fails on an object with one field of the pair and not the other: a warning
-    /// naming the field and the fix; none when the fields come and go together.
-    #[test]
-    fn join_of_independently_optional_fields_warns() {
-        let (hub, spoke) = schemas();
-        let c = compile_rules(&hub, &spoke, json!([rule(json!({}))]));
-        let w: Vec<String> = c.report.warnings().map(ToString::to_string).collect();
-        assert_eq!(w.len(), 1, "{w:#?}");
-        assert!(w[0].contains("spoke v1, rule 0 (ScalarToFields) spec.diskSizeUnit: scalarToFields: the join template uses {{.unit}} from spec.diskSizeUnit, which an object of version v1 may lack while spec.diskSizeValue ({{.value}}) is set; the join then fails on that object — give spec.diskSizeUnit a `default` or make it required"), "{w:#?}");
-        let plan = c.plan.expect("a warning, not an error");
-        let err = plan.convert(&spoke_obj(json!({"diskSizeValue": 10})), HUB_AV).unwrap_err().to_string();
-        assert!(err.contains("join needs a value for {{.unit}}"), "the warning is true: {err}");
-        // Both required inside an optional object: present together or not at all.
-        let paired = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
-            "disk": {"type": "object", "required": ["value", "unit"], "properties": {
-                "value": {"type": "integer"}, "unit": {"type": "string"}}}}}}});
-        let mut r = rule(json!({"spokeFields": {"value": "spec.disk.value", "unit": "spec.disk.unit"}}));
-        r["scalarToFields"]["joinTemplate"] = json!("{{.value}}{{.unit}}");
-        let c = compile_rules(&hub, &paired, json!([r]));
-        assert_eq!(c.report.warnings().count(), 0, "{:?}", c.report.diagnostics);
-        // A default on one field only makes an object with the other absent fail.
-        let one = obj_schema(
-            json!({"diskSizeValue": {"type": "integer"}, "diskSizeUnit": {"type": "string", "default": "Gi"}}),
-        );
-        let c = compile_rules(&hub, &one, json!([rule(json!({}))]));
-        assert!(c.report.warnings().any(|d| d.paths == ["spec.diskSizeValue"]), "{:?}", c.report.diagnostics);
-        // Defaults on both are as good as required.
-        let both = obj_schema(
-            json!({"diskSizeValue": {"type": "integer", "default": 0}, "diskSizeUnit": {"type": "string", "default": "Gi"}}),
-        );
-        let c = compile_rules(&hub, &both, json!([rule(json!({}))]));
-        assert_eq!(c.report.warnings().count(), 0, "{:?}", c.report.diagnostics);
     }
 
     #[test]
