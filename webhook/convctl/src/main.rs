@@ -11,14 +11,13 @@ mod coverage;
 mod diff;
 mod fuzz;
 mod golden;
+mod help;
 mod import;
 mod keys;
 mod kyverno;
 mod lint;
 mod load;
 mod locate;
-// Used by the commands as they move onto the shared report model.
-#[allow(dead_code)]
 mod output;
 mod patch_preview;
 mod plan;
@@ -36,7 +35,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use dco_api::config::TargetKind;
 use dco_engine::{Compiled, Target, compile};
 
@@ -126,13 +125,13 @@ enum Command {
 #[derive(Args)]
 struct Inputs {
     /// The XRDConversionConfig or CRDConversionConfig (conversion.dco.rs/v1alpha1).
-    #[arg(long)]
+    #[arg(short, long)]
     config: PathBuf,
     /// The CustomResourceDefinition the config targets.
     #[arg(long, conflicts_with_all = ["xrd", "package"], required_unless_present_any = ["xrd", "package"])]
     crd: Option<PathBuf>,
     /// The Crossplane CompositeResourceDefinition the config targets.
-    #[arg(long)]
+    #[arg(short = 'x', long)]
     xrd: Option<PathBuf>,
     /// A Crossplane package (.xpkg image tarball, OCI layout, or package.yaml) holding the XRD.
     #[arg(long, conflicts_with = "xrd", value_name = "XPKG")]
@@ -200,7 +199,10 @@ impl Loaded {
 
 fn main() -> ExitCode {
     completion::answer_shell();
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&help::matches(Cli::command())) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Suggest(args) => suggest::run(&args),
         Command::Rehub(args) => rehub::run(&args),

@@ -9,12 +9,10 @@ use super::{Location, Report, Severity};
 
 pub const SARIF_SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
 
-/// Where the tool is documented: the package's repository when the build names one.
-fn information_uri() -> &'static str {
-    match option_env!("CARGO_PKG_REPOSITORY") {
-        Some(r) if !r.is_empty() => r,
-        _ => "https://dco.rs/",
-    }
+/// Where the tool is documented: the package's repository when the build names one (the
+/// property is optional in SARIF, and left out rather than pointing anywhere made up).
+fn information_uri() -> Option<&'static str> {
+    option_env!("CARGO_PKG_REPOSITORY").filter(|r| !r.is_empty())
 }
 
 /// What a rule id means, for the driver's rule list.
@@ -141,16 +139,15 @@ pub fn render(report: &Report) -> String {
             })
         })
         .collect();
+    let mut driver = json!({"name": "convctl", "version": env!("CARGO_PKG_VERSION"), "rules": rules});
+    if let Some(uri) = information_uri() {
+        driver["informationUri"] = json!(uri);
+    }
     let doc = json!({
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
         "runs": [{
-            "tool": {"driver": {
-                "name": "convctl",
-                "version": env!("CARGO_PKG_VERSION"),
-                "informationUri": information_uri(),
-                "rules": rules,
-            }},
+            "tool": {"driver": driver},
             "invocations": [{"executionSuccessful": true, "commandLine": format!("convctl {}", report.command)}],
             "columnKind": "unicodeCodePoints",
             "results": results,
