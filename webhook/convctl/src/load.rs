@@ -187,8 +187,9 @@ fn find_config(src: &Source) -> Result<(TargetKind, &Doc), CliError> {
         let api_version = str_at(&doc.value, &["apiVersion"]).unwrap_or_default();
         if api_version != CONFIG_API_VERSION {
             return Err(CliError::Usage(format!(
-                "{}: apiVersion is {api_version:?}; dco configs use {CONFIG_API_VERSION} — a config written for the reference project moves over by changing only its apiVersion",
-                src.place(doc, &FieldPath::parse("apiVersion"))
+                "{}: apiVersion is {api_version:?}; dco configs use {CONFIG_API_VERSION} — translate a config written for the reference project with `convctl import {}` (it reports every field it changes)",
+                src.place(doc, &FieldPath::parse("apiVersion")),
+                src.file
             )));
         }
         found.push((kind, doc));
