@@ -196,7 +196,12 @@ fn analyze_table_and_json() {
         v2["ruleResults"][2]["lossless"],
         serde_json::json!({"hubToSpoke": true, "spokeToHub": false})
     );
-    assert_eq!(v2["ruleResults"][9]["hubPaths"], serde_json::json!(["spec.store"]));
+    // A oneOf union of required-only alternatives: BranchMap claims its branches and the
+    // discriminator, and leaves its other properties to other rules.
+    assert_eq!(
+        v2["ruleResults"][9]["hubPaths"],
+        serde_json::json!(["spec.store.s3", "spec.store.gcs", "spec.store.backend"])
+    );
 
     let o = convctl(&[
         "analyze",

@@ -64,6 +64,11 @@ pub enum Shape {
     Object {
         has_properties: bool,
         preserve_unknown: bool,
+        /// The properties a `oneOf`/`anyOf` made only of `required` alternatives names (a
+        /// union: which of its declared properties may be set), sorted; empty without one.
+        /// Such a constraint leaves the object an interior node, so rules reach its other
+        /// properties; the apiserver checks the constraint on writes.
+        union: Vec<String>,
     },
     Scalar(Scalar),
     Array {
@@ -181,6 +186,7 @@ impl FlatSchema {
             shape: Shape::Object {
                 has_properties: true,
                 preserve_unknown: flag(schema, "x-kubernetes-preserve-unknown-fields"),
+                union: Vec::new(),
             },
             nullable: false,
         });
@@ -402,6 +408,26 @@ struct Facts<'a> {
     max_items: Option<u64>,
     format: Option<&'a str>,
     enumeration: Option<&'a Vec<Value>>,
+    /// Names of a required-only `oneOf`/`anyOf` ([`presence_union`]).
+    union: Option<Vec<String>>,
+}
+
+/// The property names of a `oneOf`/`anyOf` whose every alternative is only `{required: [..]}`
+/// (the usual way to say "exactly one of these"); `None` for anything else.
+fn presence_union(alternatives: &Value) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    for alt in alternatives.as_array()? {
+        let alt = alt.as_object()?;
+        if alt.len() != 1 {
+            return None;
+        }
+        for n in alt.get("required")?.as_array()? {
+            names.push(n.as_str()?.to_string());
+        }
+    }
+    names.sort();
+    names.dedup();
+    (!names.is_empty()).then_some(names)
 }
 
 fn facts(schema: &Value) -> Facts<'_> {
@@ -410,7 +436,11 @@ fn facts(schema: &Value) -> Facts<'_> {
     for (k, v) in m {
         match k.as_str() {
             "type" => f.ty = v.as_str(),
-            "oneOf" | "anyOf" | "allOf" | "not" | "$ref" => f.composite = true,
+            "oneOf" | "anyOf" => match presence_union(v) {
+                Some(names) if f.union.is_none() => f.union = Some(names),
+                _ => f.composite = true,
+            },
+            "allOf" | "not" | "$ref" => f.composite = true,
             "x-kubernetes-int-or-string" => f.int_or_string = v.as_bool().unwrap_or(false),
             "x-kubernetes-preserve-unknown-fields" => f.preserve = v.as_bool().unwrap_or(false),
             "nullable" => f.nullable = v.as_bool().unwrap_or(false),
@@ -421,6 +451,13 @@ fn facts(schema: &Value) -> Facts<'_> {
             "format" => f.format = v.as_str(),
             "enum" => f.enumeration = v.as_array(),
             _ => {}
+        }
+    }
+    // A union over properties the object does not declare is not one rules can reach.
+    if let Some(names) = &f.union {
+        let props = m.get("properties").and_then(Value::as_object);
+        if !names.iter().all(|n| props.is_some_and(|p| p.contains_key(n))) {
+            f.composite = true;
         }
     }
     f
@@ -457,16 +494,24 @@ fn classify(schema: &Value, depth: usize) -> Node {
             },
             _ => opaque(OpaqueKind::FreeForm),
         },
-        Some("object") | None if f.has_props => {
-            Node { shape: Shape::Object { has_properties: true, preserve_unknown: f.preserve }, nullable }
-        }
+        Some("object") | None if f.has_props => Node {
+            shape: Shape::Object {
+                has_properties: true,
+                preserve_unknown: f.preserve,
+                union: f.union.clone().unwrap_or_default(),
+            },
+            nullable,
+        },
         Some("object") => match f.additional {
             Some(v @ Value::Object(_)) => {
                 Node { shape: Shape::Map { values: Box::new(FlatSchema::node_at(v, depth + 1)) }, nullable }
             }
             Some(Value::Bool(true)) => opaque(OpaqueKind::FreeForm),
             _ if f.preserve => opaque(OpaqueKind::FreeForm),
-            _ => Node { shape: Shape::Object { has_properties: false, preserve_unknown: false }, nullable },
+            _ => Node {
+                shape: Shape::Object { has_properties: false, preserve_unknown: false, union: Vec::new() },
+                nullable,
+            },
         },
         _ => opaque(OpaqueKind::FreeForm),
     }
@@ -660,7 +705,7 @@ mod tests {
         assert!(fs.get("metadata").is_none());
         assert!(matches!(
             fs.get("spec.nested").unwrap().shape,
-            Shape::Object { has_properties: true, preserve_unknown: true }
+            Shape::Object { has_properties: true, preserve_unknown: true, .. }
         ));
         assert!(matches!(
             fs.get("spec.source").unwrap().shape,

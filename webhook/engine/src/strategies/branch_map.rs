@@ -30,8 +30,9 @@ pub struct BranchMap;
 
 /// How the union is declared on one side.
 enum UnionSchema {
-    /// An object with properties: the branches are ordinary nested fields.
-    Fields,
+    /// An object with properties: the branches are ordinary nested fields. With the names of
+    /// its required-only `oneOf`/`anyOf`, if it has one (each must be mapped).
+    Fields(Vec<String>),
     /// An opaque `oneOf` object, as its raw schema.
     OneOf(serde_json::Value),
 }
@@ -39,7 +40,7 @@ enum UnionSchema {
 impl UnionSchema {
     fn property_names(&self, fs: &FlatSchema, union: &str) -> Vec<String> {
         match self {
-            UnionSchema::Fields => fs.children(union).into_iter().map(str::to_string).collect(),
+            UnionSchema::Fields(_) => fs.children(union).into_iter().map(str::to_string).collect(),
             UnionSchema::OneOf(raw) => raw
                 .get("properties")
                 .and_then(serde_json::Value::as_object)
@@ -51,14 +52,17 @@ impl UnionSchema {
     /// The branch's schema as a flattened root.
     fn branch(&self, fs: &FlatSchema, union: &str, name: &str) -> Option<FlatSchema> {
         match self {
-            UnionSchema::Fields => fs.subtree(&format!("{union}.{name}")),
+            UnionSchema::Fields(_) => fs.subtree(&format!("{union}.{name}")),
             UnionSchema::OneOf(raw) => raw.get("properties").and_then(|p| p.get(name)).map(FlatSchema::node),
         }
     }
 
     /// Branch names the `oneOf` lists (`required: [name]` entries).
     fn one_of_names(&self) -> BTreeSet<String> {
-        let UnionSchema::OneOf(raw) = self else { return BTreeSet::new() };
+        let raw = match self {
+            UnionSchema::Fields(names) => return names.iter().cloned().collect(),
+            UnionSchema::OneOf(raw) => raw,
+        };
         raw.get("oneOf")
             .and_then(serde_json::Value::as_array)
             .into_iter()
@@ -72,14 +76,14 @@ impl UnionSchema {
     fn raw_property(&self, name: &str) -> Option<&serde_json::Value> {
         match self {
             UnionSchema::OneOf(raw) => raw.get("properties").and_then(|p| p.get(name)),
-            UnionSchema::Fields => None,
+            UnionSchema::Fields(_) => None,
         }
     }
 }
 
 fn union_schema(cx: &mut RuleCx<'_>, field: &str, dotted: &str, node: &Node) -> Option<UnionSchema> {
     match &node.shape {
-        Shape::Object { has_properties: true, .. } => Some(UnionSchema::Fields),
+        Shape::Object { has_properties: true, union, .. } => Some(UnionSchema::Fields(union.clone())),
         Shape::Opaque { canonical, .. } => match serde_json::from_str::<serde_json::Value>(canonical) {
             Ok(raw)
                 if raw
@@ -213,12 +217,17 @@ impl StrategyImpl for BranchMap {
         for (side, u, props, mapped) in
             [("hub", &hu, &hub_props, &seen_hub), ("spoke", &su, &spoke_props, &seen_spoke)]
         {
-            if let UnionSchema::OneOf(_) = u {
-                for name in u.one_of_names() {
-                    if !mapped.contains(name.as_str()) {
-                        cx.error(&[&name], format!("{side} branch {name:?} of the union is not mapped; add it to branchMap.branches"));
-                    }
+            for name in u.one_of_names() {
+                if !mapped.contains(name.as_str()) {
+                    cx.error(
+                        &[&name],
+                        format!(
+                            "{side} branch {name:?} of the union is not mapped; add it to branchMap.branches"
+                        ),
+                    );
                 }
+            }
+            if let UnionSchema::OneOf(_) = u {
                 for name in props {
                     let is_branch = mapped.contains(name.as_str()) || u.one_of_names().contains(name);
                     if is_branch
@@ -679,7 +688,8 @@ mod tests {
         let scalar_union = obj_schema(json!({"store": {"type": "string"}}));
         let e = all_errors(&compile_rules(&scalar_union, &spoke, json!([rule(false)])));
         assert!(e.contains("BranchMap needs an object whose properties are the branches"), "{e}");
-        // A oneOf union's other properties must match on both sides.
+        // A oneOf union's other properties are ordinary fields: one that differs between the
+        // sides is reported like any other, for a rule to map it.
         let mut hub2 = hub.clone();
         hub2["properties"]["spec"]["properties"]["store"]["properties"]["retention"] =
             json!({"type": "integer"});
@@ -687,7 +697,29 @@ mod tests {
         spoke2["properties"]["spec"]["properties"]["store"]["properties"]["retention"] =
             json!({"type": "string"});
         let e = all_errors(&compile_rules(&hub2, &spoke2, json!([rule(true)])));
-        assert!(e.contains("union property \"retention\" is neither a mapped branch"), "{e}");
+        assert!(e.contains("spec.store.retention: hub field differs between hub and spoke"), "{e}");
+        let coerce = json!({"strategy": "TypeCoerce", "typeCoerce": {"path": "spec.store.retention"}});
+        let e = all_errors(&compile_rules(&hub2, &spoke2, json!([rule(true), coerce])));
+        assert!(e.is_empty(), "{e}");
+    }
+
+    /// A union declared with a required-only oneOf is an object rules reach: a rule renames a
+    /// property of the union beside the BranchMap that maps its branches.
+    #[test]
+    fn a_rule_beside_the_branch_map_reaches_the_unions_other_properties() {
+        let (mut hub, mut spoke) = pair(true);
+        hub["properties"]["spec"]["properties"]["store"]["properties"]["retentionDays"] =
+            json!({"type": "integer"});
+        spoke["properties"]["spec"]["properties"]["store"]["properties"]["retention"] =
+            json!({"type": "integer"});
+        let rename = json!({"strategy": "FieldRename", "fieldRename": {
+            "hubPath": "spec.store.retentionDays", "spokePath": "spec.store.retention"}});
+        let plan = plan_for(&hub, &spoke, json!([rule(true), rename]));
+        let h = hub_obj(json!({"store": {"s3": {"bucket": "x"}, "retentionDays": 7}}));
+        let s = plan.convert(&h, SPOKE_AV).unwrap();
+        assert_eq!(s["spec"]["store"]["retention"], json!(7), "{s}");
+        assert!(s["spec"]["store"].get("retentionDays").is_none(), "{s}");
+        assert_eq!(plan.convert(&s, HUB_AV).unwrap(), h);
     }
 
     #[test]
