@@ -609,30 +609,10 @@ fn walk(v: &Value, schema: &Value, rule: Option<&Value>, path: &str, out: &mut V
     }
 }
 
-/// The known key nearest to `key` by edit distance, if near enough to be a misspelling.
+/// The known key nearest to `key`, if near enough to be a misspelling (the same measure as the
+/// config reader's "did you mean").
 fn closest(key: &str, known: &[String]) -> Option<String> {
-    let lower = key.to_lowercase();
-    known
-        .iter()
-        .map(|k| (edit_distance(&lower, &k.to_lowercase()), k))
-        .filter(|(d, k)| *d <= (k.len() / 3).max(1))
-        .min()
-        .map(|(_, k)| k.clone())
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
+    crate::keys::closest(key, known.iter().map(String::as_str)).map(str::to_string)
 }
 
 /// The output read as dco's typed object (None and a finding when it does not read); a config

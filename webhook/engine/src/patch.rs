@@ -97,7 +97,7 @@ pub struct Patch {
     steps: Vec<Step>,
 }
 
-fn op_name(op: PatchOp) -> &'static str {
+pub(crate) fn op_name(op: PatchOp) -> &'static str {
     match op {
         PatchOp::Add => "add",
         PatchOp::Remove => "remove",

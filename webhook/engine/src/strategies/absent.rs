@@ -14,7 +14,7 @@
 use dco_api::rules::{JsonPatchOp, PatchOp};
 
 use super::RuleCx;
-use crate::patch::Pointer;
+use crate::patch::{Pointer, op_name};
 use crate::schema::FlatSchema;
 
 const FIX: &str = "guard the rule with `when` on the field, give the field a `default` (or make it required) in the schema, or use a strategy that skips absent fields (FieldRename, or CEL with has())";
@@ -107,17 +107,6 @@ fn op_ptr(op: &JsonPatchOp, which: &str) -> String {
 
 fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
-}
-
-fn op_name(op: PatchOp) -> &'static str {
-    match op {
-        PatchOp::Add => "add",
-        PatchOp::Remove => "remove",
-        PatchOp::Replace => "replace",
-        PatchOp::Move => "move",
-        PatchOp::Copy => "copy",
-        PatchOp::Test => "test",
-    }
 }
 
 impl Simulated {
