@@ -54,6 +54,11 @@ async fn crds_are_accepted_and_enforce_their_rules() -> Result<()> {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "yaml") {
             let v: Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+            // The targets shipped beside the example configs are not dco's objects (an XRD needs
+            // Crossplane's CRDs); convctl's doc_examples test compiles the configs against them.
+            if !v["apiVersion"].as_str().is_some_and(|a| a.starts_with(dco_api::GROUP)) {
+                continue;
+            }
             dry_run_create(&client, &v).await.with_context(|| format!("{} was refused", path.display()))?;
             checked += 1;
         }
