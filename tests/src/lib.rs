@@ -217,6 +217,29 @@ impl Drop for Operators {
     }
 }
 
+/// Applies (as `manager`) the test's default ConversionWebhookServer `<ns>-s` with `replicas`
+/// replicas in the test's namespace, labelled `label` so the test's operators (scoped by that
+/// label) manage it; returns its name.
+pub async fn apply_default_server(
+    env: &TestEnv,
+    manager: Manager,
+    label: (&str, &str),
+    replicas: u32,
+) -> Result<String> {
+    let servers: Api<dco_api::ConversionWebhookServer> = Api::all(env.client.clone());
+    let server = format!("{}-s", env.ns);
+    manager
+        .apply(
+            &servers,
+            &server,
+            serde_json::json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
+                "metadata": {"name": server, "labels": {label.0: label.1}},
+                "spec": {"namespace": env.ns, "replicas": replicas, "default": true}}),
+        )
+        .await?;
+    Ok(server)
+}
+
 /// Starts one dco-operator process per id in `ids`, scoped by `selector` to a test's objects,
 /// its webhook servers' workloads and its shard Leases in the test's namespace, with short
 /// webhook drain, renew and lease periods; `extra` flags go last. The webhooks listen on

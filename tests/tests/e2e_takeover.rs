@@ -95,16 +95,7 @@ async fn a_reference_target_is_taken_over_under_load_and_stays_wired_after_the_o
     let selector = format!("{}={}", label.0, label.1);
     let _operators = dco_tests::start_operators(&t, &selector, &["takeover-1"], &["--resync", "60s"])?;
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    let server = format!("{}-s", t.ns);
-    MANAGER
-        .apply(
-            &servers,
-            &server,
-            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": server, "labels": {label.0: label.1}},
-        "spec": {"namespace": t.ns, "replicas": 2, "default": true}}),
-        )
-        .await?;
+    let server = dco_tests::apply_default_server(&t, MANAGER, label, 2).await?;
     wait_for("dco's server to have 2 ready replicas", WAIT, || async {
         Ok(servers.get(&server).await?.status.is_some_and(|s| s.ready_replicas == 2).then_some(()))
     })

@@ -248,16 +248,7 @@ async fn adopting_a_live_target_from_none_and_from_a_foreign_webhook_fails_no_re
         dco_tests::start_operators(&t, &selector, &["adopt-1", "adopt-2"], &["--resync", "60s"])?;
 
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    let server = format!("{}-s", t.ns);
-    MANAGER
-        .apply(
-            &servers,
-            &server,
-            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": server, "labels": {label.0: label.1}},
-        "spec": {"namespace": t.ns, "replicas": 2, "default": true}}),
-        )
-        .await?;
+    let server = dco_tests::apply_default_server(&t, MANAGER, label, 2).await?;
     wait_for("the server to be Available with 2 ready replicas", WAIT, || async {
         let s = servers.get(&server).await?;
         Ok(s.status.is_some_and(|st| st.ready_replicas == 2).then_some(()))

@@ -48,16 +48,7 @@ async fn two_configs_for_one_target_one_is_served_the_other_says_conflict() -> R
     let _operators = dco_tests::start_operators(&t, &selector, &["conflict-1"], &["--resync", "5s"])?;
 
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    let server = format!("{}-s", t.ns);
-    MANAGER
-        .apply(
-            &servers,
-            &server,
-            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": server, "labels": {label.0: label.1}},
-        "spec": {"namespace": t.ns, "replicas": 1, "default": true}}),
-        )
-        .await?;
+    let server = dco_tests::apply_default_server(&t, MANAGER, label, 1).await?;
     let service = format!("dco-webhook-{server}");
 
     let group = format!("{}.conflict.dco.rs", t.ns);

@@ -65,16 +65,7 @@ async fn webhook_pods_are_admitted_in_a_restricted_namespace() -> Result<()> {
     let selector = format!("{}={}", label.0, label.1);
     let _operators = dco_tests::start_operators(&t, &selector, &["psa-1"], &["--resync", "60s"])?;
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    let server = format!("{}-s", t.ns);
-    MANAGER
-        .apply(
-            &servers,
-            &server,
-            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": server, "labels": {label.0: label.1}},
-        "spec": {"namespace": t.ns, "replicas": 2, "default": true}}),
-        )
-        .await?;
+    let server = dco_tests::apply_default_server(&t, MANAGER, label, 2).await?;
     let workload = format!("dco-webhook-{server}");
     let waited = wait_for("the server to be Available with 2 ready replicas", WAIT, || async {
         let s = servers.get(&server).await?;

@@ -65,16 +65,7 @@ async fn a_refused_revert_holds_the_deletion_and_says_so_until_the_obstacle_goes
     let _operators = dco_tests::start_operators(&t, &selector, &["revertfail-1"], &[])?;
 
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    let server = format!("{}-s", t.ns);
-    MANAGER
-        .apply(
-            &servers,
-            &server,
-            json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": server, "labels": {label.0: label.1}},
-        "spec": {"namespace": t.ns, "replicas": 1, "default": true}}),
-        )
-        .await?;
+    let server = dco_tests::apply_default_server(&t, MANAGER, label, 1).await?;
 
     let group = format!("{}.revertfail.dco.rs", t.ns);
     let target = format!("widgets.{group}");
