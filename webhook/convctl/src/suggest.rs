@@ -61,22 +61,8 @@ fn type_key(n: &Node) -> String {
     }
 }
 
-fn normalize(name: &str) -> Vec<char> {
+fn normalize(name: &str) -> String {
     name.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect()
-}
-
-fn levenshtein(a: &[char], b: &[char]) -> usize {
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for i in 1..=a.len() {
-        cur[0] = i;
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
 }
 
 /// 0..1: 1 − edit distance / longer length, over the normalized names.
@@ -85,8 +71,7 @@ pub fn similarity(a: &str, b: &str) -> f64 {
     if a.is_empty() || b.is_empty() {
         return 0.0;
     }
-    let longest = a.len().max(b.len());
-    1.0 - levenshtein(&a, &b) as f64 / longest as f64
+    strsim::normalized_levenshtein(&a, &b)
 }
 
 fn split(path: &str) -> (&str, &str) {
