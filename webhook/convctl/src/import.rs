@@ -553,10 +553,11 @@ fn reference_only(path: &str) -> Option<&'static str> {
 /// Keys the apiserver would prune under dco's CRD schema, and keys of nested rules that dco's
 /// rule type would ignore: each is unmappable.
 fn check_schema(kind: &str, obj: &Value, cx: &mut Ctx) {
-    let Some(crd) = dco_api::crds().into_iter().find(|c| c.spec.names.kind == kind) else { return };
-    let Ok(crd) = serde_json::to_value(&crd) else { return };
-    let Some(root) = crd.pointer("/spec/versions/0/schema/openAPIV3Schema") else { return };
-    let rule = root.pointer("/properties/spec/properties/spokes/items/properties/rules/items").cloned();
+    let root = crate::keys::crd_schema(kind);
+    if root.is_null() {
+        return;
+    }
+    let rule = crate::keys::rule_schema(&root).cloned();
     let mut unknown = Vec::new();
     for key in ["spec"] {
         if let (Some(v), Some(s)) = (obj.get(key), root.pointer(&format!("/properties/{key}"))) {

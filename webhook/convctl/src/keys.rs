@@ -30,29 +30,32 @@ pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .map(|(c, _)| c)
 }
 
-/// The openAPIV3Schema of the config kind's CRD.
-fn crd_schema(kind: TargetKind) -> Value {
-    let kind_name = match kind {
-        TargetKind::Xrd => "XRDConversionConfig",
-        TargetKind::Crd => "CRDConversionConfig",
-    };
+/// The openAPIV3Schema of dco's CRD for `kind` (`XRDConversionConfig`,
+/// `ConversionWebhookServer`…); null for a kind dco does not define.
+pub fn crd_schema(kind: &str) -> Value {
     let crds = serde_json::to_value(dco_api::crds()).unwrap_or(Value::Null);
     crds.as_array()
         .into_iter()
         .flatten()
-        .find(|c| c.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind_name))
+        .find(|c| c.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind))
         .and_then(|c| c.pointer("/spec/versions/0/schema/openAPIV3Schema"))
         .cloned()
         .unwrap_or(Value::Null)
 }
 
+/// The schema of one top-level rule in a config CRD's schema: what nested rules, stored
+/// opaquely, are read as.
+pub fn rule_schema(config_schema: &Value) -> Option<&Value> {
+    config_schema.pointer("/properties/spec/properties/spokes/items/properties/rules/items")
+}
+
 /// Checks a whole config document (`apiVersion`, `kind`, `metadata`, `spec`, `status`).
 pub fn check(doc: &Value, kind: TargetKind) -> Vec<Problem> {
-    let schema = crd_schema(kind);
-    let rule = schema
-        .pointer("/properties/spec/properties/spokes/items/properties/rules/items")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let schema = crd_schema(match kind {
+        TargetKind::Xrd => "XRDConversionConfig",
+        TargetKind::Crd => "CRDConversionConfig",
+    });
+    let rule = rule_schema(&schema).cloned().unwrap_or(Value::Null);
     let mut walk = Walk { rule: &rule, out: Vec::new() };
     let Some(obj) = doc.as_object() else {
         walk.problem(FieldPath::default(), "a config is a mapping (apiVersion, kind, metadata, spec)".into());
