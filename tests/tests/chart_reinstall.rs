@@ -184,18 +184,47 @@ async fn reinstall(t: &TestEnv) -> Result<()> {
         after_ready <= TAKEOVER,
         "the default server was reconciled {after_ready:?} after the new operator Pods were Ready (bound {TAKEOVER:?}): the old replicas' shard Leases were not taken at once"
     );
-    // Every shard is held by a Pod of the new release.
-    let now: BTreeSet<String> = operator_pods(&pods).await?.into_iter().map(|(name, _)| name).collect();
-    let shards = leases.list(&ListParams::default().labels("sharding.dco.rs/role=shard")).await?.items;
-    ensure!(shards.len() == 32, "{} shard Leases", shards.len());
-    for l in &shards {
-        let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+    // Every shard comes to a Pod of the new release. A shard of an old Pod that was still
+    // stopping is takeable once that Pod is gone (the garbage collector then deletes its member
+    // Lease), so the bound counts from the moment the last old Pod was gone.
+    let mut old_gone_at: Option<Instant> = None;
+    let deadline = Instant::now() + WAIT;
+    let held_at = loop {
+        let now = operator_pods(&pods).await?;
+        if old_gone_at.is_none() && !now.iter().any(|(_, uid)| old.contains(uid)) {
+            old_gone_at = Some(Instant::now());
+        }
+        let names: BTreeSet<&String> =
+            now.iter().filter(|(_, uid)| !old.contains(uid)).map(|(n, _)| n).collect();
+        let shards = leases.list(&ListParams::default().labels("sharding.dco.rs/role=shard")).await?.items;
+        ensure!(shards.len() == 32, "{} shard Leases", shards.len());
+        let foreign: Vec<(String, String)> = shards
+            .iter()
+            .map(|l| {
+                let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+                (l.metadata.name.clone().unwrap_or_default(), holder)
+            })
+            .filter(|(_, holder)| !names.contains(holder))
+            .collect();
+        if foreign.is_empty() {
+            break Instant::now();
+        }
         ensure!(
-            now.contains(&holder),
-            "shard Lease {:?} is held by {holder:?}, not a Pod of the new release ({now:?})",
-            l.metadata.name
+            Instant::now() < deadline,
+            "after {WAIT:?} shard Leases are still held by Pods not of the new release ({names:?}): {foreign:?}"
         );
-    }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let old_gone_at = old_gone_at.unwrap_or(held_at);
+    let after_gone = held_at.saturating_duration_since(old_gone_at);
+    eprintln!(
+        "the old Pods were gone {:?} after helm uninstall returned; every shard held by a new Pod {after_gone:?} after that",
+        old_gone_at - uninstalled
+    );
+    ensure!(
+        after_gone <= TAKEOVER,
+        "the shards of the uninstalled Pods were taken {after_gone:?} after the last of them was gone (bound {TAKEOVER:?})"
+    );
 
     // No member Lease of a gone Pod remains.
     wait_for("the member Leases of the uninstalled Pods to go", WAIT, || async {
