@@ -139,11 +139,16 @@ const CONFIG_KINDS: [&str; 2] = ["XRDConversionConfig", "CRDConversionConfig"];
 /// config whose keys or values its schema refuses is a finding, exit 1. Each is reported once,
 /// at its line, with the fix, and nothing is checked after it.
 pub fn config(path: &Path) -> Result<Config, CliError> {
-    let src = read(path)?;
-    let (kind, doc) = find_config(&src)?;
+    config_of(&read(path)?)
+}
+
+/// [`config`] of documents already read: a file, or a live config serialised by
+/// `live::target` (its place then names the context and the object).
+pub fn config_of(src: &Source) -> Result<Config, CliError> {
+    let (kind, doc) = find_config(src)?;
     let problems = keys::check(&doc.value, kind);
     if !problems.is_empty() {
-        let lines: Vec<String> = problems.iter().map(|p| finding(&src, doc, &p.path, &p.message)).collect();
+        let lines: Vec<String> = problems.iter().map(|p| finding(src, doc, &p.path, &p.message)).collect();
         return Err(CliError::Failed(lines.join("\n")));
     }
     let spec_value = doc.value.get("spec").cloned().unwrap_or(Value::Null);
@@ -151,7 +156,7 @@ pub fn config(path: &Path) -> Result<Config, CliError> {
     let target_name = str_at(&spec_value, &[ref_field, "name"])
         .ok_or_else(|| {
             CliError::Failed(finding(
-                &src,
+                src,
                 doc,
                 &FieldPath::parse("spec").child(ref_field),
                 &format!("missing `{ref_field}.name`; name the target"),
@@ -162,7 +167,7 @@ pub fn config(path: &Path) -> Result<Config, CliError> {
         let at = FieldPath(
             FieldPath::parse("spec").0.into_iter().chain(FieldPath::parse(&e.path().to_string()).0).collect(),
         );
-        CliError::Failed(finding(&src, doc, &at, &e.inner().to_string()))
+        CliError::Failed(finding(src, doc, &at, &e.inner().to_string()))
     })?;
     let target_place = src.place(doc, &FieldPath::parse("spec").child(ref_field).child("name"));
     Ok(Config {
