@@ -35,6 +35,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("completion", "source <(convctl completion bash)"),
     ("version", "convctl version -o json"),
     (
+        "retarget",
+        "convctl retarget --to pool-b --canary 10 --context prod\n  convctl retarget --to pool-b --canary 10 --context prod --apply\n  convctl retarget --unpin --from pool-b --context prod --apply",
+    ),
+    (
         "import",
         "convctl import old/*.yaml > dco.yaml\n  kubectl get xrdconversionconfigs.conversion.terasky.com -o yaml | convctl import -",
     ),

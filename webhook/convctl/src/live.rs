@@ -4,6 +4,7 @@
 //! that member's finding, never the end of the run.
 
 pub mod cluster;
+pub mod paged;
 pub mod target;
 
 /// Run `f` on a tokio runtime made for this command (convctl is synchronous elsewhere).

@@ -25,6 +25,7 @@ mod output;
 mod patch_preview;
 mod plan;
 mod rehub;
+mod retarget;
 mod roundtrip;
 mod samples;
 mod suggest;
@@ -123,6 +124,8 @@ enum Command {
     Plan(plan::PlanArgs),
     /// List the target's versions: served, storage, deprecated, hub or spoke in the config.
     Versions(versions::VersionsArgs),
+    /// Move configs (all, or a canary share) to another webhook server by their pin (live).
+    Retarget(retarget::RetargetArgs),
 }
 
 #[derive(Args)]
@@ -229,6 +232,7 @@ fn main() -> ExitCode {
         Command::Lint(args) => lint::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Versions(args) => versions::run(&args),
+        Command::Retarget(args) => retarget::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
