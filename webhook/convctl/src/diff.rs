@@ -20,8 +20,9 @@ use crate::{CliError, load};
 /// The definition every comparison is made against: `--crd FILE` or `--xrd FILE`.
 #[derive(Args, Clone, Debug)]
 pub struct TargetArgs {
-    /// The CustomResourceDefinition (for CRDConversionConfigs).
-    #[arg(long, conflicts_with = "xrd", required_unless_present = "xrd")]
+    /// The CustomResourceDefinition (for CRDConversionConfigs). One of --crd or --xrd is
+    /// required, except by `diff --live`, which reads the target from each cluster.
+    #[arg(long, conflicts_with = "xrd")]
     pub crd: Option<PathBuf>,
     /// The Crossplane CompositeResourceDefinition (for XRDConversionConfigs).
     #[arg(short = 'x', long)]
@@ -45,11 +46,17 @@ impl TargetArgs {
 
 #[derive(Args)]
 pub struct DiffArgs {
-    /// The two configs, the old one first: `-c old.yaml -c new.yaml`.
+    /// The two configs, the old one first: `-c old.yaml -c new.yaml`; with --live, one.
     #[arg(short = 'c', long = "config", value_name = "CONFIG", required = true)]
     pub configs: Vec<PathBuf>,
     #[command(flatten)]
     pub target: TargetArgs,
+    /// Compare the config with the one each cluster runs for its target, compiled against the
+    /// live target (and, given --crd/--xrd, that file's target with the live one).
+    #[arg(long)]
+    pub live: bool,
+    #[command(flatten)]
+    pub cluster: crate::live::cluster::ClusterArgs,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -481,6 +488,9 @@ fn strip_empty(v: &mut Value) {
 }
 
 pub fn run(args: &DiffArgs) -> Result<(), CliError> {
+    if args.live {
+        return crate::diff_live::run(args);
+    }
     let [a, b] = args.configs.as_slice() else {
         return Err(CliError::Usage(format!(
             "diff compares exactly two configs (-c OLD -c NEW); got {}",

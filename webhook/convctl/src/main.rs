@@ -9,6 +9,7 @@ mod compat;
 mod completion;
 mod coverage;
 mod diff;
+mod diff_live;
 mod fuzz;
 mod golden;
 mod help;
