@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod paged;
+pub mod storage;
 pub mod target;
 
 /// Run `f` on a tokio runtime made for this command (convctl is synchronous elsewhere).

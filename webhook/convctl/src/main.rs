@@ -31,6 +31,7 @@ mod roundtrip;
 mod samples;
 mod suggest;
 mod test_report;
+mod unserve;
 mod validate;
 mod version;
 mod versions;
