@@ -8,6 +8,7 @@ mod checks;
 mod compat;
 mod completion;
 mod coverage;
+mod crossplane_status;
 mod diff;
 mod diff_live;
 mod fuzz;
@@ -128,6 +129,9 @@ enum Command {
     Versions(versions::VersionsArgs),
     /// Move configs (all, or a canary share) to another webhook server by their pin (live).
     Retarget(retarget::RetargetArgs),
+    /// Crossplane views of the live cluster (read only).
+    #[command(subcommand)]
+    Crossplane(crossplane_status::Crossplane),
 }
 
 #[derive(Args)]
@@ -235,6 +239,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(&args),
         Command::Versions(args) => versions::run(&args),
         Command::Retarget(args) => retarget::run(&args),
+        Command::Crossplane(c) => crossplane_status::run(&c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
