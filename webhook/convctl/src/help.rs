@@ -34,7 +34,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("generate", "convctl generate kyverno -c widgets-config.yaml -x widgets-xrd.yaml"),
     ("completion", "source <(convctl completion bash)"),
     ("version", "convctl version -o json"),
-    ("crossplane", "convctl crossplane status --contexts east,west\n  convctl crossplane status --xrd xbuckets.example.org -o json"),
+    (
+        "crossplane",
+        "convctl crossplane status --contexts east,west\n  convctl crossplane status --xrd xbuckets.example.org -o json",
+    ),
     (
         "retarget",
         "convctl retarget --to pool-b --canary 10 --context prod\n  convctl retarget --to pool-b --canary 10 --context prod --apply\n  convctl retarget --unpin --from pool-b --context prod --apply",
