@@ -8,9 +8,7 @@ mod checks;
 mod compat;
 mod completion;
 mod coverage;
-mod crossplane_status;
 mod diff;
-mod diff_live;
 mod fuzz;
 mod golden;
 mod help;
@@ -23,6 +21,7 @@ mod lint;
 mod live;
 mod load;
 mod locate;
+mod migrate_storage;
 mod output;
 mod patch_preview;
 mod plan;
@@ -32,7 +31,6 @@ mod roundtrip;
 mod samples;
 mod suggest;
 mod test_report;
-mod unserve;
 mod validate;
 mod version;
 mod versions;
@@ -127,11 +125,10 @@ enum Command {
     Plan(plan::PlanArgs),
     /// List the target's versions: served, storage, deprecated, hub or spoke in the config.
     Versions(versions::VersionsArgs),
+    /// Rewrite every object at the storage version (live), then prune status.storedVersions.
+    MigrateStorage(migrate_storage::MigrateStorageArgs),
     /// Move configs (all, or a canary share) to another webhook server by their pin (live).
     Retarget(retarget::RetargetArgs),
-    /// Crossplane views of the live cluster (read only).
-    #[command(subcommand)]
-    Crossplane(crossplane_status::Crossplane),
 }
 
 #[derive(Args)]
@@ -238,8 +235,8 @@ fn main() -> ExitCode {
         Command::Lint(args) => lint::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Versions(args) => versions::run(&args),
+        Command::MigrateStorage(args) => migrate_storage::run(&args),
         Command::Retarget(args) => retarget::run(&args),
-        Command::Crossplane(c) => crossplane_status::run(&c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
