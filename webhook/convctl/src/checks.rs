@@ -25,8 +25,9 @@ pub struct CheckArgs {
     /// shrunk to a minimal object that still fails.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub fuzz: Option<u32>,
-    /// The seed of --fuzz: the same seed generates the same objects.
-    #[arg(long, value_name = "S", default_value_t = 1, requires = "fuzz")]
+    /// The seed of --fuzz (the same seed generates the same objects) and of --live's
+    /// --sample-strategy random (the same seed and objects, the same sample).
+    #[arg(long, value_name = "S", default_value_t = 1)]
     pub seed: u64,
     /// Write each shrunk failing object of --fuzz to DIR as a sample file.
     #[arg(long, value_name = "DIR", requires = "fuzz")]

@@ -6,7 +6,9 @@
 pub mod cluster;
 pub mod paged;
 pub mod storage;
+pub mod sample;
 pub mod target;
+pub mod test;
 
 /// Run `f` on a tokio runtime made for this command (convctl is synchronous elsewhere).
 /// Installs rustls' ring provider first: the kube client needs exactly one.

@@ -152,8 +152,19 @@ impl Severity {
 }
 
 impl Location {
-    /// `file:line:column (object path)`, as much of it as is known; empty when nothing is.
+    /// `context: file:line:column (object path)`, as much of it as is known; empty when
+    /// nothing is.
     pub fn label(&self) -> String {
+        let place = self.place();
+        match (&self.context, place.is_empty()) {
+            (Some(c), true) => c.clone(),
+            (Some(c), false) => format!("{c}: {place}"),
+            (None, _) => place,
+        }
+    }
+
+    /// [`Location::label`] without the context.
+    fn place(&self) -> String {
         let mut place = self.file.clone().unwrap_or_default();
         if let Some(d) = self.document.filter(|_| self.line.is_none()) {
             place.push_str(&format!("#{d}"));
@@ -467,5 +478,8 @@ mod tests {
             "s.yaml#2"
         );
         assert_eq!(Location::default().label(), "");
+        let live = Location { context: Some("east".into()), object: Some("Widget ns/a".into()), ..l.clone() };
+        assert_eq!(live.label(), "east: c.yaml:3:5 (Widget ns/a spec.spokes[0])");
+        assert_eq!(Location { context: Some("east".into()), ..Location::default() }.label(), "east");
     }
 }

@@ -26,8 +26,8 @@ pub struct TestArgs {
     pub inputs: Inputs,
     /// The samples: a directory tree (walked recursively), one file, `-` for stdin, or a tar
     /// archive (.tar, .tar.gz, .tgz). Documents of other kinds are skipped and counted.
-    #[arg(short = 's', long, value_name = "PATH")]
-    pub samples: PathBuf,
+    #[arg(short = 's', long, value_name = "PATH", required_unless_present = "live")]
+    pub samples: Option<PathBuf>,
     #[command(flatten)]
     pub output: OutputArgs,
     /// What fails the run: `loss` unacknowledged loss and conversion errors, `warn` also a
@@ -60,6 +60,8 @@ pub struct TestArgs {
     pub max_depth: usize,
     #[command(flatten)]
     pub checks: crate::checks::CheckArgs,
+    #[command(flatten)]
+    pub live: crate::live::test::LiveArgs,
 }
 
 /// The `--fail-on` threshold, as the reference documents it (docs/convctl.md, "test").
@@ -476,9 +478,12 @@ pub fn run(l: &Loaded, args: &TestArgs) -> Result<(), CliError> {
         max_documents: args.max_documents,
         max_depth: args.max_depth,
     };
-    let read = crate::samples::read(&args.samples, &plan, bounds)?;
+    let Some(source) = args.samples.as_deref() else {
+        return Err(CliError::Usage("give the samples with --samples PATH (or --live)".into()));
+    };
+    let read = crate::samples::read(source, &plan, bounds)?;
     if read.samples.is_empty() {
-        return Err(CliError::Usage(nothing_found(&args.samples, &plan, &read)));
+        return Err(CliError::Usage(nothing_found(source, &plan, &read)));
     }
     let ctx = Ctx {
         plan: &plan,
@@ -503,7 +508,7 @@ pub fn run(l: &Loaded, args: &TestArgs) -> Result<(), CliError> {
             crate::test_report::versions_seen(&read.samples)
         )));
     }
-    let extra = crate::checks::run(l, &ctx, &read.samples, &args.samples, &args.checks, args.fail_on)?;
+    let extra = crate::checks::run(l, &ctx, &read.samples, source, &args.checks, args.fail_on)?;
     let trips = [trips, extra].concat();
     crate::test_report::finish(l, &ctx, &read, &trips, args)
 }

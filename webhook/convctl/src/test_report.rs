@@ -154,6 +154,40 @@ pub fn finish(
     trips: &[Trip],
     args: &TestArgs,
 ) -> Result<(), CliError> {
+    let report = build(l, ctx, read, trips, args);
+    crate::output::write(&report, &args.output)?;
+    match failure(&report, trips.len(), args) {
+        None => Ok(()),
+        Some(why) => Err(CliError::Failed(why)),
+    }
+}
+
+/// Why the report fails the run under `args` (`None`: it passes).
+pub fn failure(report: &Report, trips: usize, args: &TestArgs) -> Option<String> {
+    let failed = report.cases.iter().filter(|c| c.fails).count();
+    let failing_findings = report.findings.iter().filter(|f| f.fails).count();
+    if failed + failing_findings == 0 {
+        return None;
+    }
+    let mut why = Vec::new();
+    if failed > 0 {
+        why.push(format!("{failed} of {trips} round trip(s) failed"));
+    }
+    let unexercised = report.findings.iter().filter(|f| f.fails && f.rule == "unexercised-rule").count();
+    if unexercised > 0 {
+        why.push(format!("{unexercised} rule(s) exercised by no sample"));
+    }
+    let other = failing_findings - unexercised;
+    if other > 0 {
+        why.push(format!("{other} failing finding(s)"));
+    }
+    let strict = if args.strict { " --strict" } else { "" };
+    Some(format!("{} (--fail-on {}{strict})", why.join(", "), args.fail_on.name()))
+}
+
+/// The report of one run: a case per round trip, the coverage and skipped-document findings,
+/// the summary and the table.
+pub fn build(l: &Loaded, ctx: &Ctx, read: &Samples, trips: &[Trip], args: &TestArgs) -> Report {
     let fail_on = args.fail_on;
     let coverage_fails = fail_on == FailOn::Warn || (args.strict && fail_on != FailOn::None);
     let cases: Vec<Case> = trips.iter().map(|t| case(ctx, t, fail_on)).collect();
@@ -200,20 +234,7 @@ pub fn finish(
     let mut report =
         Report { command: "test".into(), findings, cases, summary, table: String::new(), summary_line };
     report.table = table_text(&report, args.output.only_failures, args.output.table_width());
-    crate::output::write(&report, &args.output)?;
-    let failing_findings = report.findings.iter().filter(|f| f.fails).count();
-    if failed + failing_findings == 0 {
-        return Ok(());
-    }
-    let mut why = Vec::new();
-    if failed > 0 {
-        why.push(format!("{failed} of {} round trip(s) failed", trips.len()));
-    }
-    if failing_findings > 0 {
-        why.push(format!("{failing_findings} rule(s) exercised by no sample"));
-    }
-    let strict = if args.strict { " --strict" } else { "" };
-    Err(CliError::Failed(format!("{} (--fail-on {}{strict})", why.join(", "), fail_on.name())))
+    report
 }
 
 /// The rows (failing ones only with `only_failures`, as `output::write` filters the cases),
@@ -236,7 +257,8 @@ pub fn table_text(report: &Report, only_failures: bool, width: Option<usize>) ->
             Severity::Warning => "warning",
             Severity::Note => "note",
         };
-        let _ = writeln!(out, "{}", cut(&format!("{sev}: {}", f.message), width));
+        let context = f.location.context.as_deref().map(|c| format!("[{c}] ")).unwrap_or_default();
+        let _ = writeln!(out, "{}", cut(&format!("{sev}: {context}{}", f.message), width));
     }
     out.push('\n');
     out

@@ -40,7 +40,8 @@ pub fn render(report: &Report) -> String {
                 }
             }
         }
-        let inner: Vec<&str> = [l.object.as_deref(), l.path.as_deref()].into_iter().flatten().collect();
+        let inner: Vec<&str> =
+            [l.context.as_deref(), l.object.as_deref(), l.path.as_deref()].into_iter().flatten().collect();
         let title =
             if inner.is_empty() { f.rule.clone() } else { format!("{} ({})", f.rule, inner.join(" ")) };
         props.push(("title", title));

@@ -63,6 +63,12 @@ fn location(l: &Location, fallback_name: Option<(&str, &str)>) -> Option<Value> 
         loc.insert("physicalLocation".into(), physical);
     }
     let mut logical = Vec::new();
+    // The cluster (kubeconfig context) of a live run: the outermost logical location.
+    if let Some(context) = &l.context {
+        logical.push(
+            json!({"name": context, "fullyQualifiedName": format!("context/{context}"), "kind": "module"}),
+        );
+    }
     if let Some(object) = &l.object {
         logical.push(json!({"name": object, "fullyQualifiedName": object, "kind": "resource"}));
     }
@@ -111,6 +117,9 @@ pub fn render(report: &Report) -> String {
         if let Some(loc) = location(&f.location, None) {
             r["locations"] = json!([loc]);
         }
+        if let Some(context) = &f.location.context {
+            r["properties"] = json!({"context": context});
+        }
         results.push(r);
     }
     for c in report.cases.iter().filter(|c| c.fails) {
@@ -122,8 +131,18 @@ pub fn render(report: &Report) -> String {
             format!("{}: {}", c.name, c.detail)
         };
         let mut r = json!({"ruleId": id, "ruleIndex": index, "level": "error", "message": {"text": text}});
-        let (file, _) = c.group.split_once('#').unwrap_or((&c.group, ""));
-        let l = Location { file: Some(file.to_string()), ..Location::default() };
+        // A live run's case is an object of a cluster, not a file.
+        let l = match c.data.get("context").and_then(Value::as_str) {
+            Some(context) => Location {
+                context: Some(context.to_string()),
+                object: c.data.get("object").and_then(Value::as_str).map(str::to_string),
+                ..Location::default()
+            },
+            None => {
+                let (file, _) = c.group.split_once('#').unwrap_or((&c.group, ""));
+                Location { file: Some(file.to_string()), ..Location::default() }
+            }
+        };
         if let Some(loc) = location(&l, Some((&c.group, &c.name))) {
             r["locations"] = json!([loc]);
         }
