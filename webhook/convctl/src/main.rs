@@ -8,7 +8,9 @@ mod checks;
 mod compat;
 mod completion;
 mod coverage;
+mod crossplane_status;
 mod diff;
+mod diff_live;
 mod fuzz;
 mod golden;
 mod help;
@@ -31,6 +33,7 @@ mod roundtrip;
 mod samples;
 mod suggest;
 mod test_report;
+mod unserve;
 mod validate;
 mod version;
 mod versions;
@@ -129,6 +132,9 @@ enum Command {
     MigrateStorage(migrate_storage::MigrateStorageArgs),
     /// Move configs (all, or a canary share) to another webhook server by their pin (live).
     Retarget(retarget::RetargetArgs),
+    /// Crossplane views of the live cluster (read only).
+    #[command(subcommand)]
+    Crossplane(crossplane_status::Crossplane),
 }
 
 #[derive(Args)]
@@ -229,7 +235,6 @@ fn main() -> ExitCode {
         Command::Convert { inputs, sample, to, from, output } => {
             inputs.load().and_then(|l| convert(&l, &sample, &to, from.as_deref(), output))
         }
-        Command::Test(args) if args.live.live => live::test::run(&args),
         Command::Test(args) => args.inputs.load().and_then(|l| roundtrip::run(&l, &args)),
         Command::Compat(args) => compat::run(&args),
         Command::Diff(args) => diff::run(&args),
@@ -238,6 +243,7 @@ fn main() -> ExitCode {
         Command::Versions(args) => versions::run(&args),
         Command::MigrateStorage(args) => migrate_storage::run(&args),
         Command::Retarget(args) => retarget::run(&args),
+        Command::Crossplane(c) => crossplane_status::run(&c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
