@@ -235,6 +235,7 @@ fn main() -> ExitCode {
         Command::Convert { inputs, sample, to, from, output } => {
             inputs.load().and_then(|l| convert(&l, &sample, &to, from.as_deref(), output))
         }
+        Command::Test(args) if args.live.live => live::test::run(&args),
         Command::Test(args) => args.inputs.load().and_then(|l| roundtrip::run(&l, &args)),
         Command::Compat(args) => compat::run(&args),
         Command::Diff(args) => diff::run(&args),
