@@ -3,8 +3,9 @@
 //! The script each shell sources calls `convctl` back (`COMPLETE=<shell>`) for every tab
 //! press, so `--config`, `--crd` and `--xrd` complete to the files under the current directory
 //! that really are a dco config, a CustomResourceDefinition or a CompositeResourceDefinition,
-//! not to every file. Everything else completes as clap knows it (subcommands, flags, enum
-//! values, paths).
+//! not to every file. `--context`/`--contexts` complete to the kubeconfig's contexts, and the
+//! flags that take a name on a cluster to the names there (`crate::completion_live`).
+//! Everything else completes as clap knows it (subcommands, flags, enum values, paths).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use clap_complete::engine::{ArgValueCompleter, CompletionCandidate};
 use clap_complete::env::{Bash, EnvCompleter, Fish, Powershell, Zsh};
 
 use crate::CliError;
+use crate::completion_live::{self, NameKind};
 
 /// The variable the sourced scripts set when they ask for candidates.
 const VAR: &str = "COMPLETE";
@@ -44,6 +46,8 @@ pub enum FileKind {
     Config,
     Crd,
     Xrd,
+    /// A ConversionWebhookServer (only its names are completed, for `retarget`).
+    Server,
 }
 
 impl FileKind {
@@ -56,11 +60,12 @@ impl FileKind {
         }
     }
 
-    fn matches(self, kind: &str) -> bool {
+    pub fn matches(self, kind: &str) -> bool {
         match self {
             FileKind::Config => matches!(kind, "XRDConversionConfig" | "CRDConversionConfig"),
             FileKind::Crd => kind == "CustomResourceDefinition",
             FileKind::Xrd => kind == "CompositeResourceDefinition",
+            FileKind::Server => kind == "ConversionWebhookServer",
         }
     }
 }
@@ -78,8 +83,46 @@ fn attach(cmd: clap::Command) -> clap::Command {
         .filter_map(|a| FileKind::of_flag(a.get_id().as_str()).map(|k| (a.get_id().to_string(), k)))
         .collect();
     let mut cmd = cmd;
+    // Where --crd/--xrd take a name on the cluster: always (migrate-storage), or with --live.
+    let names_only = cmd.get_name() == "migrate-storage";
+    let has_live = cmd.get_arguments().any(|a| a.get_id() == "live");
     for (id, kind) in ids {
-        cmd = cmd.mut_arg(id, |a| a.add(ArgValueCompleter::new(completer(kind))));
+        let live = match kind {
+            FileKind::Crd if names_only || has_live => Some(NameKind::Crd),
+            FileKind::Xrd if names_only || has_live => Some(NameKind::Xrd),
+            _ => None,
+        };
+        let c = match (live, names_only) {
+            (Some(n), true) => ArgValueCompleter::new(move |c: &OsStr| completion_live::names(n, c)),
+            (Some(n), false) => ArgValueCompleter::new(move |c: &OsStr| {
+                let mut all = candidates(kind, c);
+                all.extend(completion_live::names(n, c));
+                all
+            }),
+            (None, _) => ArgValueCompleter::new(completer(kind)),
+        };
+        cmd = cmd.mut_arg(id, |a| a.add(c));
+    }
+    let live_ids: Vec<(String, Option<NameKind>)> = cmd
+        .get_arguments()
+        .filter(|a| a.get_action().takes_values())
+        .filter_map(|a| {
+            let k = match a.get_id().as_str() {
+                "context" | "contexts" => None,
+                "xrd_name" => Some(NameKind::Xrd),
+                "to_server" | "from_server" => Some(NameKind::Server),
+                "config_names" => Some(NameKind::Config),
+                _ => return None,
+            };
+            Some((a.get_id().to_string(), k))
+        })
+        .collect();
+    for (id, kind) in live_ids {
+        let c = match kind {
+            None => ArgValueCompleter::new(completion_live::contexts),
+            Some(n) => ArgValueCompleter::new(move |c: &OsStr| completion_live::names(n, c)),
+        };
+        cmd = cmd.mut_arg(id, |a| a.add(c));
     }
     cmd.mut_subcommands(attach)
 }
@@ -89,6 +132,7 @@ fn completer(kind: FileKind) -> fn(&OsStr) -> Vec<CompletionCandidate> {
         FileKind::Config => |c| candidates(FileKind::Config, c),
         FileKind::Crd => |c| candidates(FileKind::Crd, c),
         FileKind::Xrd => |c| candidates(FileKind::Xrd, c),
+        FileKind::Server => |c| candidates(FileKind::Server, c),
     }
 }
 

@@ -7,6 +7,7 @@ mod analyze;
 mod checks;
 mod compat;
 mod completion;
+mod completion_live;
 mod coverage;
 mod crossplane_status;
 mod diff;
