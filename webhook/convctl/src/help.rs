@@ -18,7 +18,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "test",
-        "convctl test -c widgets-config.yaml -x widgets-xrd.yaml -s samples\n  kubectl get xwidgets -o yaml | convctl test -c widgets-config.yaml -x widgets-xrd.yaml -s - -o junit --output-file report.xml\n  convctl test -c widgets-config.yaml -x widgets-xrd.yaml -s samples --fail-on warn --only-failures",
+        "convctl test -c widgets-config.yaml -x widgets-xrd.yaml -s samples\n  kubectl get xwidgets -o yaml | convctl test -c widgets-config.yaml -x widgets-xrd.yaml -s - -o junit --output-file report.xml\n  convctl test -c widgets-config.yaml -x widgets-xrd.yaml -s samples --fail-on warn --only-failures\n  convctl test --live -c widgets-config.yaml -x xwidgets.example.org --contexts east,west --max-samples 500 --sample-strategy random -o junit --output-file fleet.xml",
     ),
     ("diff", "convctl diff -c old/config.yaml -c new/config.yaml -x widgets-xrd.yaml"),
     ("compat", "convctl compat --base origin/main --head HEAD"),
