@@ -259,7 +259,7 @@ impl Ctx<'_> {
         };
         self.add(
             format!("Drop {old}"),
-            format!("edit {name}: remove {old} from spec.versions, and its spoke from the config (irreversible for objects still stored at {old})"),
+            format!("edit {name}: remove {old} from spec.versions, and its spoke from the config (the config itself when that is its last spoke) (irreversible for objects still stored at {old})"),
             format!("{old} has been unserved long enough that no client depends on it"),
             format!("convctl compat --base BEFORE_DIR --head AFTER_DIR; {}", self.validate_cmd()),
             status(gone),
@@ -304,7 +304,8 @@ impl Ctx<'_> {
                 self.patch_version(to, r#"{"op":"replace","path":"/spec/versions/{i}/served","value":true}"#);
             self.command(cmd);
         }
-        let wired = self.in_config(to);
+        // A target with one version converts nothing and needs no config.
+        let wired = self.in_config(to) || self.def.versions.len() == 1;
         self.add(
             format!("Wire {to} into the conversion config"),
             format!(

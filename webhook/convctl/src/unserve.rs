@@ -42,9 +42,15 @@ impl ConfigRef {
     }
 
     /// `kubectl patch` removing the spoke of `version` (guarded by a test of its index: a
-    /// config changed since it was read makes the patch fail instead of removing another).
+    /// config changed since it was read makes the patch fail instead of removing another). A
+    /// config's last spoke cannot go (a config has at least one): the config is deleted instead,
+    /// which the operator allows once the target serves one version, reverting its
+    /// `spec.conversion` to `None` first (docs/operations.md, deleting).
     pub fn remove_spoke_cmd(&self, version: &str, flags: &str) -> Option<String> {
         let i = self.spokes.iter().position(|s| s == version)?;
+        if self.spokes.len() == 1 {
+            return Some(format!("kubectl delete {} {} --timeout=120s{flags}", self.resource(), self.name));
+        }
         Some(format!(
             "kubectl patch {} {} --type=json -p '[{{\"op\":\"test\",\"path\":\"/spec/spokes/{i}/version\",\"value\":\"{version}\"}},{{\"op\":\"remove\",\"path\":\"/spec/spokes/{i}\"}}]'{flags}",
             self.resource(),
@@ -242,7 +248,8 @@ fn check_configs(f: &Facts, version: &str, out: &mut Vec<Finding>) {
             out.push(note(
                 "unserve-config-spoke",
                 format!(
-                    "{object} has a spoke for {version}: keep it until {version} is unserved (dco refuses a config without a spoke for a served version), then remove it before dropping {version}"
+                    "{object} has a spoke for {version}: keep it until {version} is unserved (dco refuses a config without a spoke for a served version), then remove it before dropping {version}{}",
+                    if c.spokes.len() == 1 { " (its last spoke: the config itself goes, the target then serving one version needs none)" } else { "" }
                 ),
                 Some(format!("after unserving {version}: {cmd}")),
                 f.at(object, Some(&format!("spec.spokes[{i}]")), c.file.as_deref()),
@@ -399,9 +406,19 @@ metadata: {name: not-a-composition}
                 "rewrite every object at the storage version and prune the list: convctl migrate-storage --xrd xwidgets.example.org --prune-stored-versions --context east"
             )
         );
-        assert!(out[1].fix.as_deref().unwrap().contains(
-            "kubectl patch xrdconversionconfig.conversion.dco.rs xwidgets --type=json -p '[{\"op\":\"test\",\"path\":\"/spec/spokes/0/version\",\"value\":\"v1\"},{\"op\":\"remove\",\"path\":\"/spec/spokes/0\"}]' --context east"
-        ));
+        // Its last spoke: the config goes (a config has at least one spoke).
+        assert_eq!(
+            out[1].fix.as_deref(),
+            Some(
+                "after unserving v1: kubectl delete xrdconversionconfig.conversion.dco.rs xwidgets --timeout=120s --context east"
+            )
+        );
+        assert_eq!(
+            config("v3", &["v2", "v1"]).remove_spoke_cmd("v1", "").as_deref(),
+            Some(
+                "kubectl patch xrdconversionconfig.conversion.dco.rs xwidgets --type=json -p '[{\"op\":\"test\",\"path\":\"/spec/spokes/1/version\",\"value\":\"v1\"},{\"op\":\"remove\",\"path\":\"/spec/spokes/1\"}]'"
+            )
+        );
 
         // Migrated and the Composition replaced: safe (the spoke note stays).
         let f = Facts {
