@@ -474,7 +474,7 @@ async fn member_status(m: &Member, args: &StatusArgs) -> (Vec<Finding>, Value, S
         let table = format!("{ctx}: {msg}\n\n");
         (vec![f], json!({"context": ctx, "error": msg}), table)
     };
-    let client = match m.connect(args.cluster.timeout()).await {
+    let client = match crate::diff_live::reach(m, args.cluster.timeout()).await {
         Ok(c) => c,
         Err(e) => return fail("unreachable", e, true),
     };

@@ -32,6 +32,16 @@ fn finding(ctx: &str, rule: &str, message: String, fix: Option<String>, location
     }
 }
 
+/// A client for `m` that has answered: its connection or credentials failing is this
+/// member's "unreachable" finding, told apart from what a later read finds missing.
+pub async fn reach(m: &Member, timeout: std::time::Duration) -> Result<kube::Client, String> {
+    let client = m.connect(timeout).await?;
+    match client.apiserver_version().await {
+        Ok(_) => Ok(client),
+        Err(e) => Err(format!("the cluster of {} does not answer: {e}", m.label)),
+    }
+}
+
 /// The spec fields the rule comparison does not look at, compared as they are written.
 pub fn settings_deltas(live: &ConversionSpec, file: &ConversionSpec) -> Vec<(String, String, String)> {
     let text = |v: Value| -> String { if v.is_null() { "unset".into() } else { v.to_string() } };
@@ -124,7 +134,7 @@ async fn member_diff(
         let f = finding(ctx, rule, msg.clone(), Some(fix.to_string()), here(None));
         (vec![f], json!({"context": ctx, "error": msg}))
     };
-    let client = match m.connect(args.cluster.timeout()).await {
+    let client = match crate::diff_live::reach(m, args.cluster.timeout()).await {
         Ok(c) => c,
         Err(e) => return failed("unreachable", e, "check the context's cluster and credentials"),
     };
