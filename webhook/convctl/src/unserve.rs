@@ -277,8 +277,8 @@ fn check_compositions(f: &Facts, version: &str, out: &mut Vec<Finding>) {
         out.push(blocker(
             "unserve-composition",
             format!(
-                "Composition {} has compositeTypeRef {}/{}: XRs using it break once {version} is unserved",
-                c.name, c.api_version, c.kind
+                "Composition {} still names {version} in spec.compositeTypeRef.apiVersion ({}): a Composition must follow the referenceable version, and {version} is going",
+                c.name, c.api_version
             ),
             format!(
                 "compositeTypeRef is immutable: apply a copy of {} under a new name with spec.compositeTypeRef.apiVersion: {}/{hub}, move the XRs that use it to the copy, then: kubectl delete composition {}{}",
