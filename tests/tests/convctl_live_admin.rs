@@ -500,7 +500,7 @@ fn retarget(kubeconfig: &Path, selector: &str, args: &[&str]) -> Result<(Option<
         .arg("retarget")
         .arg("--kubeconfig")
         .arg(kubeconfig)
-        .args(["-l", selector, "-o", "json"])
+        .args(["-l", selector, "--server-selector", selector, "-o", "json"])
         .args(args))?;
     Ok((
         o.status.code(),
@@ -570,7 +570,11 @@ async fn retarget_moves_a_canary_share_to_another_server_and_back_with_no_failed
     // A dry run: the plan, nothing written.
     let (code, plan) = retarget(&kubeconfig, &selector, &["--to", &b, "--canary", "50"])?;
     ensure!(
-        code == Some(0) && plan["candidates"] == TARGETS && plan["chosen"] == 2 && plan["written"] == 0,
+        code == Some(0)
+            && plan["candidates"] == TARGETS
+            && plan["chosen"] == 2
+            && plan["planned"] == 2
+            && plan["written"] == 0,
         "{plan}"
     );
     for i in 0..TARGETS {

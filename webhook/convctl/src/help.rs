@@ -20,7 +20,10 @@ const EXAMPLES: &[(&str, &str)] = &[
         "test",
         "convctl test -c widgets-config.yaml -x widgets-xrd.yaml -s samples\n  kubectl get xwidgets -o yaml | convctl test -c widgets-config.yaml -x widgets-xrd.yaml -s - -o junit --output-file report.xml\n  convctl test -c widgets-config.yaml -x widgets-xrd.yaml -s samples --fail-on warn --only-failures\n  convctl test --live -c widgets-config.yaml -x xwidgets.example.org --contexts east,west --max-samples 500 --sample-strategy random -o junit --output-file fleet.xml",
     ),
-    ("diff", "convctl diff -c old/config.yaml -c new/config.yaml -x widgets-xrd.yaml"),
+    (
+        "diff",
+        "convctl diff -c old/config.yaml -c new/config.yaml -x widgets-xrd.yaml\n  convctl diff --live -c widgets-config.yaml --kubeconfig-dir fleet/",
+    ),
     ("compat", "convctl compat --base origin/main --head HEAD"),
     ("lint", "convctl lint .\n  convctl lint deploy/ -o github"),
     ("versions", "convctl versions -x widgets-xrd.yaml -c widgets-config.yaml"),

@@ -74,6 +74,10 @@ pub struct RetargetArgs {
     /// Only configs with these labels (a label selector, as kubectl -l).
     #[arg(short = 'l', long, value_name = "SELECTOR")]
     pub selector: Option<String>,
+    /// The servers the resolver considers (a label selector); default all, as an operator
+    /// without --selector sees them. Give the operator's --selector when it has one.
+    #[arg(long, value_name = "SELECTOR")]
+    pub server_selector: Option<String>,
     /// Only these configs (by name; repeat or comma-separate).
     #[arg(long = "config", value_name = "NAME", value_delimiter = ',')]
     pub config_names: Vec<String>,
@@ -237,10 +241,12 @@ fn entry_of(kind: TargetKind, o: &DynamicObject) -> Entry {
 
 async fn read_servers(
     client: &Client,
+    selector: Option<&str>,
 ) -> Result<(Servers, BTreeMap<String, ConversionWebhookServer>), String> {
     let api: Api<ConversionWebhookServer> = Api::all(client.clone());
     let mut all = BTreeMap::new();
-    paged::each(&api, &ListParams::default(), "ConversionWebhookServers", MAX_SERVERS, |s| {
+    let lp = selector.map_or_else(ListParams::default, |s| ListParams::default().labels(s));
+    paged::each(&api, &lp, "ConversionWebhookServers", MAX_SERVERS, |s| {
         all.insert(s.name_any(), s);
         Ok(())
     })
@@ -294,7 +300,7 @@ async fn run_member(args: &RetargetArgs, member: &Member) -> Result<Report, CliE
     let ctx = member.label.clone();
     let fail = |msg: String| CliError::Failed(format!("{ctx}: {msg}"));
     let client = member.connect(args.cluster.timeout()).await.map_err(fail)?;
-    let (servers, all) = read_servers(&client).await.map_err(fail)?;
+    let (servers, all) = read_servers(&client, args.server_selector.as_deref()).await.map_err(fail)?;
     let mut notes = Vec::new();
     if let Some(to) = &args.to_server {
         match check_destination(to, &all) {
@@ -384,7 +390,7 @@ fn report(
     let mut findings = Vec::new();
     let mut rows = Vec::new();
     let mut configs = Vec::new();
-    let (mut writes, mut failed, mut already) = (0usize, 0usize, 0usize);
+    let (mut writes, mut planned, mut failed, mut already) = (0usize, 0usize, 0usize, 0usize);
     for (step, res) in steps.iter().zip(results) {
         let e = &step.entry;
         let kind = crate::diff::config_kind_name(e.kind);
@@ -409,7 +415,11 @@ fn report(
                 });
             }
             (Action::Write(_), Ok(())) => {
-                writes += 1;
+                if args.apply {
+                    writes += 1;
+                } else {
+                    planned += 1;
+                }
                 findings.push(Finding {
                     rule: if args.unpin { "unpin" } else { "pin" }.into(),
                     severity: Severity::Note,
@@ -477,16 +487,15 @@ fn report(
     for n in notes {
         let _ = writeln!(table, "warning: {n}");
     }
-    let verb = if args.apply { "moved" } else { "to move" };
+    let (n, verb) = if args.apply { (writes, "moved") } else { (planned, "to move") };
     let summary_line = format!(
-        "retarget: {ctx}: {} candidate(s), {chosen} chosen, {writes} {verb}, {already} already moved, {failed} failed",
+        "retarget: {ctx}: {} candidate(s), {chosen} chosen, {n} {verb}, {already} already moved, {failed} failed",
         steps.len()
     );
-    let _ = writeln!(table, "\n{summary_line}");
     let summary = json!({
         "context": ctx, "dryRun": !args.apply, "to": args.to_server, "from": args.from_server,
         "unpin": args.unpin, "canaryPercent": args.canary, "candidates": steps.len(), "chosen": chosen,
-        "written": writes, "alreadyMoved": already, "failed": failed, "configs": configs,
+        "written": writes, "planned": planned, "alreadyMoved": already, "failed": failed, "configs": configs,
     });
     Report { command: "retarget".into(), findings, cases: Vec::new(), summary, table, summary_line }
 }
