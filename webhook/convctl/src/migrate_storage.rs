@@ -191,16 +191,18 @@ async fn migrate(args: &MigrateStorageArgs, member: &Member) -> Result<Report, C
             return Ok(report);
         }
     };
-    let names = match (&args.crd, &args.xrd) {
-        (Some(crd), None) => vec![crd.clone()],
-        (None, Some(xrd)) => xrd_crds(&client, xrd, &member.label).await?,
-        _ => return Err(CliError::Usage("give exactly one of --crd or --xrd".into())),
+    let resources = match resolve(&client, args, &member.label).await {
+        Ok(r) => r,
+        // Reading the target failed (not a usage error): that is this cluster's finding.
+        Err(CliError::Failed(e)) => {
+            report.findings.push(finding(member, "unreachable", Severity::Error, e, None, true));
+            report.summary = json!({"context": member.label, "targets": []});
+            report.summary_line = format!("migrate-storage: could not read the target in {}", member.label);
+            return Ok(report);
+        }
+        Err(e) => return Err(e),
     };
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut resources = Vec::new();
-    for name in &names {
-        resources.push(read_resource(&crds, name, &member.label).await?);
-    }
     let limiter =
         RateLimiter::direct(Quota::per_second(NonZeroU32::new(args.qps).unwrap_or(NonZeroU32::MIN)));
     let mut outcomes = Vec::new();
@@ -227,9 +229,23 @@ async fn migrate(args: &MigrateStorageArgs, member: &Member) -> Result<Report, C
     Ok(report)
 }
 
+/// The CRDs to migrate: the one named, or an XRD's generated ones.
+async fn resolve(client: &Client, args: &MigrateStorageArgs, label: &str) -> Result<Vec<Resource>, CliError> {
+    let names = match (&args.crd, &args.xrd) {
+        (Some(crd), None) => vec![crd.clone()],
+        (None, Some(xrd)) => xrd_crds(client, xrd, label).await?,
+        _ => return Err(CliError::Usage("give exactly one of --crd or --xrd".into())),
+    };
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut resources = Vec::new();
+    for name in &names {
+        resources.push(read_resource(&crds, name, label).await?);
+    }
+    Ok(resources)
+}
+
 /// The generated CRDs of an XRD: the XR's, and the claim's when it offers one.
 async fn xrd_crds(client: &Client, name: &str, label: &str) -> Result<Vec<String>, CliError> {
-    let mut last = String::new();
     // Crossplane 1 serves v1 only; a Crossplane that dropped v1 serves v2 only.
     for version in ["v1", "v2"] {
         let gvk =
@@ -253,11 +269,13 @@ async fn xrd_crds(client: &Client, name: &str, label: &str) -> Result<Vec<String
                 }
                 return Ok(out);
             }
-            Ok(None) => last = format!("XRD {name} is not in {label}"),
-            Err(e) => last = format!("reading XRD {name} in {label}: {e}"),
+            Ok(None) => {}
+            Err(e) => return Err(CliError::Failed(format!("reading XRD {name} in {label}: {e}"))),
         }
     }
-    Err(CliError::Usage(format!("{last}; check the name with `kubectl get xrd`")))
+    Err(CliError::Usage(format!(
+        "XRD {name} is not in {label} (read at apiextensions.crossplane.io v1 and v2); check the name with `kubectl get xrd`"
+    )))
 }
 
 async fn read_resource(
