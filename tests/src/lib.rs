@@ -29,6 +29,7 @@ pub mod operator_pods;
 pub mod otelcol;
 pub mod pinned_move;
 pub mod rbac;
+pub mod review;
 pub mod xpkg;
 
 use std::future::Future;

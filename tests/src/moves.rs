@@ -41,6 +41,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use crate::apiservers::RebuildProbe;
+use crate::review::Replica;
 use crate::{Manager, TestEnv, container_pid, fnv1a64, pod_ready, wait_for};
 
 pub const MANAGER: Manager = Manager("dco-e2e-moves");
@@ -256,6 +257,18 @@ pub struct Kill {
 /// How long after the test saw a killed Pod not Ready the apiserver's resolver may still hold
 /// the old Pod status: its informer gets the same watch event; this covers the test's poll.
 const NOT_READY_PROPAGATION: Duration = Duration::from_millis(250);
+
+/// What a resumed replica answered ([`World::reviews_after_resume`]), times from the SIGCONT.
+#[derive(Debug, Default)]
+pub struct Resumed {
+    pub ok: u32,
+    /// When each failed review was sent, and what came back (the first 20).
+    pub failed: Vec<(Duration, String)>,
+    /// The first review that converted: when it was sent, and how long its answer took.
+    pub first_ok: Option<(Duration, Duration)>,
+    /// When the test first saw the Pod Ready again.
+    pub ready_after: Option<Duration>,
+}
 
 /// A move in progress: what it started from.
 pub struct Begin {
@@ -539,6 +552,97 @@ impl World {
             .filter(|k| k.at >= b.at)
             .map(|k| self.counts.transport_failures(k.at, k.not_ready_at + NOT_READY_PROPAGATION))
             .sum()
+    }
+
+    /// Replica `pod` of server `s` as the apiserver reaches it for the target (which must be
+    /// wired to `s`): its address, and the Service's name and path.
+    pub async fn replica(&self, s: &str, pod: &str) -> Result<(Replica, String)> {
+        let p = self.pods.get(pod).await?;
+        let ip =
+            p.status.as_ref().and_then(|st| st.pod_ip.clone()).with_context(|| format!("{pod} has no IP"))?;
+        let port = p
+            .spec
+            .iter()
+            .flat_map(|sp| &sp.containers)
+            .flat_map(|c| c.ports.iter().flatten())
+            .find(|cp| cp.name.as_deref() == Some("https"))
+            .map(|cp| cp.container_port)
+            .with_context(|| format!("{pod} has no port named https"))?;
+        let cc = self
+            .crds
+            .get(&self.target)
+            .await?
+            .spec
+            .conversion
+            .and_then(|c| c.webhook)
+            .and_then(|w| w.client_config)
+            .with_context(|| format!("{} has no webhook clientConfig", self.target))?;
+        let svc = cc.service.with_context(|| format!("{} is not wired to a Service", self.target))?;
+        ensure!(
+            svc.name == format!("dco-webhook-{s}"),
+            "{} is wired to {}, not to {s}",
+            self.target,
+            svc.name
+        );
+        let ca = cc.ca_bundle.with_context(|| format!("{} has no caBundle", self.target))?.0;
+        let replica =
+            Replica::new(format!("{ip}:{port}"), format!("{}.{}.svc", svc.name, svc.namespace), &ca)?;
+        Ok((replica, svc.path.unwrap_or_default()))
+    }
+
+    /// After SIGCONT of replica `pod` of server `s` (sent at `resumed`; `replica` from
+    /// [`World::replica`] before it): sends a review of the target straight to that replica
+    /// every 20 ms, as an apiserver would on a connection it kept from before the stop or
+    /// opened once the Pod was Ready again, until the replica is Ready with a Lease listing
+    /// the target and has converted one review since; what it answered meanwhile
+    /// (`docs/webhook.md`, "After a pause").
+    pub async fn reviews_after_resume(
+        &self,
+        s: &str,
+        pod: &str,
+        (replica, path): &(Replica, String),
+        resumed: Instant,
+    ) -> Result<Resumed> {
+        let (k, mut r) = (u64::MAX / 2, Resumed::default());
+        let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "resumed", "desiredAPIVersion": format!("{}/v1", self.group),
+                "objects": [{"apiVersion": format!("{}/v2", self.group), "kind": "Gadget",
+                    "metadata": {"name": "resumed", "namespace": self.t.ns}, "spec": spec_at("v2", 0, k)}]}});
+        let want = spec_at("v1", 0, k);
+        loop {
+            let sent = resumed.elapsed();
+            let answer = replica.post(path, &review, Duration::from_secs(30)).await;
+            let took = resumed.elapsed() - sent;
+            let converted = match &answer {
+                Ok((200, body)) => serde_json::from_str::<Value>(body)
+                    .ok()
+                    .and_then(|v| v["response"]["convertedObjects"][0]["spec"].clone().into())
+                    .is_some_and(|spec: Value| spec == want),
+                _ => false,
+            };
+            if converted {
+                r.ok += 1;
+                r.first_ok.get_or_insert((sent, took));
+            } else if r.failed.len() < 20 {
+                let what = match answer {
+                    Ok((code, body)) => format!("{code}: {}", body.chars().take(300).collect::<String>()),
+                    Err(e) => format!("{e:#}"),
+                };
+                r.failed.push((sent, what));
+            }
+            let ready = self.pods.get(pod).await.is_ok_and(|p| pod_ready(&p));
+            if ready && r.ready_after.is_none() {
+                r.ready_after = Some(resumed.elapsed());
+            }
+            if ready && r.ok > 0 && self.leases_of(s).await? == (2, 2) {
+                return Ok(r);
+            }
+            ensure!(
+                resumed.elapsed() < WAIT,
+                "{pod} not Ready with its Lease listing the target {WAIT:?} after SIGCONT"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// `(pod, pid, ready)` of each replica of server `s`.

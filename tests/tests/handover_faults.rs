@@ -10,7 +10,9 @@
 //!    (the move waits there for the source's drain): the other replica finishes it;
 //! 3. SIGSTOP of a destination replica before a move: its Lease goes stale and it stops
 //!    answering probes; the move must not wire the target while that replica may be routed to
-//!    (Ready) without reporting it, and proceeds once it is neither Ready nor live;
+//!    (Ready) without reporting it, and proceeds once it is neither Ready nor live; resumed
+//!    (SIGCONT), the replica must convert every review sent straight to it from then on,
+//!    though its caches are as old as the stop (docs/webhook.md, "After a pause");
 //! 4. kill -9 of a replica of the serving instance while settled.
 //!
 //! Each ends settled, with zero wrong values and zero failed requests but those the apiserver
@@ -109,7 +111,25 @@ async fn faults_during_and_between_moves_fail_no_request() -> Result<()> {
     eprintln!("SIGSTOP of {pod}: the target was wired to b {:.1} s later", wired_after.as_secs_f64());
     ensure!(!ready_then, "the move wired b while its stopped replica {pod} was still Ready");
     w.finish("SIGSTOP of a destination replica", m, &a, &b).await?;
+    // Resumed, the replica's caches are as old as the stop and its plans are those of before
+    // the move; it is Ready again at its next probe, and an apiserver may already hold a
+    // connection to it. Whatever it answers from the SIGCONT on must be the conversion.
+    let replica = w.replica(&b, &pod).await?;
     signal(pid, "CONT")?;
+    let resumed = w.reviews_after_resume(&b, &pod, &replica, Instant::now()).await?;
+    eprintln!(
+        "SIGCONT of {pod}: {} reviews converted, {} failed; the first converted review was sent at +{:.0} ms and answered in {:.0} ms; Ready again at +{:.0} ms",
+        resumed.ok,
+        resumed.failed.len(),
+        resumed.first_ok.map_or(f64::NAN, |(at, _)| at.as_secs_f64() * 1000.0),
+        resumed.first_ok.map_or(f64::NAN, |(_, took)| took.as_secs_f64() * 1000.0),
+        resumed.ready_after.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0),
+    );
+    ensure!(
+        resumed.failed.is_empty(),
+        "the replica resumed after SIGSTOP failed reviews of the target it is wired for (sent at, answer): {:?}",
+        resumed.failed
+    );
     w.wait_recovered(&b).await?;
 
     // 4. kill -9 a replica of the serving instance b while settled.

@@ -48,7 +48,8 @@ pub async fn run(
 ) {
     let mut stop = std::pin::pin!(stop);
     let notify = Arc::new(Notify::new());
-    let (servers, _servers_task) = caches::watch_servers(&client, server_selector.as_deref(), notify.clone());
+    let (mut servers, mut servers_task) =
+        caches::watch_servers(&client, server_selector.as_deref(), notify.clone());
     tokio::select! {
         _ = servers.wait_until_ready() => {}
         () = &mut stop => return,
@@ -79,6 +80,9 @@ pub async fn run(
 
     let syncer = Arc::new(Mutex::new(syncer));
     let mut first = true;
+    // The pauses the re-read now running covers (`pause.rs`): done after its pass.
+    let mut re_read: Option<u64> = None;
+    health.freshness.enable();
     loop {
         let (s, c) = (syncer.clone(), caches.clone());
         let started = Instant::now();
@@ -99,6 +103,9 @@ pub async fn run(
                     health.mark_synced();
                     first = false;
                 }
+                if let Some(upto) = re_read.take() {
+                    health.freshness.caught_up(upto);
+                }
                 r.next_wake
             }
             Err(e) => {
@@ -111,11 +118,26 @@ pub async fn run(
         tokio::select! {
             () = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
             () = tokio::time::sleep_until(deadline.into()) => {}
+            () = health.freshness.wanted() => {}
             () = &mut stop => return,
         }
+        // After a pause every watch restarts: the events queued meanwhile are as old as the
+        // pause, a new list is not. The instance's own object (the scope) too.
+        let stale = health.freshness.stale();
+        if stale.is_some() {
+            let (fresh, task) = caches::watch_servers(&client, server_selector.as_deref(), notify.clone());
+            tokio::select! {
+                _ = fresh.wait_until_ready() => {}
+                () = &mut stop => return,
+            }
+            servers_task.abort();
+            (servers, servers_task) = (fresh, task);
+        }
         let scope = scope_of(&servers, &instance);
-        if scope != caches.scope {
-            tracing::info!(old = ?caches.scope, new = ?scope, "the instance's cacheSelector changed; rebuilding the watches (the registry keeps serving meanwhile)");
+        if scope != caches.scope || stale.is_some() {
+            if scope != caches.scope {
+                tracing::info!(old = ?caches.scope, new = ?scope, "the instance's cacheSelector changed; rebuilding the watches (the registry keeps serving meanwhile)");
+            }
             let fresh = Caches::start(
                 &client,
                 servers.clone(),
@@ -131,6 +153,7 @@ pub async fn run(
                 () = &mut stop => return,
             }
             caches = Arc::new(fresh);
+            re_read = stale;
         }
     }
 }

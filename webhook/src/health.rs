@@ -15,6 +15,8 @@ pub struct Health {
     lease_required: AtomicBool,
     /// ... and this process has published it at least once.
     lease_published: AtomicBool,
+    /// Whether the process's view is older than a pause (`pause.rs`).
+    pub freshness: Arc<crate::pause::Freshness>,
     metrics: Arc<Metrics>,
 }
 
@@ -25,6 +27,7 @@ impl Health {
             shutting_down: AtomicBool::new(false),
             lease_required: AtomicBool::new(false),
             lease_published: AtomicBool::new(false),
+            freshness: Arc::default(),
             metrics,
         }
     }

@@ -18,6 +18,7 @@ pub mod hold;
 pub mod large;
 pub mod lease;
 pub mod metrics;
+pub mod pause;
 pub mod plan;
 pub mod pool;
 pub mod registry;

@@ -97,6 +97,15 @@ async fn convert(
     // conversion, has `--request-timeout`.
     let start = Instant::now();
     let deadline = start + app.limits.request_timeout;
+    // After a pause the registry is as old as the pause: wait for the re-read (`pause.rs`).
+    if let Some(waited) = app.health.freshness.wait_fresh(deadline.min(start + crate::pause::MAX_WAIT)).await
+    {
+        tracing::info!(
+            target = target,
+            waited_ms = waited.as_millis() as u64,
+            "a review waited for the re-read after a pause"
+        );
+    }
     let entry = app.registry.get(&target);
     // Only registered names become metric labels.
     let label = if entry.is_some() { target.as_str() } else { UNKNOWN_TARGET };

@@ -145,6 +145,7 @@ pub async fn run(args: Args, compiler: Arc<dyn Compiler>) -> anyhow::Result<()> 
             }
         });
     } else {
+        tokio::spawn(health.freshness.clone().run());
         let client = kube::Client::try_default()
             .await
             .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
