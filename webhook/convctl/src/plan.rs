@@ -463,7 +463,12 @@ impl Ctx<'_> {
             let (n, title) = (self.steps[first].number, self.steps[first].title.clone());
             for s in self.steps[first + 1..].iter_mut().filter(|s| s.status == Status::Ready) {
                 s.status = Status::Blocked;
-                s.blocked_by = format!("step {n} ({title}) is not done yet");
+                // Keep the step's own reason after the order's: it says what is left of it.
+                s.blocked_by = if s.blocked_by.is_empty() {
+                    format!("step {n} ({title}) is not done yet")
+                } else {
+                    format!("step {n} ({title}) is not done yet; then: {}", s.blocked_by)
+                };
             }
         }
     }
