@@ -255,7 +255,9 @@ pub struct Kill {
 }
 
 /// How long after the test saw a killed Pod not Ready the apiserver's resolver may still hold
-/// the old Pod status: its informer gets the same watch event; this covers the test's poll.
+/// the old Pod status. Its Pod informer is a watch on the first apiserver, which had the
+/// status 20–40 ms after the signal, before the test's poll (46–400 ms, it competes with the
+/// load; docs/operations.md "What a move costs the cluster"): this is margin on top.
 const NOT_READY_PROPAGATION: Duration = Duration::from_millis(250);
 
 /// What a resumed replica answered ([`World::reviews_after_resume`]), times from the SIGCONT.
