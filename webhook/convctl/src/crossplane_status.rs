@@ -487,6 +487,14 @@ async fn member_status(m: &Member, args: &StatusArgs) -> (Vec<Finding>, Value, S
                 args.xrd_name.is_some(),
             );
         }
+        // The reader's message speaks to commands that take --crd; here there is no XRD to show.
+        Err(e) if e.starts_with("Crossplane is not installed") => {
+            let msg = format!(
+                "Crossplane is not installed (no CustomResourceDefinition {}): no XRDs to show",
+                dco_api::target::XRD_CRD_NAME
+            );
+            return fail("crossplane-absent", msg, args.xrd_name.is_some());
+        }
         Err(e) => return fail("crossplane-absent", e, args.xrd_name.is_some()),
     };
     let xrds = match read_xrds(&client, version, args.xrd_name.as_deref()).await {
