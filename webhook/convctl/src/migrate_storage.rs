@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use dco_api::config::TargetKind;
 use futures::StreamExt;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -184,22 +185,12 @@ async fn migrate(args: &MigrateStorageArgs, member: &Member) -> Result<Report, C
     let mut report = Report::new("migrate-storage");
     let client = match member.connect(args.cluster.timeout()).await {
         Ok(c) => c,
-        Err(e) => {
-            report.findings.push(finding(member, "unreachable", Severity::Error, e, None, true));
-            report.summary = json!({"context": member.label, "targets": []});
-            report.summary_line = format!("migrate-storage: {} could not be reached", member.label);
-            return Ok(report);
-        }
+        Err(e) => return Ok(unreachable(report, member, e, "could not be reached")),
     };
     let resources = match resolve(&client, args, &member.label).await {
         Ok(r) => r,
         // Reading the target failed (not a usage error): that is this cluster's finding.
-        Err(CliError::Failed(e)) => {
-            report.findings.push(finding(member, "unreachable", Severity::Error, e, None, true));
-            report.summary = json!({"context": member.label, "targets": []});
-            report.summary_line = format!("migrate-storage: could not read the target in {}", member.label);
-            return Ok(report);
-        }
+        Err(CliError::Failed(e)) => return Ok(unreachable(report, member, e, "could not be read")),
         Err(e) => return Err(e),
     };
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -229,6 +220,15 @@ async fn migrate(args: &MigrateStorageArgs, member: &Member) -> Result<Report, C
     Ok(report)
 }
 
+/// The report of a cluster this run could not read: the error is its finding.
+fn unreachable(mut report: Report, member: &Member, error: String, what: &str) -> Report {
+    report.table = format!("error: {error}\n");
+    report.findings.push(finding(member, "unreachable", Severity::Error, error, None, true));
+    report.summary = json!({"context": member.label, "targets": []});
+    report.summary_line = format!("migrate-storage: {} {what}; nothing written", member.label);
+    report
+}
+
 /// The CRDs to migrate: the one named, or an XRD's generated ones.
 async fn resolve(client: &Client, args: &MigrateStorageArgs, label: &str) -> Result<Vec<Resource>, CliError> {
     let names = match (&args.crd, &args.xrd) {
@@ -244,38 +244,15 @@ async fn resolve(client: &Client, args: &MigrateStorageArgs, label: &str) -> Res
     Ok(resources)
 }
 
-/// The generated CRDs of an XRD: the XR's, and the claim's when it offers one.
+/// The generated CRDs of an XRD (the XR's, and the claim's when it offers claims), read through
+/// live::target as the other live commands read it. A missing XRD is a usage error; a cluster
+/// that cannot be read (or has no Crossplane) is that cluster's finding.
 async fn xrd_crds(client: &Client, name: &str, label: &str) -> Result<Vec<String>, CliError> {
-    // Crossplane 1 serves v1 only; a Crossplane that dropped v1 serves v2 only.
-    for version in ["v1", "v2"] {
-        let gvk =
-            GroupVersionKind::gvk("apiextensions.crossplane.io", version, "CompositeResourceDefinition");
-        let ar = ApiResource::from_gvk_with_plural(&gvk, "compositeresourcedefinitions");
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        match api.get_opt(name).await {
-            Ok(Some(xrd)) => {
-                let spec = &xrd.data["spec"];
-                let group = spec["group"].as_str().unwrap_or_default();
-                let mut out = Vec::new();
-                for names in ["names", "claimNames"] {
-                    if let Some(plural) = spec[names]["plural"].as_str() {
-                        out.push(format!("{plural}.{group}"));
-                    }
-                }
-                if group.is_empty() || out.is_empty() {
-                    return Err(CliError::Usage(format!(
-                        "XRD {name} in {label} has no spec.group or spec.names.plural: is it a CompositeResourceDefinition?"
-                    )));
-                }
-                return Ok(out);
-            }
-            Ok(None) => {}
-            Err(e) => return Err(CliError::Failed(format!("reading XRD {name} in {label}: {e}"))),
-        }
+    match crate::live::target::read(client, TargetKind::Xrd, name).await {
+        Ok(t) => Ok(t.crds()),
+        Err(e) if e.contains("does not exist") => Err(CliError::Usage(format!("{label}: {e}"))),
+        Err(e) => Err(CliError::Failed(format!("{label}: {e}"))),
     }
-    Err(CliError::Usage(format!(
-        "XRD {name} is not in {label} (read at apiextensions.crossplane.io v1 and v2); check the name with `kubectl get xrd`"
-    )))
 }
 
 async fn read_resource(
