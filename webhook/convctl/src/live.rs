@@ -5,8 +5,8 @@
 
 pub mod cluster;
 pub mod paged;
-pub mod storage;
 pub mod sample;
+pub mod storage;
 pub mod target;
 pub mod test;
 
