@@ -26,8 +26,14 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("compat", "convctl compat --base origin/main --head HEAD"),
     ("lint", "convctl lint .\n  convctl lint deploy/ -o github"),
-    ("versions", "convctl versions -x widgets-xrd.yaml -c widgets-config.yaml"),
-    ("plan", "convctl plan -c widgets-config.yaml -x widgets-xrd.yaml --to v2"),
+    (
+        "versions",
+        "convctl versions -x widgets-xrd.yaml -c widgets-config.yaml\n  convctl versions --check-unserve v1 --live --crd databases.example.org --contexts east,west",
+    ),
+    (
+        "plan",
+        "convctl plan -c widgets-config.yaml -x widgets-xrd.yaml --to v2\n  convctl plan --to v2 --live --crd databases.example.org --context prod -o json",
+    ),
     ("suggest", "convctl suggest -c databases-config.yaml --crd databases-crd.yaml"),
     ("rehub", "convctl rehub -c databases-config.yaml --crd databases-crd.yaml --to v1"),
     (
