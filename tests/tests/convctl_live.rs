@@ -401,6 +401,15 @@ async fn test_live_over_a_fleet_names_the_drifted_and_the_unreachable_context() 
         let out = convctl(&bad)?;
         ensure!(code(&out) == 2, "usage error {bad:?} exits {}", code(&out));
     }
+    // A cluster flag without --live is refused, not ignored.
+    let crd_file = dir.join("crd.yaml");
+    std::fs::write(&crd_file, serde_yaml::to_string(&dco_tests::two_version_widget_crd(&group))?)?;
+    let crd_file = crd_file.to_string_lossy().into_owned();
+    let out = convctl(&["test", "-c", &cfg, "--crd", &crd_file, "--context", "east-a", "-s", &crd_file])?;
+    ensure!(
+        code(&out) == 2 && String::from_utf8_lossy(&out.stderr).contains("add --live"),
+        "--context offline"
+    );
     let out = convctl(&["test", "--live", "-c", &cfg, "--xrd", &target, "--kubeconfig", &kc])?;
     ensure!(code(&out) == 2, "a CRD config given --xrd exits 2");
 

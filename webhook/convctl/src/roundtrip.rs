@@ -478,6 +478,12 @@ pub fn run(l: &Loaded, args: &TestArgs) -> Result<(), CliError> {
         max_documents: args.max_documents,
         max_depth: args.max_depth,
     };
+    let c = &args.live.cluster;
+    if c.kubeconfig.is_some() || c.context.is_some() || !c.contexts.is_empty() || c.kubeconfig_dir.is_some() {
+        return Err(CliError::Usage(
+            "--kubeconfig, --context, --contexts and --kubeconfig-dir read clusters: add --live (with --crd NAME or --xrd NAME)".into(),
+        ));
+    }
     let Some(source) = args.samples.as_deref() else {
         return Err(CliError::Usage("give the samples with --samples PATH (or --live)".into()));
     };
