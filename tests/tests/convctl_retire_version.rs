@@ -61,7 +61,9 @@ fn config(name: &str, target: &str, label: (&str, &str), hub: &str) -> Value {
     let (spoke, hub_path, spoke_path) =
         if hub == "v1" { ("v2", "spec.foo", "spec.bar") } else { ("v1", "spec.bar", "spec.foo") };
     json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
-        "metadata": {"name": name, "labels": {label.0: label.1}},
+        // A failed run's guard deletes it while the target still serves two versions.
+        "metadata": {"name": name, "labels": {label.0: label.1},
+            "annotations": {dco_api::ANNOTATION_ALLOW_UNSAFE_DELETE: "true"}},
         "spec": {"targetCRD": {"name": target}, "hubVersion": hub, "spokes": [{"version": spoke, "rules": [
             {"strategy": "FieldRename", "fieldRename": {"hubPath": hub_path, "spokePath": spoke_path}}]}]}})
 }
@@ -139,17 +141,24 @@ async fn a_version_is_retired_by_the_commands_plan_prints() -> Result<()> {
     })
     .await?;
     let service = format!("dco-webhook-{server}");
-
-    // v1 stores; the config (hub v1) wires the rename before any object is written.
     let group = format!("{}.retire.dco.rs", t.ns);
     let target = format!("widgets.{group}");
+    let cfg_name = format!("{}-widgets", t.ns);
+    // Declared after the operators, so dropped before them: a failed run's objects go while
+    // the operator still answers the config's finalizer.
+    let _guard = dco_tests::ClusterScoped(vec![
+        (dco_tests::ar::<CRDConversionConfig>(), cfg_name.clone()),
+        (dco_tests::ar::<CustomResourceDefinition>(), target.clone()),
+        (dco_tests::ar::<ConversionWebhookServer>(), server.clone()),
+    ]);
+
+    // v1 stores; the config (hub v1) wires the rename before any object is written.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut labelled = crd(&group, false);
     labelled["metadata"]["labels"] = json!({label.0: label.1});
     MANAGER.apply(&crds, &target, labelled).await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
-    let cfg_name = format!("{}-widgets", t.ns);
     MANAGER.apply(&cfgs, &cfg_name, config(&cfg_name, &target, label, "v1")).await?;
     wait_applied(&cfgs, &crds, &cfg_name, &target, &service).await?;
 
