@@ -390,3 +390,82 @@ async fn ten_thousand_objects_are_migrated_through_a_kill_pruned_and_the_old_ver
     t.cleanup().await;
     Ok(())
 }
+
+/// Objects written or deleted between the LIST and their write: a slowed run over 1,000
+/// objects (strategy `None`, `spec.n` in both versions' schemas) meets 11 objects relabelled
+/// and 11 deleted after it listed them. Each relabelled one is a conflict, re-read and written
+/// (its new label kept: the write is of the object as re-read, not as first listed), and found
+/// already at v2 (the relabelling wrote it there); each deleted one is skipped; nothing fails,
+/// so the prune goes through.
+#[tokio::test]
+async fn objects_changed_after_the_list_are_re_read_and_deleted_ones_skipped() -> Result<()> {
+    const N: usize = 1_000;
+    let t = TestEnv::new("migst-race").await?;
+    let client = t.client.clone();
+    let label = ("dco-convctl-migrate-storage", t.ns.as_str());
+    let selector = format!("{}={}", label.0, label.1);
+    let group = format!("{}.migst.dco.rs", t.ns);
+    let target = format!("widgets.{group}");
+    let _cluster_scoped =
+        dco_tests::ClusterScoped(vec![(dco_tests::ar::<CustomResourceDefinition>(), target.clone())]);
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    MANAGER.apply(&crds, &target, crd(&target, &group, label, Some(true), "v1")).await?;
+    dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
+    let v1_ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Widget"), "widgets");
+    let v1: Api<DynamicObject> = Api::namespaced_with(client.clone(), &t.ns, &v1_ar);
+    futures::stream::iter(0..N)
+        .map(|i| {
+            let obj: DynamicObject = serde_json::from_value(json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+                "metadata": {"name": format!("o{i}"), "labels": {label.0: label.1}}, "spec": {"n": i}}))
+            .expect("a Widget");
+            let v1 = v1.clone();
+            async move { v1.create(&PostParams::default(), &obj).await.with_context(|| format!("creating o{i}")) }
+        })
+        .buffer_unordered(32)
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
+    MANAGER.apply(&crds, &target, crd(&target, &group, label, Some(true), "v2")).await?;
+    wait_for("storedVersions [v1, v2]", WAIT, || async {
+        Ok((stored_versions(&crds, &target).await? == ["v1", "v2"]).then_some(()))
+    })
+    .await?;
+
+    // 1,000 objects at 40 a second: the last in name order (o98*, o99*) are written ~20 s after
+    // the LIST read them.
+    let child = convctl(
+        &t.cluster.kubeconfig,
+        &["--crd", &target, "--qps", "40", "--concurrency", "2", "--prune-stored-versions", "-o", "json"],
+    )?
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let late = |prefix: &str| -> Vec<String> {
+        std::iter::once(prefix.to_string()).chain((0..10).map(|d| format!("{prefix}{d}"))).collect()
+    };
+    for name in late("o99") {
+        let relabel = json!({"metadata": {"labels": {"touched": "yes"}}});
+        v1.patch(&name, &PatchParams::default(), &Patch::Merge(&relabel)).await?;
+    }
+    for name in late("o98") {
+        v1.delete(&name, &DeleteParams::default()).await?;
+    }
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!(
+        "convctl migrate-storage with objects changed meanwhile:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(out.status.code() == Some(0), "exited {:?}", out.status.code());
+    let report: Value = serde_json::from_str(&stdout)?;
+    let r = &report["summary"]["targets"][0];
+    ensure!(r["listed"] == N && r["skipped"] == 11 && r["conflictsRetried"] == 11, "{r}");
+    ensure!(r["rewritten"] == N - 11 && r["failed"] == 0 && r["alreadyAtStorageVersion"] == 11, "{r}");
+    ensure!(stored_versions(&crds, &target).await? == ["v2"], "storedVersions was not pruned");
+    let touched = v1.list(&ListParams::default().labels(&format!("{selector},touched=yes"))).await?;
+    ensure!(touched.items.len() == 11, "{} relabelled objects kept their label", touched.items.len());
+
+    let _ = crds.delete(&target, &DeleteParams::default()).await;
+    t.cleanup().await;
+    Ok(())
+}
