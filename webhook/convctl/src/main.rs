@@ -1,4 +1,5 @@
-//! convctl: check a dco conversion config against its target's schemas without a cluster.
+//! convctl: check a dco conversion config against its target's schemas, offline or against
+//! live clusters and fleets, and retire versions (docs/convctl.md).
 //!
 //! Exit codes: 0 success, 1 the config or a sample fails (diagnostics, conversion errors,
 //! loss), 2 usage (bad arguments, unreadable or malformed input files).
@@ -63,7 +64,7 @@ pub enum CliError {
 #[command(
     name = "convctl",
     version = version::LONG,
-    about = "Validate, analyze, convert and round-trip test dco conversion configs offline"
+    about = "Validate, analyze, convert and round-trip test dco conversion configs, offline or against live clusters"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -125,7 +126,7 @@ enum Command {
     Diff(diff::DiffArgs),
     /// Find every config in files or trees, pair it with its target there, validate both.
     Lint(lint::LintArgs),
-    /// The ordered steps to make a version the hub, or to retire one (offline).
+    /// The ordered steps to make a version the hub, or to retire one (offline, or --live).
     Plan(plan::PlanArgs),
     /// List the target's versions: served, storage, deprecated, hub or spoke in the config.
     Versions(versions::VersionsArgs),
@@ -243,9 +244,9 @@ fn main() -> ExitCode {
         Command::Lint(args) => lint::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Versions(args) => versions::run(&args),
-        Command::MigrateStorage(args) => migrate_storage::run(&args),
         Command::Retarget(args) => retarget::run(&args),
         Command::Crossplane(c) => crossplane_status::run(&c),
+        Command::MigrateStorage(args) => migrate_storage::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
