@@ -556,8 +556,8 @@ impl World {
             .sum()
     }
 
-    /// Replica `pod` of server `s` as the apiserver reaches it for the target (which must be
-    /// wired to `s`): its address, and the Service's name and path.
+    /// Replica `pod` of server `s` as an apiserver reaches it for the target once it is wired
+    /// to `s`: its address, verified as the Service's DNS name, and the path.
     pub async fn replica(&self, s: &str, pod: &str) -> Result<(Replica, String)> {
         let p = self.pods.get(pod).await?;
         let ip =
@@ -570,40 +570,35 @@ impl World {
             .find(|cp| cp.name.as_deref() == Some("https"))
             .map(|cp| cp.container_port)
             .with_context(|| format!("{pod} has no port named https"))?;
-        let cc = self
-            .crds
-            .get(&self.target)
-            .await?
+        // The serving certificate's CA, from the Secret the Pod mounts (the caBundle the
+        // operator gives a target wired to `s`).
+        let secret = p
             .spec
-            .conversion
-            .and_then(|c| c.webhook)
-            .and_then(|w| w.client_config)
-            .with_context(|| format!("{} has no webhook clientConfig", self.target))?;
-        let svc = cc.service.with_context(|| format!("{} is not wired to a Service", self.target))?;
-        ensure!(
-            svc.name == format!("dco-webhook-{s}"),
-            "{} is wired to {}, not to {s}",
-            self.target,
-            svc.name
-        );
-        let ca = cc.ca_bundle.with_context(|| format!("{} has no caBundle", self.target))?.0;
-        let replica =
-            Replica::new(format!("{ip}:{port}"), format!("{}.{}.svc", svc.name, svc.namespace), &ca)?;
-        Ok((replica, svc.path.unwrap_or_default()))
+            .iter()
+            .flat_map(|sp| sp.volumes.iter().flatten())
+            .find_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .with_context(|| format!("{pod} mounts no Secret"))?;
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = self.t.api();
+        let ca = crate::secret_bytes(&secrets.get(&secret).await?, "ca.crt")
+            .with_context(|| format!("Secret {secret} has no ca.crt"))?;
+        let service = format!("dco-webhook-{s}");
+        let replica = Replica::new(format!("{ip}:{port}"), format!("{service}.{}.svc", self.t.ns), &ca)?;
+        Ok((replica, format!("/convert/{}", self.target)))
     }
 
-    /// After SIGCONT of replica `pod` of server `s` (sent at `resumed`; `replica` from
-    /// [`World::replica`] before it): sends a review of the target straight to that replica
-    /// every 20 ms, as an apiserver would on a connection it kept from before the stop or
-    /// opened once the Pod was Ready again, until the replica is Ready with a Lease listing
-    /// the target and has converted one review since; what it answered meanwhile
-    /// (`docs/webhook.md`, "After a pause").
-    pub async fn reviews_after_resume(
+    /// Resumes replica `pod` (process `pid`) of server `s`, stopped with SIGSTOP, and sends a
+    /// review of the target straight to it: the first on a connection opened while it was
+    /// still stopped (the kernel queues it, as it queues an apiserver's request on a connection
+    /// kept from before the stop), then one every 20 ms, as an apiserver would once the Pod is
+    /// Ready again, until the replica is Ready with a Lease listing the target and has
+    /// converted one review since; what it answered meanwhile, timed from the SIGCONT
+    /// (`docs/webhook.md`, "After a pause"). `replica` is from [`World::replica`].
+    pub async fn resume_and_review(
         &self,
         s: &str,
         pod: &str,
+        pid: u32,
         (replica, path): &(Replica, String),
-        resumed: Instant,
     ) -> Result<Resumed> {
         let (k, mut r) = (u64::MAX / 2, Resumed::default());
         let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
@@ -611,9 +606,21 @@ impl World {
                 "objects": [{"apiVersion": format!("{}/v2", self.group), "kind": "Gadget",
                     "metadata": {"name": "resumed", "namespace": self.t.ns}, "spec": spec_at("v2", 0, k)}]}});
         let want = spec_at("v1", 0, k);
+        let queued = {
+            let (replica, path, review) = (replica.clone(), path.clone(), review.clone());
+            tokio::spawn(async move { replica.post(&path, &review, Duration::from_secs(30)).await })
+        };
+        // Connected and the TLS ClientHello sent, into the stopped process's queue.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        crate::signal(pid, "CONT")?;
+        let resumed = Instant::now();
+        let mut queued = Some(queued);
         loop {
             let sent = resumed.elapsed();
-            let answer = replica.post(path, &review, Duration::from_secs(30)).await;
+            let answer = match queued.take() {
+                Some(q) => q.await?,
+                None => replica.post(path, &review, Duration::from_secs(30)).await,
+            };
             let took = resumed.elapsed() - sent;
             let converted = match &answer {
                 Ok((200, body)) => serde_json::from_str::<Value>(body)

@@ -115,8 +115,7 @@ async fn faults_during_and_between_moves_fail_no_request() -> Result<()> {
     // the move; it is Ready again at its next probe, and an apiserver may already hold a
     // connection to it. Whatever it answers from the SIGCONT on must be the conversion.
     let replica = w.replica(&b, &pod).await?;
-    signal(pid, "CONT")?;
-    let resumed = w.reviews_after_resume(&b, &pod, &replica, Instant::now()).await?;
+    let resumed = w.resume_and_review(&b, &pod, pid, &replica).await?;
     eprintln!(
         "SIGCONT of {pod}: {} reviews converted, {} failed; the first converted review was sent at +{:.0} ms and answered in {:.0} ms; Ready again at +{:.0} ms",
         resumed.ok,
