@@ -30,7 +30,7 @@ mkdir -p "$WORK"
 stop_own() {
   local dir=$1 pid
   for pid in $(sed -n 's/^pid=//p' "$dir/ready" 2>/dev/null) $(cat "$dir/run/testenv.pid" 2>/dev/null); do
-    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "testenv serve --state-dir $dir "; then
+    if tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q -- "testenv serve --state-dir $dir "; then
       kill -TERM "$pid" 2>/dev/null || true
       for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -KILL "$pid" 2>/dev/null || true
@@ -54,6 +54,7 @@ cleanup() {
   "$K" delete crd "$CRD" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   "$K" delete ns "$NS" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   if [ "$OWN" = 1 ]; then stop_own "$DIR"; fi
+  rm -f "$WORK"/chunk-*.yaml
 }
 trap cleanup EXIT
 
