@@ -123,8 +123,6 @@ pub async fn generated(client: &Client, t: &LiveTarget) -> Result<Vec<(String, O
 /// A config of the cluster that names the target.
 pub struct LiveConfig {
     pub name: String,
-    /// The object as read (`managedFields` and `status` dropped).
-    pub value: Value,
     /// The config read as a config file is (`load::config_of`): its place names the context.
     pub config: load::Config,
 }
@@ -202,7 +200,7 @@ fn parse_config(context: &str, kind: &str, v: Value) -> Result<LiveConfig, Strin
     let text = serde_yaml::to_string(&v).map_err(|e| format!("{label}: {e}"))?;
     let src = load::parse(&label, &text).map_err(|e| e.to_string())?;
     let config = load::config_of(&src).map_err(|e| e.to_string())?;
-    Ok(LiveConfig { name, value: v, config })
+    Ok(LiveConfig { name, config })
 }
 
 /// What no reader of a live object needs and what can be as large as the object itself.

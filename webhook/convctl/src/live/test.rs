@@ -315,6 +315,9 @@ fn test_member(
         .collect();
     let mut row = json!({"context": label, "target": t.describe(), "schemaHash": t.target.schema_hash(),
         "listings": listed, "maxSamples": spec.max});
+    if let Some(v) = t.xrd_version {
+        row["xrdApiVersion"] = json!(v.api_version());
+    }
     let config = match load::config(&args.inputs.config) {
         Ok(c) => c,
         Err(e) => {
