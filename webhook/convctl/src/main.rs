@@ -20,8 +20,6 @@ mod import;
 mod keys;
 mod kyverno;
 mod lint;
-// Used by the live commands as they land.
-#[allow(dead_code)]
 mod live;
 mod load;
 mod locate;
