@@ -241,6 +241,27 @@ pub async fn apply_default_server(
     Ok(server)
 }
 
+/// dco for one test: its CRDs, one operator process `id` scoped by `label`, and the default
+/// server of [`apply_default_server`] with 2 replicas, waited for until both are ready.
+/// Returns the operator (stopped on drop) and the server's name.
+pub async fn start_dco(
+    env: &TestEnv,
+    manager: Manager,
+    label: (&str, &str),
+    id: &str,
+) -> Result<(Operators, String)> {
+    install_dco_crds(&env.client, manager.0).await?;
+    let selector = format!("{}={}", label.0, label.1);
+    let operators = start_operators(env, &selector, &[id], &["--resync", "60s"])?;
+    let server = apply_default_server(env, manager, label, 2).await?;
+    let servers: Api<dco_api::ConversionWebhookServer> = Api::all(env.client.clone());
+    wait_for("dco's server to have 2 ready replicas", Duration::from_secs(180), || async {
+        Ok(servers.get(&server).await?.status.is_some_and(|s| s.ready_replicas == 2).then_some(()))
+    })
+    .await?;
+    Ok((operators, server))
+}
+
 /// Starts one dco-operator process per id in `ids`, scoped by `selector` to a test's objects,
 /// its webhook servers' workloads and its shard Leases in the test's namespace, with short
 /// webhook drain, renew and lease periods; `extra` flags go last. The webhooks listen on

@@ -159,16 +159,10 @@ async fn ten_thousand_objects_are_migrated_through_a_kill_pruned_and_the_old_ver
     let t = TestEnv::new("migst").await?;
     let client = t.client.clone();
     let kubeconfig = t.cluster.kubeconfig.clone();
-    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let label = ("dco-convctl-migrate-storage", t.ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
-    let _operators = dco_tests::start_operators(&t, &selector, &["migst-1"], &["--resync", "60s"])?;
+    let (_operators, server) = dco_tests::start_dco(&t, MANAGER, label, "migst-1").await?;
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    let server = dco_tests::apply_default_server(&t, MANAGER, label, 2).await?;
-    wait_for("dco's server to have 2 ready replicas", WAIT, || async {
-        Ok(servers.get(&server).await?.status.is_some_and(|s| s.ready_replicas == 2).then_some(()))
-    })
-    .await?;
     let service = format!("dco-webhook-{server}");
 
     // The target, v1 stored, wired to dco by a config renaming foo (v1) to bar (v2).

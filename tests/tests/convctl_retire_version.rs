@@ -130,16 +130,9 @@ async fn a_version_is_retired_by_the_commands_plan_prints() -> Result<()> {
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("retire").await?;
     let client = t.client.clone();
-    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let label = ("dco-e2e-retire", t.ns.as_str());
-    let selector = format!("{}={}", label.0, label.1);
-    let _operators = dco_tests::start_operators(&t, &selector, &["retire-1"], &["--resync", "60s"])?;
+    let (_operators, server) = dco_tests::start_dco(&t, MANAGER, label, "retire-1").await?;
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    let server = dco_tests::apply_default_server(&t, MANAGER, label, 2).await?;
-    wait_for("dco's server to have 2 ready replicas", WAIT, || async {
-        Ok(servers.get(&server).await?.status.is_some_and(|s| s.ready_replicas == 2).then_some(()))
-    })
-    .await?;
     let service = format!("dco-webhook-{server}");
     let group = format!("{}.retire.dco.rs", t.ns);
     let target = format!("widgets.{group}");

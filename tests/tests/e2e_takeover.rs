@@ -88,18 +88,11 @@ async fn a_reference_target_is_taken_over_under_load_and_stays_wired_after_the_o
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
     let t = TestEnv::new("takeover").await?;
     let client = t.client.clone();
-    dco_tests::install_dco_crds(&client, &MANAGER).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     install_reference_crd(&crds).await?;
     let label = ("dco-e2e-takeover", t.ns.as_str());
-    let selector = format!("{}={}", label.0, label.1);
-    let _operators = dco_tests::start_operators(&t, &selector, &["takeover-1"], &["--resync", "60s"])?;
+    let (_operators, server) = dco_tests::start_dco(&t, MANAGER, label, "takeover-1").await?;
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    let server = dco_tests::apply_default_server(&t, MANAGER, label, 2).await?;
-    wait_for("dco's server to have 2 ready replicas", WAIT, || async {
-        Ok(servers.get(&server).await?.status.is_some_and(|s| s.ready_replicas == 2).then_some(()))
-    })
-    .await?;
     let service = format!("dco-webhook-{server}");
 
     // What the reference left behind: the target wired to its server, with its annotations.
