@@ -29,6 +29,9 @@ pub const DEFAULT_MAX_VIOLATIONS: usize = 100;
 const MAX_PATTERN: usize = 4096;
 /// Longest value quoted in a message.
 const QUOTE: usize = 40;
+/// The schema of an undeclared object holding an ignored path: nothing else declared in it.
+static OWNED_PARENT: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| serde_json::json!({"type": "object"}));
 
 /// What kind of rule a value breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -281,6 +284,18 @@ impl<'s> Walker<'_, 's> {
 
     fn ignored(&self, path: &[Seg<'_>]) -> bool {
         !self.options.ignore.is_empty() && dotted(path).is_some_and(|d| self.options.ignore.contains(&d))
+    }
+
+    /// Whether an ignored path lies below `path` (`status` of `status.conditions`): the schema
+    /// that owns that path (Crossplane's generated CRD) declares `path` too.
+    fn owns_below(&self, path: &[Seg<'_>]) -> bool {
+        !self.options.ignore.is_empty()
+            && dotted(path).is_some_and(|d| {
+                self.options
+                    .ignore
+                    .iter()
+                    .any(|i| i.strip_prefix(d.as_str()).is_some_and(|r| r.starts_with('.')))
+            })
     }
 
     fn node<'v>(
@@ -617,6 +632,9 @@ impl<'s> Walker<'_, 's> {
                     }
                     (None, Some(ap @ Value::Object(_))) => self.node(ap, v, path, depth + 1, child),
                     (None, _) if preserve || free(k) || mode == Mode::NoPrune => {}
+                    // Undeclared here but declared by the owner of an ignored path below it:
+                    // only that path's fields are let through.
+                    (None, _) if self.owns_below(path) => self.node(&OWNED_PARENT, v, path, depth + 1, child),
                     (None, _) => self.push(
                         path,
                         ViolationKind::Unknown,
@@ -988,6 +1006,11 @@ mod tests {
         let v = validate_version(&t, "v1", &obj).unwrap();
         assert_eq!(only(&v), ("spec.extra", ViolationKind::Unknown));
         assert!(validate_version(&t, "v9", &obj).is_none());
+        // A live XR: `status` is undeclared in the XRD but Crossplane's CRD declares it for
+        // its conditions; anything else under it is still unknown.
+        let live = json!({"spec": {"size": 1}, "status": {"conditions": [{"type": "Ready"}], "mine": 1}});
+        let v = validate_version(&t, "v1", &live).unwrap();
+        assert_eq!(only(&v), ("status.mine", ViolationKind::Unknown));
     }
 
     /// A small structural schema and a value it accepts, built together.
