@@ -1,12 +1,14 @@
 //! convctl's XRD paths against a real Crossplane 2 (tests/src/crossplane.rs, under its lock) and
 //! dco: an XRD (`LegacyCluster`, with claims) serving v1 (`spec.foo`) and v2 (`spec.bar`), wired
-//! by an XRDConversionConfig renaming one into the other, XRs and claims written at v1. Proves:
+//! by an XRDConversionConfig renaming one into the other, XRs and claims written at v1 (half of
+//! them paused: Crossplane itself rewrites what it reconciles at a new storage version). Proves:
 //!
 //! 1. `convctl test --live -c CONFIG --xrd NAME` exits 0 and its JSON report holds round trips
 //!    of XRs and of claims sampled at each served version; a config file whose rule names a
 //!    field the schemas lack exits 1 with a compile-error naming the context;
-//! 2. with `--verify-propagation` it stays clean: dco wired the XRD and Crossplane carried the
-//!    wiring into both generated CRDs (the XR's and the claim's);
+//! 2. `--verify-propagation` names the XRD and both generated CRDs (the XR's and the claim's)
+//!    before the config exists (exit 1), and is clean once dco wired the XRD and Crossplane
+//!    carried the wiring into both;
 //! 3. once the XRD's referenceable version (so the generated CRDs' storage) moved to v2,
 //!    `convctl migrate-storage --xrd NAME --prune-stored-versions` leaves both generated CRDs
 //!    with `status.storedVersions == [v2]` and every object with its uid and value.
@@ -174,6 +176,41 @@ async fn run(
         dco_tests::wait_crd_established(&crds, crd, WAIT).await?;
     }
     eprintln!("XRD applied -> both generated CRDs Established in {:?}", t0.elapsed());
+    let scratch = std::env::temp_dir().join(format!("dco-tests-{}-files", t.ns));
+    std::fs::create_dir_all(&scratch)?;
+    let good = scratch.join("config.yaml");
+    std::fs::write(&good, serde_yaml::to_string(&config(cfg_name, name, label, "v1", false))?)?;
+    let broken = scratch.join("broken.yaml");
+    std::fs::write(&broken, serde_yaml::to_string(&config(cfg_name, name, label, "v1", true))?)?;
+    let kubeconfig = t.cluster.kubeconfig.display().to_string();
+    let context = current_context(&t.cluster.kubeconfig)?;
+    let live = |cfg: &std::path::Path, extra: &[&str]| -> Result<Output> {
+        let cfg = cfg.display().to_string();
+        let mut a =
+            vec!["test", "--live", "-c", &cfg, "--xrd", name, "--kubeconfig", &kubeconfig, "-o", "json"];
+        a.extend_from_slice(extra);
+        convctl(&a)
+    };
+    // Not wired yet: --verify-propagation names the XRD and both generated CRDs.
+    let o = live(&good, &["--verify-propagation"])?;
+    ensure!(o.status.code() == Some(1), "--verify-propagation before the config exited {:?}", o.status);
+    let report = json_of(&o)?;
+    let mut flagged: Vec<String> = report["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["rule"] == "propagation" && f["location"]["context"] == context.as_str())
+        .map(|f| f["location"]["object"].as_str().unwrap_or_default().to_string())
+        .collect();
+    flagged.sort();
+    let mut want = vec![
+        format!("CompositeResourceDefinition {name}"),
+        format!("CustomResourceDefinition {name}"),
+        format!("CustomResourceDefinition {claim_crd}"),
+    ];
+    want.sort();
+    ensure!(flagged == want, "propagation findings on {flagged:?}, not {want:?}: {report}");
+
     MANAGER.apply(&cfgs, cfg_name, config(cfg_name, name, label, "v1", false)).await?;
     let wait_wired = || async {
         for crd in &generated {
@@ -196,7 +233,7 @@ async fn run(
         Api::namespaced_with(client.clone(), &t.ns, &at("widgets", "Widget", "v1"));
     for k in 0..OBJECTS {
         // Crossplane writes what it reconciles (status) at the storage version; the paused half
-        // stays stored at v1 until migrate-storage rewrites it.
+        // is reconciled less, so some objects are still stored at v1 when migrate-storage runs.
         let meta = |name: String| match k % 2 {
             0 => json!({"name": name, "annotations": {"crossplane.io/paused": "true"}}),
             _ => json!({"name": name}),
@@ -208,22 +245,6 @@ async fn run(
             "metadata": meta(format!("c{k:02}")), "spec": {"foo": format!("claim-{k}")}});
         claims.create(&PostParams::default(), &serde_json::from_value(claim)?).await?;
     }
-
-    let scratch = std::env::temp_dir().join(format!("dco-tests-{}-files", t.ns));
-    std::fs::create_dir_all(&scratch)?;
-    let good = scratch.join("config.yaml");
-    std::fs::write(&good, serde_yaml::to_string(&config(cfg_name, name, label, "v1", false))?)?;
-    let broken = scratch.join("broken.yaml");
-    std::fs::write(&broken, serde_yaml::to_string(&config(cfg_name, name, label, "v1", true))?)?;
-    let kubeconfig = t.cluster.kubeconfig.display().to_string();
-    let context = current_context(&t.cluster.kubeconfig)?;
-    let live = |cfg: &std::path::Path, extra: &[&str]| -> Result<Output> {
-        let cfg = cfg.display().to_string();
-        let mut a =
-            vec!["test", "--live", "-c", &cfg, "--xrd", name, "--kubeconfig", &kubeconfig, "-o", "json"];
-        a.extend_from_slice(extra);
-        convctl(&a)
-    };
 
     // (1) Clean, with round trips of XRs and claims at both versions.
     let started = Instant::now();
