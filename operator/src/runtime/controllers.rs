@@ -24,6 +24,7 @@ use crate::observability::watch_metrics::{WatchErrorLabels, WatchMetrics};
 use crate::reconcile::{error_policy, reconcile};
 use crate::server::ServerWing;
 use crate::sharding::leases::Snapshot;
+use crate::shutdown::Shutdown;
 use crate::wake::pacing::{self, Pacer};
 use crate::wake::views::owner_of;
 
@@ -35,17 +36,24 @@ pub async fn run(
     rebalance_qps: u32,
     membership: tokio::sync::watch::Receiver<Snapshot>,
     errors: &WatchMetrics,
+    stop: &Shutdown,
 ) {
-    let servers = servers(ctx, primaries.servers, queues.servers, errors);
+    let servers = servers(ctx, primaries.servers, queues.servers, errors, stop);
     // One budget for both config controllers, divided among the live members.
     let pacer = Arc::new(Pacer::new(rebalance_qps, move || membership.borrow().live.len()));
     // The one CRD watch also wakes the XRDConversionConfigs of the XRDs whose generated CRDs
     // change (wake/generated.rs).
     let (generated_tx, generated_rx) = mpsc::unbounded_channel();
-    let cccs =
-        crd_configs(ctx, primaries.cccs, pacing::paced(queues.cccs, pacer.clone()), generated_tx, errors);
+    let cccs = crd_configs(
+        ctx,
+        primaries.cccs,
+        pacing::paced(queues.cccs, pacer.clone()),
+        generated_tx,
+        errors,
+        stop,
+    );
     let generated = stream::unfold(generated_rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) });
-    let xccs = xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), generated, errors);
+    let xccs = xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), generated, errors, stop);
     tokio::join!(servers, cccs, xccs);
 }
 
@@ -66,6 +74,7 @@ fn servers(
     primary: Primary<ConversionWebhookServer>,
     queue: mpsc::Receiver<ObjectRef<ConversionWebhookServer>>,
     errors: &WatchMetrics,
+    stop: &Shutdown,
 ) -> impl Future<Output = ()> {
     let client = &ctx.client;
     let mut ctl = Controller::for_shared_stream(primary, ctx.stores.servers.clone());
@@ -77,7 +86,7 @@ fn servers(
             .watches_stream(errors.counted("Service", services), |s| owner_of(&s));
     }
     ctl.reconcile_on(stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
-        .shutdown_on_signal()
+        .graceful_shutdown_on(stopped(stop))
         .run(reconcile::<ServerWing>, error_policy::<ServerWing>, ctx.clone())
         .for_each(log_results("conversionwebhookserver"))
 }
@@ -92,6 +101,7 @@ fn crd_configs(
     paced: impl Stream<Item = ObjectRef<CRDConversionConfig>> + Send + 'static,
     generated: mpsc::UnboundedSender<ObjectRef<XRDConversionConfig>>,
     errors: &WatchMetrics,
+    stop: &Shutdown,
 ) -> impl Future<Output = ()> {
     let store = ctx.stores.cccs.clone();
     let xccs = ctx.stores.xccs.clone();
@@ -113,7 +123,7 @@ fn crd_configs(
             crate::kinds::configs_of_target(&store, &crd.name_any())
         })
         .reconcile_on(paced)
-        .shutdown_on_signal()
+        .graceful_shutdown_on(stopped(stop))
         .run(
             reconcile::<ConfigWing<CRDConversionConfig>>,
             error_policy::<ConfigWing<CRDConversionConfig>>,
@@ -132,6 +142,7 @@ fn xrd_configs(
     paced: impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static,
     generated: impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static,
     errors: &WatchMetrics,
+    stop: &Shutdown,
 ) -> impl Future<Output = ()> {
     let xrd_events = config::xrds::triggers(
         ctx.client.clone(),
@@ -144,13 +155,21 @@ fn xrd_configs(
         .reconcile_on(paced)
         .reconcile_on(xrd_events)
         .reconcile_on(generated)
-        .shutdown_on_signal()
+        .graceful_shutdown_on(stopped(stop))
         .run(
             reconcile::<ConfigWing<XRDConversionConfig>>,
             error_policy::<ConfigWing<XRDConversionConfig>>,
             ctx.clone(),
         )
         .for_each(log_results("xrdconversionconfig"))
+}
+
+/// The controllers stop on the replica's own termination signal (shutdown.rs), which logs
+/// the stop once; kube-runtime's `shutdown_on_signal` would install a handler per controller,
+/// each logging "press ctrl+c to shut down gracefully".
+fn stopped(stop: &Shutdown) -> impl Future<Output = ()> + Send + Sync + 'static {
+    let stop = stop.clone();
+    async move { stop.stopping().await }
 }
 
 fn log_results<T: std::fmt::Debug, E: std::fmt::Display>(

@@ -66,7 +66,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!("caches synced; starting the controllers");
 
     let membership = sharding.membership();
-    controllers::run(&ctx, watches.primaries, queues, args.rebalance_qps, membership, &metrics.watches).await;
+    controllers::run(
+        &ctx,
+        watches.primaries,
+        queues,
+        args.rebalance_qps,
+        membership,
+        &metrics.watches,
+        &lifecycle.stop,
+    )
+    .await;
     tracing::info!("controllers stopped");
     // The shards go to the other replicas now; admission drains meanwhile (shutdown.rs).
     sharding.coordinator.stop().await;

@@ -264,6 +264,8 @@ where
     let restarts = metrics.watch_restarts.get_or_create(&KindLabel { kind }).clone();
     let make = move || watcher(api.clone(), config.clone()).boxed();
     restarting(make, owned, move || {
+        // Named by kind: each config kind has its own shard-scoped watch.
+        tracing::info!(kind, "the owned shards changed; restarting the shard-scoped watch");
         restarts.inc();
     })
     .filter(move |ev| {
@@ -316,7 +318,6 @@ where
                 biased;
                 alive = changed => {
                     if alive {
-                        tracing::info!("the owned shards changed; restarting the shard-scoped watch");
                         (st.on_restart)();
                         st.current = None;
                     } else {
