@@ -170,6 +170,9 @@ fn the_alert_rules_pass_promtool() -> Result<()> {
         &[
             "monitoring.prometheusRule.handoverStuckMinutes=30",
             "monitoring.prometheusRule.certificateExpiryDays=7",
+            "monitoring.prometheusRule.conversionErrorRatio=1",
+            "monitoring.prometheusRule.queueDepth=1000",
+            "monitoring.prometheusRule.webhookNotReadyMinutes=15",
         ],
     )?;
     let exprs: BTreeMap<String, String> = alerts(&other).into_iter().map(|(a, e, _)| (a, e)).collect();
@@ -179,10 +182,26 @@ fn the_alert_rules_pass_promtool() -> Result<()> {
         "{}",
         exprs["DcoCertificateExpiringSoon"]
     );
+    ensure!(exprs["DcoConversionErrors"].contains("> 1\n"), "{}", exprs["DcoConversionErrors"]);
+    ensure!(
+        exprs["DcoReconcileQueueBackingUp"].contains("> 1000"),
+        "{}",
+        exprs["DcoReconcileQueueBackingUp"]
+    );
     let dir2 = rules_dir(&other)?;
     let (ok, out) = promtool(&promtool_bin, &dir2, &["test", "rules", "rules_test.yaml"])?;
-    ensure!(!ok && out.contains("DcoHandoverStuck") && out.contains("DcoCertificateExpiringSoon"), "{out}");
-    eprintln!("with handoverStuckMinutes=30 and certificateExpiryDays=7 the same tests fail, as they must");
+    for a in [
+        "DcoHandoverStuck",
+        "DcoCertificateExpiringSoon",
+        "DcoConversionErrors",
+        "DcoReconcileQueueBackingUp",
+        "DcoWebhookReplicaNotReady",
+    ] {
+        ensure!(!ok && out.contains(&format!("alertname: {a},")), "{a} passes with other thresholds:\n{out}");
+    }
+    eprintln!(
+        "with other thresholds (handover, certificates, error ratio, queue depth, replica not ready) the same tests fail, as they must"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&dir2);
     Ok(())
