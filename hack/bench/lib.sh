@@ -28,3 +28,31 @@ wait_ready() {
   cat "$log" >&2
   return 1
 }
+
+# own_cluster_up DIR POD_IP_RANGE [APISERVER_FLAG...]: a local cluster of the bench's own
+# (one apiserver, its own etcd) in DIR, so a heavy run neither slows the shared cluster nor
+# counts its requests; then KUBECONFIG points at it. Stop it with own_cluster_stop DIR.
+own_cluster_up() {
+  local dir=$1 range=$2 args="" a
+  shift 2
+  for a in "$@"; do args="$args --apiserver-arg=$a"; done
+  own_cluster_stop "$dir"
+  mkdir -p "$dir"
+  DCO_TESTENV_DIR="$dir" DCO_TESTENV_APISERVERS=1 DCO_TESTENV_HELM=0 DCO_TESTENV_POD_IP_RANGE="$range" \
+    DCO_TESTENV_ARGS="$args" hack/testenv up >"$dir/up.log" 2>&1 || { cat "$dir/up.log" >&2; return 1; }
+  export DCO_TESTENV_DIR="$dir" KUBECONFIG="$dir/kubeconfig"
+}
+
+# own_cluster_stop DIR: the testenv server of DIR only (its pid files, checked against its
+# command line), never another instance.
+own_cluster_stop() {
+  local dir=$1 pid
+  for pid in $(sed -n 's/^pid=//p' "$dir/ready" 2>/dev/null) $(cat "$dir/run/testenv.pid" 2>/dev/null); do
+    if tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q -- "testenv serve --state-dir $dir "; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -f "$dir/ready" "$dir/run/testenv.pid"
+}
