@@ -23,6 +23,7 @@ pub mod chart;
 pub mod crossplane;
 pub mod crossplane_world;
 pub mod load;
+pub mod monitoring;
 pub mod moves;
 pub mod object_log;
 pub mod operator_pods;

@@ -10,14 +10,17 @@
 //!   follow the naming rules and the docs' tables; the series the alerts read report the
 //!   cluster's truth as it changes (a wired target, a pin to a server that cannot take it, a
 //!   schema drift that breaks the compile, a server scaled to nothing); and every metric the
-//!   dashboard and the rules name is one of those the binaries export.
+//!   dashboards and the rules name is one of those the binaries export.
+//! * `the_dashboards_parse_and_have_a_panel_for_each_signal`: the overview, per-target and
+//!   stability dashboards each show their signals; every query of the per-target one selects
+//!   its `target` variable.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use dco_api::metrics::{Exposed, compare_with_docs, convention_problems, documented, parse_exposition};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer};
 use k8s_openapi::api::core::v1::Pod;
@@ -28,35 +31,17 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 
-use dco_tests::chart::{chart_dir, helm};
+use dco_tests::monitoring::{
+    PROMETHEUS_SERIES, alerts, dashboard_queries, dashboards, metric_names, render_rules,
+};
 use dco_tests::operator_pods::{OperatorDeployment, admission_args, remove_operators};
-use dco_tests::{Cluster, Manager, TestEnv, repo_root, unique_name, wait_for};
+use dco_tests::{Manager, TestEnv, repo_root, unique_name, wait_for};
 
 const MANAGER: Manager = Manager("dco-monitoring-test");
 const WAIT: Duration = Duration::from_secs(120);
 const DAY: f64 = 86_400.0;
 
 // --- the rules --------------------------------------------------------------------------
-
-/// The `spec` of the PrometheusRule the chart renders with `sets` (`--set` arguments).
-fn render_rules(cluster: &Cluster, sets: &[&str]) -> Result<serde_yaml::Value> {
-    let chart = chart_dir();
-    let mut args =
-        vec!["template", "dco", chart.to_str().context("chart path")?, "--namespace", "dco-system"];
-    args.extend([
-        "--show-only",
-        "templates/prometheusrule.yaml",
-        "--set",
-        "monitoring.prometheusRule.enabled=true",
-    ]);
-    for s in sets {
-        args.extend(["--set", s]);
-    }
-    let out = helm(cluster, &args)?;
-    let doc: serde_yaml::Value = serde_yaml::from_str(&out).context("the rendered PrometheusRule")?;
-    ensure!(doc["kind"] == "PrometheusRule", "helm rendered {out}");
-    Ok(doc["spec"].clone())
-}
 
 /// A directory with `rules.yaml` (the rendered groups) and tests/prometheus/rules_test.yaml.
 fn rules_dir(spec: &serde_yaml::Value) -> Result<PathBuf> {
@@ -72,24 +57,6 @@ fn promtool(bin: &Path, dir: &Path, args: &[&str]) -> Result<(bool, String)> {
     let out = Command::new(bin).args(args).current_dir(dir).output().context("running promtool")?;
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     Ok((out.status.success(), text))
-}
-
-/// `(alert, expr, annotations)` of every rule.
-fn alerts(spec: &serde_yaml::Value) -> Vec<(String, String, BTreeMap<String, String>)> {
-    let mut out = Vec::new();
-    for g in spec["groups"].as_sequence().into_iter().flatten() {
-        for r in g["rules"].as_sequence().into_iter().flatten() {
-            let ann = r["annotations"]
-                .as_mapping()
-                .into_iter()
-                .flatten()
-                .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_str()?.to_string())))
-                .collect();
-            let text = |v: &serde_yaml::Value| v.as_str().unwrap_or_default().to_string();
-            out.push((text(&r["alert"]), text(&r["expr"]), ann));
-        }
-    }
-    out
 }
 
 /// The anchors of docs/operations.md's headings, as GitHub makes them.
@@ -209,163 +176,9 @@ fn the_alert_rules_pass_promtool() -> Result<()> {
 
 // --- metric names in PromQL -------------------------------------------------------------
 
-/// The metric names a PromQL expression reads: identifiers that are not functions,
-/// aggregations, keywords or label names (matchers `{...}`, `by (...)`, `on (...)`…), with
-/// strings, ranges `[...]`, numbers, durations and Grafana's `$variables` skipped.
-fn metric_names(expr: &str) -> BTreeSet<String> {
-    const KEYWORDS: &[&str] = &[
-        "and",
-        "or",
-        "unless",
-        "bool",
-        "offset",
-        "by",
-        "without",
-        "on",
-        "ignoring",
-        "group_left",
-        "group_right",
-        "sum",
-        "min",
-        "max",
-        "avg",
-        "group",
-        "stddev",
-        "stdvar",
-        "count",
-        "count_values",
-        "bottomk",
-        "topk",
-        "quantile",
-        "limitk",
-        "limit_ratio",
-        "inf",
-        "nan",
-        "atan2",
-    ];
-    const LABEL_LISTS: &[&str] = &["by", "without", "on", "ignoring", "group_left", "group_right"];
-    let c: Vec<char> = expr.chars().collect();
-    let mut names = BTreeSet::new();
-    let mut i = 0;
-    // Skips from an opening `open` at `i` past its matching `close`, strings included.
-    let skip = |mut i: usize, open: char, close: char| -> usize {
-        let mut depth = 0;
-        while i < c.len() {
-            match c[i] {
-                q @ ('"' | '\'' | '`') => {
-                    i += 1;
-                    while i < c.len() && c[i] != q {
-                        i += if c[i] == '\\' { 2 } else { 1 };
-                    }
-                }
-                x if x == open => depth += 1,
-                x if x == close => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return i + 1;
-                    }
-                }
-                _ => {}
-            }
-            i += 1;
-        }
-        i
-    };
-    let next_non_space = |mut i: usize| {
-        while i < c.len() && c[i].is_whitespace() {
-            i += 1;
-        }
-        i
-    };
-    while i < c.len() {
-        let ch = c[i];
-        if ch == '"' || ch == '\'' || ch == '`' {
-            let mut j = i + 1;
-            while j < c.len() && c[j] != ch {
-                j += if c[j] == '\\' { 2 } else { 1 };
-            }
-            i = j + 1;
-        } else if ch == '{' {
-            i = skip(i, '{', '}');
-        } else if ch == '[' {
-            i = skip(i, '[', ']');
-        } else if ch == '$' {
-            i += 1;
-            while i < c.len() && (c[i].is_alphanumeric() || "_{}:".contains(c[i])) {
-                i += 1;
-            }
-        } else if ch.is_ascii_digit() || (ch == '.' && c.get(i + 1).is_some_and(char::is_ascii_digit)) {
-            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '.' || c[i] == '_') {
-                i += 1;
-            }
-        } else if ch.is_alphabetic() || ch == '_' || ch == ':' {
-            let start = i;
-            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_' || c[i] == ':') {
-                i += 1;
-            }
-            let word: String = c[start..i].iter().collect();
-            let after = next_non_space(i);
-            if LABEL_LISTS.contains(&word.as_str()) && c.get(after) == Some(&'(') {
-                i = skip(after, '(', ')');
-            } else if !KEYWORDS.contains(&word.as_str()) && c.get(after) != Some(&'(') {
-                names.insert(word);
-            }
-        } else {
-            i += 1;
-        }
-    }
-    names
-}
-
-#[test]
-fn metric_names_skip_functions_labels_and_durations() {
-    let e = r#"histogram_quantile(0.99, sum by (le, target) (rate(dco_webhook_request_duration_seconds_bucket{result!="success",target=~"a.b"}[$__rate_interval])))
-        / on (target) group_left (server) max without (pod) (dco_operator_target_serving_replicas offset 5m) > bool 2e3
-        or absent(dco_operator_shards) unless count(x_total{a="}"}) * 1.5 and time() - vector(0)"#;
-    let got: Vec<String> = metric_names(e).into_iter().collect();
-    assert_eq!(
-        got,
-        [
-            "dco_operator_shards",
-            "dco_operator_target_serving_replicas",
-            "dco_webhook_request_duration_seconds_bucket",
-            "x_total"
-        ]
-    );
-}
-
-/// Every query of the dashboard, with where it is: panels (rows' nested ones too) and
-/// templating variables (`label_values(metric, label)` reads its first argument).
-fn dashboard_queries(d: &Value) -> Vec<(String, String)> {
-    fn walk(panels: &Value, out: &mut Vec<(String, String)>) {
-        for p in panels.as_array().into_iter().flatten() {
-            let title = p["title"].as_str().unwrap_or("?");
-            for t in p["targets"].as_array().into_iter().flatten() {
-                if let Some(e) = t["expr"].as_str() {
-                    out.push((
-                        format!("panel {title:?} ({})", t["refId"].as_str().unwrap_or("?")),
-                        e.to_string(),
-                    ));
-                }
-            }
-            walk(&p["panels"], out);
-        }
-    }
-    let mut out = Vec::new();
-    walk(&d["panels"], &mut out);
-    for v in d["templating"]["list"].as_array().into_iter().flatten() {
-        if v["type"] == "query" {
-            let q = v["query"].as_str().or_else(|| v["query"]["query"].as_str()).unwrap_or_default();
-            let q =
-                q.strip_prefix("label_values(").map_or(q, |r| r.split([',', ')']).next().unwrap_or_default());
-            out.push((format!("variable {}", v["name"]), q.to_string()));
-        }
-    }
-    out
-}
-
-/// Where `queries` name a metric no binary exports: `(where, metric)`; also a query that names
-/// none at all (a panel that can only ever be empty or constant).
+/// Where `queries` name a metric no binary exports (nor Prometheus itself: `up`): `(where,
+/// metric)`; also a query that names none at all (a panel that can only ever be empty or
+/// constant).
 fn unknown_metrics(queries: &[(String, String)], exported: &BTreeSet<String>) -> Vec<String> {
     let mut out = Vec::new();
     for (at, q) in queries {
@@ -373,7 +186,11 @@ fn unknown_metrics(queries: &[(String, String)], exported: &BTreeSet<String>) ->
         if names.is_empty() {
             out.push(format!("{at}: names no metric: {q}"));
         }
-        for n in names.difference(exported) {
+        for n in names
+            .iter()
+            .filter(|n| !PROMETHEUS_SERIES.contains(&n.as_str()))
+            .filter(|n| !exported.contains(*n))
+        {
             out.push(format!("{at}: {n} is not exported by dco-operator or dco-webhook"));
         }
     }
@@ -689,10 +506,13 @@ async fn scenario(t: &TestEnv) -> Result<()> {
             exported.extend(f.series());
         }
     }
-    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(
-        repo_root().join("charts/dco/files/dashboards/dco.json"),
-    )?)?;
-    let mut queries = dashboard_queries(&dashboard);
+    let boards = dashboards()?;
+    let mut queries: Vec<(String, String)> = boards
+        .iter()
+        .flat_map(|(file, d)| {
+            dashboard_queries(d).into_iter().map(move |(at, q)| (format!("{file}: {at}"), q))
+        })
+        .collect();
     let panels = queries.len();
     let cluster = t.cluster.clone();
     let spec = tokio::task::spawn_blocking(move || render_rules(&cluster, &[])).await??;
@@ -707,7 +527,8 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     ensure!(unknown_metrics(&bad, &exported).len() == 2, "{:?}", unknown_metrics(&bad, &exported));
     let named: BTreeSet<String> = queries.iter().flat_map(|(_, q)| metric_names(q)).collect();
     eprintln!(
-        "{panels} dashboard queries and {} alert expressions name {} metrics, all among the {} series names exported",
+        "{panels} queries of {} dashboards and {} alert expressions name {} metrics, all among the {} series names exported",
+        boards.len(),
         queries.len() - panels,
         named.len(),
         exported.len()
@@ -784,24 +605,77 @@ async fn scenario(t: &TestEnv) -> Result<()> {
 }
 
 #[test]
-fn the_dashboard_parses_and_has_a_panel_for_each_signal() -> Result<()> {
-    let d: Value = serde_json::from_str(&std::fs::read_to_string(
-        repo_root().join("charts/dco/files/dashboards/dco.json"),
-    )?)?;
-    let queries = dashboard_queries(&d);
-    let named: BTreeSet<String> = queries.iter().flat_map(|(_, q)| metric_names(q)).collect();
-    for (what, metric) in [
-        ("moves", "dco_operator_handover_transitions_total"),
-        ("reviews: rate and errors", "dco_webhook_requests_total"),
-        ("reviews: latency", "dco_webhook_request_duration_seconds_bucket"),
-        ("compile failures", "dco_operator_config_compile_failed"),
-        ("shard ownership", "dco_operator_unowned_shards"),
-        ("memory", "dco_webhook_process_resident_memory_bytes"),
-        ("certificate expiry", "dco_operator_certificate_expiration_timestamp_seconds"),
-    ] {
-        if !named.contains(metric) {
-            bail!("no panel for {what} ({metric})");
+fn the_dashboards_parse_and_have_a_panel_for_each_signal() -> Result<()> {
+    let boards = dashboards()?;
+    let names: Vec<&str> = boards.iter().map(|(f, _)| f.as_str()).collect();
+    ensure!(names == ["dco-stability.json", "dco-target.json", "dco.json"], "dashboards: {names:?}");
+    let named = |file: &str| -> BTreeSet<String> {
+        let d = &boards.iter().find(|(f, _)| f == file).expect("listed above").1;
+        dashboard_queries(d).iter().flat_map(|(_, q)| metric_names(q)).collect()
+    };
+    let wanted: [(&str, &[(&str, &str)]); 3] = [
+        (
+            "dco.json",
+            &[
+                ("moves", "dco_operator_handover_transitions_total"),
+                ("reviews: rate and errors", "dco_webhook_requests_total"),
+                ("reviews: latency", "dco_webhook_request_duration_seconds_bucket"),
+                ("objects by target and result", "dco_webhook_conversions_total"),
+                ("lossy conversions", "dco_webhook_lossy_conversions_total"),
+                ("replicas not ready", "dco_webhook_ready"),
+                ("servers below their replicas", "dco_operator_server_replicas_desired"),
+                ("configs not applied", "dco_operator_config_not_applied_since_timestamp_seconds"),
+                ("compile failures", "dco_operator_config_compile_failed"),
+                ("certificate expiry", "dco_operator_certificate_expiration_timestamp_seconds"),
+            ],
+        ),
+        (
+            "dco-target.json",
+            &[
+                ("reviews by result", "dco_webhook_requests_total"),
+                ("latency", "dco_webhook_request_duration_seconds_bucket"),
+                ("objects by version pair", "dco_webhook_conversions_total"),
+                ("lossy objects by version pair", "dco_webhook_lossy_conversions_total"),
+                ("the server it is wired to", "dco_operator_target_serving_replicas"),
+                ("that server's replicas", "dco_operator_server_replicas_ready"),
+                ("plan age per replica", "dco_webhook_plan_compiled_timestamp_seconds"),
+                ("handover history", "dco_operator_handover_state_entered_timestamp_seconds"),
+                ("phase", "dco_operator_config_phase"),
+            ],
+        ),
+        (
+            "dco-stability.json",
+            &[
+                ("restarts", "dco_operator_process_start_time_seconds"),
+                ("webhook restarts", "dco_webhook_process_start_time_seconds"),
+                ("memory", "dco_webhook_process_resident_memory_bytes"),
+                ("queue depth", "dco_operator_queue_depth"),
+                ("queue wait", "dco_operator_queue_wait_seconds_bucket"),
+                ("API latency", "dco_operator_api_request_duration_seconds_bucket"),
+                ("API throttling", "dco_operator_api_throttled_total"),
+                ("shard ownership", "dco_operator_unowned_shards"),
+            ],
+        ),
+    ];
+    for (file, signals) in wanted {
+        let named = named(file);
+        for (what, metric) in signals {
+            ensure!(named.contains(*metric), "{file}: no panel for {what} ({metric})");
         }
     }
+    // The per-target dashboard: a `target` variable from the configs, and every panel's
+    // query selects it (no panel shows every target).
+    let (_, d) = boards.iter().find(|(f, _)| f == "dco-target.json").expect("listed above");
+    let vars = d["templating"]["list"].as_array().context("templating")?;
+    ensure!(
+        vars.iter().any(|v| v["name"] == "target" && v["type"] == "query"),
+        "no target variable: {vars:?}"
+    );
+    for (at, q) in dashboard_queries(d) {
+        ensure!(at.starts_with("variable") || q.contains(r#"target="$target""#), "{at} ignores $target: {q}");
+    }
+    // Unique uids, and ids unique within each dashboard.
+    let uids: BTreeSet<&str> = boards.iter().filter_map(|(_, d)| d["uid"].as_str()).collect();
+    ensure!(uids.len() == boards.len(), "dashboard uids: {uids:?}");
     Ok(())
 }
