@@ -138,6 +138,8 @@ pub trait ConversionConfig {
     fn conversion(&self) -> &ConversionSpec;
     /// `status.handover`, if the operator wrote one.
     fn handover(&self) -> Option<&HandoverStatus>;
+    /// Where the status puts the target (`status.assignedWebhookServer`, the handover's ends).
+    fn placement(&self) -> crate::placement::Placement;
 }
 
 impl ConversionConfig for XRDConversionConfig {
@@ -155,6 +157,9 @@ impl ConversionConfig for XRDConversionConfig {
     fn handover(&self) -> Option<&HandoverStatus> {
         self.status.as_ref()?.handover.as_ref()
     }
+    fn placement(&self) -> crate::placement::Placement {
+        crate::placement::Placement::of(self.status.as_ref())
+    }
 }
 
 impl ConversionConfig for CRDConversionConfig {
@@ -171,6 +176,9 @@ impl ConversionConfig for CRDConversionConfig {
     }
     fn handover(&self) -> Option<&HandoverStatus> {
         self.status.as_ref()?.handover.as_ref()
+    }
+    fn placement(&self) -> crate::placement::Placement {
+        crate::placement::Placement::of(self.status.as_ref())
     }
 }
 

@@ -11,6 +11,7 @@ pub mod crossplane;
 pub mod hash;
 pub mod listen;
 pub mod metrics;
+pub mod placement;
 pub mod rules;
 pub mod schema;
 pub mod served_lease;

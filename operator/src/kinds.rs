@@ -98,10 +98,11 @@ impl ConfigRef {
     }
 
     /// Whether this config touches `server` in any way that its status or the server's
-    /// deletion depends on.
+    /// deletion depends on: the same test a webhook replica reads its share by
+    /// (`dco_api::placement`).
     pub fn involves(&self, server: &str) -> bool {
-        let is = |o: &Option<String>| o.as_deref() == Some(server);
-        is(&self.pin) || is(&self.assigned) || is(&self.destination) || (is(&self.source) && !self.settled)
+        let (a, s, d) = (self.assigned.as_deref(), self.source.as_deref(), self.destination.as_deref());
+        dco_api::placement::involves(server, self.pin.as_deref(), a, s, d, self.settled)
     }
 }
 

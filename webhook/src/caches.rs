@@ -4,13 +4,14 @@
 //! CompositeResourceDefinition CRD serves them, through the version `dco_api::crossplane`
 //! prefers: v2 where served, v1 while it is the only one), never narrowed: `cacheSelector` picks configs, as
 //! in the reference, and a target without the configs' labels must still be found and served.
-//! Targets are watched as metadata only; the ones a config names are read whole by
-//! `targets.rs`, after which the sync loop is woken and reads the stores.
+//! Targets are watched as metadata only; the ones in this server's share (`share.rs`) are
+//! read whole by `targets.rs`, after which the sync loop is woken and reads the stores.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use dco_api::assign::Servers;
 use dco_api::config::{ConversionConfig, TargetKind};
 use dco_api::crossplane::{XrdApi, XrdApiReceiver, XrdVersion};
 use dco_api::target::{TARGET_PAGE, slim, slim_target};
@@ -26,8 +27,9 @@ use tokio::task::JoinHandle;
 
 use crate::metrics::Metrics;
 use crate::registry::Registry;
-use crate::sync::{ConfigView, World};
-use crate::targets::{self, Held, Wanted};
+use crate::share::{Candidate, Share};
+use crate::sync::{ConfigView, MovedFrom, World};
+use crate::targets::{self, Held, Key, Wanted};
 
 /// What narrows the config and target watches.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -118,9 +120,25 @@ where
 type XrdStore = (XrdVersion, Store<PartialObjectMeta<DynamicObject>>);
 type XrdSlot = Arc<Mutex<Option<XrdStore>>>;
 
-/// What decides which targets are read whole: the configs in scope, the targets' metadata,
-/// and the registry (a plan held without a config — its config deleted while the target's
-/// `spec.conversion` still names this Service — still needs its target, `hold.rs`).
+/// This replica's server and the servers' watch: what its share (`share.rs`) is decided from.
+#[derive(Clone)]
+pub struct Own {
+    pub instance: String,
+    /// `--drain-period`.
+    pub drain: Duration,
+    pub servers: Store<ConversionWebhookServer>,
+    /// Bumped on every event of the servers' watch: a server joining, leaving or changing
+    /// its pool weight changes what the resolver assigns here.
+    pub changed: tokio::sync::watch::Receiver<u64>,
+}
+
+/// The targets read whole now, and when that changes by time alone (a move's drain window).
+type Names = (Vec<Key>, Option<SystemTime>);
+
+/// What decides which targets are read whole: the configs in scope whose target is in this
+/// server's share, the targets' metadata, and the registry (a plan held without a config —
+/// its config deleted while the target's `spec.conversion` still names this Service — still
+/// needs its target, `hold.rs`).
 #[derive(Clone)]
 struct Named {
     xccs: Store<XRDConversionConfig>,
@@ -128,19 +146,27 @@ struct Named {
     crds: Store<PartialObjectMeta<CustomResourceDefinition>>,
     xrds: XrdSlot,
     registry: Arc<Registry>,
+    instance: String,
+    drain: Duration,
+    servers: Store<ConversionWebhookServer>,
 }
 
 impl Named {
-    /// The targets configs name or the registry holds, and the CRDs Crossplane generated
+    /// The servers as the resolver sees them now.
+    fn servers(&self) -> Servers {
+        Servers::new(self.servers.state().iter().map(|s| s.as_ref().into()))
+    }
+
+    /// The targets in the share or held by the registry, and the CRDs Crossplane generated
     /// from the XRDs among them (read whole too: the hold rule reads their `spec.conversion`),
     /// deduplicated.
-    fn names(&self) -> Vec<(TargetKind, String)> {
-        let mut names = self.targets();
+    fn names(&self, servers: &Servers, now: SystemTime) -> Names {
+        let (mut names, expires) = self.targets(servers, now);
         let generated = self.generated(&names);
         names.extend(generated.into_values().flatten().map(|crd| (TargetKind::Crd, crd)));
         names.sort();
         names.dedup();
-        names
+        (names, expires)
     }
 
     /// Per XRD in `names`, the CRDs whose controller owner it is (`hold::generated_from`).
@@ -160,19 +186,27 @@ impl Named {
         out
     }
 
-    /// The targets configs name or the registry holds, deduplicated.
-    fn targets(&self) -> Vec<(TargetKind, String)> {
-        let mut names: Vec<(TargetKind, String)> = self
-            .cccs
-            .state()
-            .into_iter()
-            .map(|c| (TargetKind::Crd, c.target_name().to_string()))
-            .chain(self.xccs.state().into_iter().map(|c| (TargetKind::Xrd, c.target_name().to_string())))
-            .chain(self.registry.snapshot().values().map(|e| (e.target_kind, e.target.clone())))
-            .collect();
+    /// The targets of the configs in the share, and those the registry holds, deduplicated.
+    fn targets(&self, servers: &Servers, now: SystemTime) -> Names {
+        let share = Share { instance: &self.instance, servers, drain: self.drain };
+        let mut names: Vec<Key> = Vec::new();
+        let mut expires: Option<SystemTime> = None;
+        let mut consider = |(name, until): (Option<Key>, Option<SystemTime>)| {
+            names.extend(name);
+            if let Some(t) = until {
+                expires = Some(expires.map_or(t, |e| e.min(t)));
+            }
+        };
+        for c in self.cccs.state() {
+            consider(in_share(&share, c.as_ref(), now));
+        }
+        for c in self.xccs.state() {
+            consider(in_share(&share, c.as_ref(), now));
+        }
+        names.extend(self.registry.snapshot().values().map(|e| (e.target_kind, e.target.clone())));
         names.sort();
         names.dedup();
-        names
+        (names, expires)
     }
 
     /// The XRD store and its version, while XRDs are watched.
@@ -180,14 +214,16 @@ impl Named {
         self.xrds.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Every target named (`names`) that exists now, at its uid and generation.
-    fn wanted(&self) -> Vec<Wanted> {
+    /// Every target named (`names`) that exists now, at its uid and generation, and when
+    /// the names change by time alone.
+    fn wanted(&self, servers: &Servers, now: SystemTime) -> (Vec<Wanted>, Option<SystemTime>) {
         let xrds = self.xrds();
         let xrd = xrds.as_ref().map(|(at, _)| at.resource());
         let mut wanted = Vec::new();
         let identity =
             |m: &kube::core::ObjectMeta| (m.uid.clone().unwrap_or_default(), m.generation.unwrap_or(0));
-        for (kind, name) in self.names() {
+        let (names, expires) = self.names(servers, now);
+        for (kind, name) in names {
             let seen = match kind {
                 TargetKind::Crd => {
                     self.crds.get(&reflector::ObjectRef::new(&name)).map(|o| identity(&o.metadata))
@@ -202,8 +238,25 @@ impl Named {
                 wanted.push(Wanted { key: (kind, name), uid, generation });
             }
         }
-        wanted
+        (wanted, expires)
     }
+}
+
+/// `c`'s target if it is in `share` at `now`, and when it leaves the share by time alone.
+fn in_share<C: ConversionConfig>(
+    share: &Share<'_>,
+    c: &C,
+    now: SystemTime,
+) -> (Option<Key>, Option<SystemTime>) {
+    let (placement, moved_from) = (c.placement(), c.handover().and_then(MovedFrom::of));
+    let candidate = Candidate {
+        target: c.target_name(),
+        pin: c.conversion().webhook_server_ref.as_ref().map(|r| r.name.as_str()),
+        placement: &placement,
+        moved_from: moved_from.as_ref(),
+    };
+    let key = share.why(&candidate, now).map(|_| (c.target_kind(), c.target_name().to_string()));
+    (key, share.expires(&candidate, now))
 }
 
 /// GETs in flight at once while reading targets whole (the first round reads every named one).
@@ -217,11 +270,14 @@ struct Fetcher {
     named: Named,
     held: Arc<Held>,
     metrics: Arc<Metrics>,
+    /// Bumped on every server event (`Own::changed`).
+    servers_changed: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Fetcher {
     /// Keeps `held` to the targets `named` names, at their current generation: a round per wake
-    /// (a config or target event, or a registry change), then a wake of the sync loop (`sync`).
+    /// (a config, server or target event, a registry change, or the end of a move's drain
+    /// window), then a wake of the sync loop (`sync`).
     /// `fetched` turns true after the first round over the initial `lists`.
     async fn run(
         self,
@@ -230,11 +286,13 @@ impl Fetcher {
         lists: impl std::future::Future<Output = ()>,
         fetched: tokio::sync::watch::Sender<bool>,
     ) {
-        let Fetcher { client, named, held, metrics } = self;
+        let Fetcher { client, named, held, metrics, mut servers_changed } = self;
         lists.await;
         let mut registry_changes = named.registry.subscribe();
         loop {
-            let (stale, released) = held.stale(&named.wanted());
+            servers_changed.mark_unchanged();
+            let (wanted, expires) = named.wanted(&named.servers(), SystemTime::now());
+            let (stale, released) = held.stale(&wanted);
             // XRDs are read at the version they are watched at (wanted only while watched).
             let xrd_at = named.xrds().map(|(at, _)| at);
             let reads = futures::stream::iter(stale)
@@ -254,26 +312,31 @@ impl Fetcher {
                     Ok(object) => held.put(w.key, object),
                     Err(e) => {
                         failed = true;
+                        held.failed(w.key.clone());
                         tracing::warn!(target = w.key.1, kind = ?w.key.0, error = %e,
                         "cannot read the target; keeping the copy held so far and retrying (needs get on its resource)");
                     }
                 }
             }
             if released {
-                tracing::debug!(held = held.len(), "released targets no config names any more");
+                tracing::debug!(held = held.len(), "released targets that left this server's share");
             }
             metrics.targets_held.set(i64::try_from(held.len()).unwrap_or(i64::MAX));
             metrics.targets_held_bytes.set(i64::try_from(held.bytes()).unwrap_or(i64::MAX));
             if !*fetched.borrow() {
-                tracing::info!(held = held.len(), "read the named targets whole");
+                tracing::info!(held = held.len(), "read the targets of this server's share whole");
                 fetched.send_replace(true);
             }
             sync.notify_one();
+            let window = expires.map(|t| t.duration_since(SystemTime::now()).unwrap_or_default());
             tokio::select! {
                 () = wake.notified() => {}
                 // A plan dropped (or held without a config) changes what is named.
                 _ = registry_changes.changed() => {}
+                // The resolver's answer may have changed.
+                Ok(()) = servers_changed.changed() => {}
                 () = tokio::time::sleep(FETCH_RETRY), if failed => {}
+                () = tokio::time::sleep(window.unwrap_or_default()), if window.is_some() => {}
             }
         }
     }
@@ -281,7 +344,6 @@ impl Fetcher {
 
 /// The reflector stores of one scope.
 pub struct Caches {
-    pub servers: Store<ConversionWebhookServer>,
     named: Named,
     held: Arc<Held>,
     fetched: tokio::sync::watch::Receiver<bool>,
@@ -299,16 +361,29 @@ impl Drop for Caches {
 
 /// The server watch lives apart from the scoped caches: the scope itself comes from it.
 /// `selector` (`--server-selector`) narrows the pool to the servers the operator manages.
+/// Every event wakes `notify` (the sync loop) and bumps `changed` (the target reader of
+/// whichever caches run now: what the resolver assigns here may have changed).
 pub fn watch_servers(
     client: &Client,
     selector: Option<&str>,
     notify: Arc<Notify>,
+    changed: tokio::sync::watch::Sender<u64>,
 ) -> (Store<ConversionWebhookServer>, JoinHandle<()>) {
     let config = match selector {
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
     };
-    reflect(Api::all(client.clone()), config, notify, "ConversionWebhookServers")
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(Api::all(client.clone()), config).modify(slim::<ConversionWebhookServer>).default_backoff(),
+    )
+    .inspect(move |ev| {
+        if ev.is_ok() {
+            changed.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    });
+    (reader, tokio::spawn(drive(stream, notify, "ConversionWebhookServers")))
 }
 
 impl Caches {
@@ -316,7 +391,7 @@ impl Caches {
     /// (the sync loop) once the targets they name are read.
     pub async fn start(
         client: &Client,
-        servers: Store<ConversionWebhookServer>,
+        own: Own,
         scope: Scope,
         notify: Arc<Notify>,
         registry: Arc<Registry>,
@@ -343,7 +418,8 @@ impl Caches {
             crossplane,
             settled,
         ));
-        let named = Named { xccs, cccs, crds, xrds, registry };
+        let Own { instance, drain, servers, changed: servers_changed } = own;
+        let named = Named { xccs, cccs, crds, xrds, registry, instance, drain, servers };
         let held = Arc::new(Held::default());
         let lists = {
             let (named, mut xrds_settled) = (named.clone(), xrds_settled);
@@ -355,9 +431,15 @@ impl Caches {
             }
         };
         let (fetched_tx, fetched) = tokio::sync::watch::channel(false);
-        let fetcher = Fetcher { client: client.clone(), named: named.clone(), held: held.clone(), metrics };
+        let fetcher = Fetcher {
+            client: client.clone(),
+            named: named.clone(),
+            held: held.clone(),
+            metrics,
+            servers_changed,
+        };
         let t5 = tokio::spawn(fetcher.run(wake, notify, lists, fetched_tx));
-        Caches { servers, named, held, fetched, tasks: vec![t1, t2, t3, t4, t5], scope }
+        Caches { named, held, fetched, tasks: vec![t1, t2, t3, t4, t5], scope }
     }
 
     /// Resolves once every started watch has listed once and the targets the configs name
@@ -365,7 +447,7 @@ impl Caches {
     /// list completes before it is published here.
     pub async fn wait_ready(&self) {
         let all = async {
-            let _ = self.servers.wait_until_ready().await;
+            let _ = self.named.servers.wait_until_ready().await;
             let _ = self.fetched.clone().wait_for(|f| *f).await;
         };
         let mut all = std::pin::pin!(all);
@@ -378,9 +460,10 @@ impl Caches {
         }
     }
 
-    /// Render the stores into the pass's input: the configs and the targets held whole.
+    /// Render the stores into the pass's input: the configs, the targets held whole and those
+    /// about to be (the share and the resolver over one snapshot of the servers).
     pub fn world(&self) -> World {
-        let servers = dco_api::assign::Servers::new(self.servers.state().iter().map(|s| s.as_ref().into()));
+        let servers = self.named.servers();
         let mut configs = Vec::new();
         for c in self.named.xccs.state() {
             configs.push(config_view("XRDConversionConfig", c.as_ref()));
@@ -388,14 +471,18 @@ impl Caches {
         for c in self.named.cccs.state() {
             configs.push(config_view("CRDConversionConfig", c.as_ref()));
         }
+        let now = SystemTime::now();
         let mut targets = HashMap::new();
-        for key in self.named.names() {
-            if let Some(v) = self.held.get(&key) {
-                targets.insert(key, v);
+        let mut unread = HashSet::new();
+        for w in self.named.wanted(&servers, now).0 {
+            if let Some(v) = self.held.get(&w.key) {
+                targets.insert(w.key, v);
+            } else if self.held.unread(&w.key) {
+                unread.insert(w.key);
             }
         }
-        let generated = self.named.generated(&self.named.targets());
-        World { configs, targets, servers, generated }
+        let generated = self.named.generated(&self.named.targets(&servers, now).0);
+        World { configs, targets, servers, generated, unread }
     }
 }
 

@@ -10,7 +10,7 @@ use kube::Client;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::Notify;
 
-use crate::caches::{self, Caches, Scope};
+use crate::caches::{self, Caches, Own, Scope};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::sync::Syncer;
@@ -48,8 +48,9 @@ pub async fn run(
 ) {
     let mut stop = std::pin::pin!(stop);
     let notify = Arc::new(Notify::new());
+    let (servers_changed, _) = tokio::sync::watch::channel(0u64);
     let (mut servers, mut servers_task) =
-        caches::watch_servers(&client, server_selector.as_deref(), notify.clone());
+        caches::watch_servers(&client, server_selector.as_deref(), notify.clone(), servers_changed.clone());
     tokio::select! {
         _ = servers.wait_until_ready() => {}
         () = &mut stop => return,
@@ -57,13 +58,20 @@ pub async fn run(
     let scope = scope_of(&servers, &instance);
     tracing::info!(?scope, "starting watches");
     let registry = syncer.registry().clone();
+    let drain = syncer.drain_period();
+    let own = |servers: &Store<ConversionWebhookServer>| Own {
+        instance: instance.clone(),
+        drain,
+        servers: servers.clone(),
+        changed: servers_changed.subscribe(),
+    };
     // One watch of Crossplane's CRD for the process; the caches (rebuilt on a scope change)
     // follow it to watch XRDs while it exists.
     let crossplane = dco_api::crossplane::Detector::start(client.clone());
     let mut caches = Arc::new(
         Caches::start(
             &client,
-            servers.clone(),
+            own(&servers),
             scope,
             notify.clone(),
             registry.clone(),
@@ -125,7 +133,12 @@ pub async fn run(
         // pause, a new list is not. The instance's own object (the scope) too.
         let stale = health.freshness.stale();
         if stale.is_some() {
-            let (fresh, task) = caches::watch_servers(&client, server_selector.as_deref(), notify.clone());
+            let (fresh, task) = caches::watch_servers(
+                &client,
+                server_selector.as_deref(),
+                notify.clone(),
+                servers_changed.clone(),
+            );
             tokio::select! {
                 _ = fresh.wait_until_ready() => {}
                 () = &mut stop => return,
@@ -140,7 +153,7 @@ pub async fn run(
             }
             let fresh = Caches::start(
                 &client,
-                servers.clone(),
+                own(&servers),
                 scope,
                 notify.clone(),
                 registry.clone(),

@@ -25,6 +25,7 @@ pub mod registry;
 pub mod routes;
 pub mod run;
 pub mod serve;
+pub mod share;
 pub mod static_dir;
 pub mod sync;
 pub mod targets;

@@ -126,7 +126,7 @@ pub fn load(dir: &Path) -> Result<World, StaticError> {
             }
         }
     }
-    Ok(World { configs, targets, servers: Default::default(), generated: Default::default() })
+    Ok(World { configs, targets, ..World::default() })
 }
 
 fn view<C: ConversionConfig>(c: &C, kind: &str, name: &str, fingerprint: String) -> ConfigView {

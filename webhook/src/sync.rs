@@ -7,7 +7,7 @@
 //! config is not retried until either changes. One config's failure keeps the last good
 //! plan for its target and never affects another target.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -133,6 +133,10 @@ pub struct World {
     /// Per XRD target, the CRDs Crossplane generated from it (`hold::generated_from`), held
     /// in `targets` as CRDs: the hold rule reads their `spec.conversion` too.
     pub generated: HashMap<String, Vec<String>>,
+    /// Targets that exist and joined this server's share, but whose read is still under way
+    /// (`targets::Held::unread`): left as they are this pass, not taken as missing; the read's
+    /// round wakes the next pass.
+    pub unread: HashSet<(TargetKind, String)>,
 }
 
 /// Who this replica is.
@@ -199,6 +203,11 @@ impl Syncer {
         &self.registry
     }
 
+    /// `--drain-period`.
+    pub fn drain_period(&self) -> Duration {
+        self.drain_period
+    }
+
     /// Run one pass over `world` at `now`.
     pub fn pass(&mut self, world: &World, now: Instant) -> PassReport {
         let mut report = PassReport::default();
@@ -225,7 +234,11 @@ impl Syncer {
             let entry = current.get(target);
             let kind = config.map(|c| c.target_kind).or_else(|| entry.map(|e| e.target_kind));
             let Some(kind) = kind else { continue };
-            let live = world.targets.get(&(kind, target.to_string()));
+            let key = (kind, target.to_string());
+            if world.unread.contains(&key) {
+                continue;
+            }
+            let live = world.targets.get(&key);
             let assigned_here = config.is_some_and(|c| self.assigned_here(world, c));
             let moved_from = config.and_then(|c| c.moved_from.as_ref());
             let facts = Facts {
@@ -575,6 +588,7 @@ mod tests {
                 ServerInfo { name: "b".into(), default: false, pool_weight: None },
             ]),
             generated: HashMap::new(),
+            unread: HashSet::new(),
         }
     }
 
@@ -796,6 +810,26 @@ mod tests {
         let r = s.pass(&world("v2", 2, Some("b"), Some("svc-b")), t0 + Duration::from_secs(30));
         assert_eq!(r.dropped, 1);
         assert!(s.registry().get(TARGET).is_none());
+    }
+
+    #[test]
+    fn a_target_being_read_is_left_alone_until_its_copy_arrives() {
+        // Pinned here a moment ago: the copy is on its way (the share just grew).
+        let mut s = syncer("b", Arc::new(Counting::default()));
+        let mut w = world("v2", 1, Some("b"), None);
+        w.targets.clear();
+        w.unread.insert((TargetKind::Crd, TARGET.into()));
+        s.pass(&w, Instant::now());
+        assert!(s.registry().get(TARGET).is_none(), "not held as a missing target meanwhile");
+        s.pass(&world("v2", 1, Some("b"), None), Instant::now());
+        assert_eq!(s.registry().get(TARGET).unwrap().hold, HoldReason::Assigned);
+        assert!(s.registry().get(TARGET).unwrap().served.is_some());
+        // A held plan whose new copy is on its way is not dropped either.
+        let mut w = world("v2", 2, Some("b"), None);
+        w.targets.clear();
+        w.unread.insert((TargetKind::Crd, TARGET.into()));
+        s.pass(&w, Instant::now());
+        assert_eq!(hash(&s).as_deref(), Some("v2-1"));
     }
 
     #[test]

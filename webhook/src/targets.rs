@@ -47,6 +47,9 @@ impl Copy {
 #[derive(Default)]
 pub struct Held {
     copies: Mutex<HashMap<Key, Copy>>,
+    /// Targets whose last read failed (and that have no copy since): not "about to be read",
+    /// so a pass treats them as missing ([`Held::unread`]).
+    failed: Mutex<HashSet<Key>>,
 }
 
 impl Held {
@@ -58,14 +61,29 @@ impl Held {
         let names: HashSet<&Key> = wanted.iter().map(|w| &w.key).collect();
         let before = copies.len();
         copies.retain(|k, _| names.contains(k));
+        self.failed.lock().unwrap_or_else(PoisonError::into_inner).retain(|k| names.contains(k));
         let released = copies.len() != before;
         let stale =
             wanted.iter().filter(|w| !copies.get(&w.key).is_some_and(|c| c.covers(w))).cloned().collect();
         (stale, released)
     }
 
+    /// Records that reading `key` failed.
+    pub fn failed(&self, key: Key) {
+        self.failed.lock().unwrap_or_else(PoisonError::into_inner).insert(key);
+    }
+
+    /// Whether `key`, which exists, is about to be read: no copy yet and no failed read. A
+    /// sync pass leaves such a target alone rather than taking it as missing: the read's
+    /// round wakes the pass again (a target that just joined the share).
+    pub fn unread(&self, key: &Key) -> bool {
+        !self.lock().contains_key(key)
+            && !self.failed.lock().unwrap_or_else(PoisonError::into_inner).contains(key)
+    }
+
     /// Records what a GET returned for `key` (`None`: the target is gone).
     pub fn put(&self, key: Key, object: Option<Value>) {
+        self.failed.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
         let mut copies = self.lock();
         let Some(value) = object else {
             copies.remove(&key);
