@@ -84,7 +84,14 @@ impl ServablePlan for EnginePlan {
                 // slice shares the buffer rather than copying ~15 MB.
                 let (buf, start) = o.body.into_parts();
                 let body = bytes::Bytes::from(buf).slice(start..);
-                Ok(Reviewed { body, uid: o.uid, objects: o.objects, failure: o.failure })
+                Ok(Reviewed {
+                    body,
+                    uid: o.uid,
+                    objects: o.objects,
+                    failure: o.failure,
+                    to: o.to,
+                    tally: o.tally,
+                })
             }
             Err(ReviewError::Malformed(m)) => Err(BadReview::Malformed(m)),
             Err(ReviewError::MissingRequest) => Err(BadReview::MissingRequest),

@@ -26,6 +26,7 @@ pub mod routes;
 pub mod run;
 pub mod serve;
 pub mod share;
+pub mod signals;
 pub mod static_dir;
 pub mod sync;
 pub mod targets;

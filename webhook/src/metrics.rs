@@ -10,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry as PromRegistry;
+use std::sync::atomic::AtomicU64;
 
 use dco_api::metrics::register;
 
@@ -42,6 +43,77 @@ pub enum Outcome {
     fail_closed,
 }
 
+impl Outcome {
+    /// Every value, to remove a departed target's series.
+    pub const ALL: [Outcome; 10] = [
+        Outcome::success,
+        Outcome::conversion_failure,
+        Outcome::unknown_target,
+        Outcome::bad_request,
+        Outcome::too_large,
+        Outcome::timeout,
+        Outcome::body_timeout,
+        Outcome::over_budget,
+        Outcome::internal_error,
+        Outcome::fail_closed,
+    ];
+}
+
+/// What happened to one object of a review the plan answered (`dco_engine::ObjectResult`);
+/// docs/operations.md, "Metrics", lists the classes.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ConversionResult {
+    /// Converted and returned.
+    success,
+    /// A rule could not convert a value the object holds.
+    rule_error,
+    /// Not an object of the target: another kind, an undeclared apiVersion or
+    /// desiredAPIVersion, not a JSON object, a key twice.
+    invalid_object,
+    /// The review's time or memory budget stopped the conversion.
+    stopped,
+    /// Not returned because another object of the same review failed.
+    aborted,
+}
+
+impl ConversionResult {
+    pub const ALL: [ConversionResult; 5] = [
+        ConversionResult::success,
+        ConversionResult::rule_error,
+        ConversionResult::invalid_object,
+        ConversionResult::stopped,
+        ConversionResult::aborted,
+    ];
+
+    pub fn of(r: dco_engine::ObjectResult) -> Self {
+        use dco_engine::{FailureClass, ObjectResult};
+        match r {
+            ObjectResult::Success => ConversionResult::success,
+            ObjectResult::Failed(FailureClass::Rule) => ConversionResult::rule_error,
+            ObjectResult::Failed(FailureClass::InvalidObject) => ConversionResult::invalid_object,
+            ObjectResult::Failed(FailureClass::Stopped) => ConversionResult::stopped,
+            ObjectResult::Aborted => ConversionResult::aborted,
+        }
+    }
+}
+
+/// Objects of one version pair; versions are the plan's or `<other>` (`signals.rs`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConversionLabels {
+    pub target: String,
+    pub from_version: String,
+    pub to_version: String,
+    pub result: ConversionResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PairLabels {
+    pub target: String,
+    pub from_version: String,
+    pub to_version: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub target: String,
@@ -68,6 +140,16 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub latency: Family<RequestLabels, Histogram>,
     pub objects_converted: Family<TargetLabel, Counter>,
+    /// Objects of the reviews a plan answered, per version pair and result (`signals.rs`).
+    pub conversions: Family<ConversionLabels, Counter>,
+    /// Returned objects an acknowledged loss dropped data from.
+    pub lossy_conversions: Family<PairLabels, Counter>,
+    /// Conversions that panicked (caught; answered 500).
+    pub panics: Family<TargetLabel, Counter>,
+    /// When the plan serving a target was compiled (Unix seconds), and whether the last
+    /// compile of its config succeeded; set from the registry after each sync pass.
+    pub plan_compiled: Family<TargetLabel, Gauge<f64, AtomicU64>>,
+    pub plan_compile_ok: Family<TargetLabel, Gauge>,
     pub compile_failures: Family<TargetLabel, Counter>,
     /// Registry entries by state: `served` (has a plan) and `failed` (no plan, last compile failed).
     pub registry_entries: Family<StateLabel, Gauge>,
@@ -102,9 +184,11 @@ pub struct ReasonLabel {
 }
 
 fn latency_histogram() -> Histogram {
-    // 1 ms .. ~16 s: a review of one small object is sub-millisecond, a large list is tens
-    // of milliseconds, and the apiserver gives up at 30 s.
-    Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 16.0])
+    // 1 ms .. 30 s: a review of one small object is sub-millisecond, a large list is tens
+    // of milliseconds, and the apiserver gives up at 30 s (`--request-timeout` answers at 25).
+    Histogram::new([
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 16.0, 20.0, 30.0,
+    ])
 }
 
 impl std::fmt::Debug for Metrics {
@@ -127,6 +211,11 @@ impl Metrics {
             Family::<RequestLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> _);
         let objects_converted = Family::<TargetLabel, Counter>::default();
         let compile_failures = Family::<TargetLabel, Counter>::default();
+        let conversions = Family::<ConversionLabels, Counter>::default();
+        let lossy_conversions = Family::<PairLabels, Counter>::default();
+        let panics = Family::<TargetLabel, Counter>::default();
+        let plan_compiled = Family::<TargetLabel, Gauge<f64, AtomicU64>>::default();
+        let plan_compile_ok = Family::<TargetLabel, Gauge>::default();
         let registry_entries = Family::<StateLabel, Gauge>::default();
         let ready = Gauge::default();
         let tls_reloads = Family::<ResultLabel, Counter>::default();
@@ -158,6 +247,31 @@ impl Metrics {
             "objects_converted",
             "Objects converted successfully",
             objects_converted.clone(),
+        );
+        register(
+            &mut registry,
+            "conversions",
+            "Objects of the ConversionReviews a plan answered, by target, version pair and result",
+            conversions.clone(),
+        );
+        register(
+            &mut registry,
+            "lossy_conversions",
+            "Returned objects an acknowledged loss (acknowledgeLossy rule, unmappedFieldPolicy Warn) dropped data from",
+            lossy_conversions.clone(),
+        );
+        register(&mut registry, "panics", "Conversions that panicked (caught; answered 500)", panics.clone());
+        register(
+            &mut registry,
+            "plan_compiled_timestamp_seconds",
+            "When the plan serving the target was compiled (Unix time)",
+            plan_compiled.clone(),
+        );
+        register(
+            &mut registry,
+            "plan_compile_ok",
+            "1 when the last compile of the target's config succeeded, 0 when it failed (an older plan or none serves)",
+            plan_compile_ok.clone(),
         );
         register(
             &mut registry,
@@ -243,6 +357,11 @@ impl Metrics {
             requests,
             latency,
             objects_converted,
+            conversions,
+            lossy_conversions,
+            panics,
+            plan_compiled,
+            plan_compile_ok,
             compile_failures,
             registry_entries,
             ready,
@@ -294,6 +413,21 @@ mod tests {
         m.observe_request("db.example.org", Outcome::success, 0.003);
         m.objects_converted.get_or_create(&TargetLabel { target: "db.example.org".into() }).inc();
         m.compile_failures.get_or_create(&TargetLabel { target: "db.example.org".into() }).inc();
+        let (target, from_version, to_version) =
+            ("db.example.org".to_string(), "v1".to_string(), "v2".to_string());
+        let pair = PairLabels { target: target.clone(), from_version, to_version };
+        m.conversions
+            .get_or_create(&ConversionLabels {
+                target: pair.target.clone(),
+                from_version: pair.from_version.clone(),
+                to_version: pair.to_version.clone(),
+                result: ConversionResult::success,
+            })
+            .inc();
+        m.lossy_conversions.get_or_create(&pair).inc();
+        m.panics.get_or_create(&TargetLabel { target: target.clone() }).inc();
+        m.plan_compiled.get_or_create(&TargetLabel { target: target.clone() }).set(1.8e9);
+        m.plan_compile_ok.get_or_create(&TargetLabel { target }).set(1);
         m.set_registry_size(1, 0);
         m.tls_reloads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
         m.lease_publishes.get_or_create(&ResultLabel { result: "ok".into() }).inc();

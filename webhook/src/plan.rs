@@ -17,6 +17,11 @@ pub struct Reviewed {
     /// `Some(message)` when the response carries a Failure result (an object could not be
     /// converted; the message names it and the path).
     pub failure: Option<String>,
+    /// The desiredAPIVersion as an index of [`ServablePlan::versions`] (`None`: none of them).
+    pub to: Option<usize>,
+    /// What happened to the objects by the version each came from (indexes of
+    /// [`ServablePlan::versions`]), for `dco_webhook_conversions_total` (`signals.rs`).
+    pub tally: Vec<dco_engine::Tally>,
 }
 
 /// A request body that is not a ConversionReview the plan can answer: HTTP 400.

@@ -15,6 +15,7 @@ use dco_api::config::TargetKind;
 
 use crate::hold::HoldReason;
 use crate::plan::ServablePlan;
+use crate::signals::PlanSignals;
 
 /// The config an entry was built from.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -33,6 +34,8 @@ pub struct Served {
     /// What the plan was compiled from (config and target identity and generation); an
     /// unchanged fingerprint skips the compile.
     pub fingerprint: String,
+    /// The plan's conversion counters, resolved once (`signals.rs`).
+    pub signals: PlanSignals,
 }
 
 /// The last compile failure, kept beside the last good plan.
@@ -217,7 +220,14 @@ mod tests {
             self.0.to_string()
         }
         fn review(&self, _: &[u8]) -> Result<Reviewed, BadReview> {
-            Ok(Reviewed { body: self.0.to_string().into(), uid: String::new(), objects: 0, failure: None })
+            Ok(Reviewed {
+                body: self.0.to_string().into(),
+                uid: String::new(),
+                objects: 0,
+                failure: None,
+                to: None,
+                tally: Vec::new(),
+            })
         }
     }
 
@@ -231,6 +241,7 @@ mod tests {
                 plan_hash: generation.to_string(),
                 compiled_at: SystemTime::now(),
                 fingerprint: generation.to_string(),
+                signals: PlanSignals::default(),
             }),
             failure: None,
             hold: HoldReason::Assigned,

@@ -209,6 +209,8 @@ async fn convert_inner(
         app.limits.conversion_memory_factor,
     ));
     let input = body.clone();
+    let signals = entry.served.as_ref().map(|s| s.signals.clone()).unwrap_or_default();
+    let counted = plan.clone();
     let job = app.pool.run(budget.clone(), move || plan.review(&input));
     let done = tokio::time::timeout_at(deadline.into(), job).await;
     if done.is_ok() {
@@ -216,6 +218,7 @@ async fn convert_inner(
     }
     match done {
         Ok(Ok(Ok(reviewed))) => {
+            signals.record(&app.metrics, target, counted.as_ref(), reviewed.to, &reviewed.tally);
             let outcome = if reviewed.failure.is_some() {
                 tracing::debug!(target = target, uid = %reviewed.uid, failure = ?reviewed.failure, "conversion failed");
                 Outcome::conversion_failure
@@ -241,6 +244,8 @@ async fn convert_inner(
             (Outcome::internal_error, text(StatusCode::SERVICE_UNAVAILABLE, msg))
         }
         Ok(Err(e @ PoolError::Panicked)) => {
+            // `target` names a registry entry here: only a plan can panic.
+            app.metrics.panics.get_or_create(&TargetLabel { target: target.to_string() }).inc();
             tracing::error!(target = target, error = %e, "the conversion plan panicked; answering 500");
             let msg = format!("internal error converting target {target:?}; see the dco-webhook log");
             (Outcome::internal_error, text(StatusCode::INTERNAL_SERVER_ERROR, msg))

@@ -322,6 +322,7 @@ impl Syncer {
 
         // Only configs that still name a target can move it away again.
         self.drained.retain(|t, _| by_target.contains_key(t.as_str()));
+        let before = self.registry.snapshot();
         if !changes.is_empty() {
             self.registry.update(|m| {
                 for (target, e) in changes {
@@ -336,6 +337,7 @@ impl Syncer {
         let snap = self.registry.snapshot();
         let served = snap.values().filter(|e| e.served.is_some()).count();
         self.metrics.set_registry_size(served, snap.len() - served);
+        crate::signals::follow(&self.metrics, &before, &snap);
         report
     }
 
@@ -452,8 +454,13 @@ impl Syncer {
                 let plan_hash = plan.hash();
                 tracing::info!(target, config = %config.name, plan_hash = %plan_hash, versions = ?plan.versions(),
                     warnings = compiled.warnings.len(), "compiled a plan");
-                next.served =
-                    Some(Served { plan, plan_hash, compiled_at: SystemTime::now(), fingerprint: fp });
+                next.served = Some(Served {
+                    plan,
+                    plan_hash,
+                    compiled_at: SystemTime::now(),
+                    fingerprint: fp,
+                    signals: Default::default(),
+                });
                 next.failure = None;
             }
             None => {
@@ -710,6 +717,39 @@ mod tests {
         let e = s.registry().get(TARGET).unwrap();
         assert!(e.failure.is_none());
         assert_eq!(e.served.as_ref().unwrap().plan_hash, "v3-1");
+    }
+
+    /// `plan_compile_ok` follows the last compile (0 while the last good plan serves on), the
+    /// compile time is the serving plan's, and a target that leaves takes its series along.
+    #[test]
+    fn the_plan_gauges_follow_each_compile_and_leave_with_the_target() {
+        let mut s = syncer("a", Arc::new(Counting::default()));
+        let now = Instant::now();
+        let gauge = |s: &Syncer, family: &str| -> Option<f64> {
+            let text = s.metrics.encode();
+            let prefix = format!("{family}{{target=\"{TARGET}\"}} ");
+            text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|v| v.parse().unwrap())
+        };
+        let ok = "dco_webhook_plan_compile_ok";
+        let compiled = "dco_webhook_plan_compiled_timestamp_seconds";
+        s.pass(&world("v2", 1, None, None), now);
+        let at = s.registry().get(TARGET).unwrap().served.as_ref().unwrap().compiled_at;
+        let at = at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        assert_eq!(gauge(&s, ok), Some(1.0));
+        assert_eq!(gauge(&s, compiled), Some(at));
+        s.pass(&world("bad", 1, None, None), now);
+        assert_eq!(gauge(&s, ok), Some(0.0), "the last compile failed");
+        assert_eq!(gauge(&s, compiled), Some(at), "the plan serving now is the older one");
+        s.pass(&world("v3", 1, None, None), now);
+        assert_eq!(gauge(&s, ok), Some(1.0));
+        // The config goes: the target leaves the registry, and its series with it.
+        let mut gone = world("v3", 1, None, None);
+        gone.configs.clear();
+        s.pass(&gone, now);
+        s.pass(&gone, now + Duration::from_secs(31));
+        assert!(s.registry().get(TARGET).is_none(), "dropped after the drain");
+        let text = s.metrics.encode();
+        assert!(!text.contains(TARGET), "{text}");
     }
 
     /// `world` with the target's schema drifted (generation 2) and the config's driftPolicy.

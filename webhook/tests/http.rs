@@ -64,7 +64,14 @@ impl ServablePlan for Relabel {
         };
         let body = json!({"apiVersion": review["apiVersion"], "kind": "ConversionReview",
             "response": {"uid": uid, "convertedObjects": if failure.is_some() { json!([]) } else { json!(out) }, "result": result}});
-        Ok(Reviewed { body: body.to_string().into(), uid, objects: objects.len(), failure })
+        Ok(Reviewed {
+            body: body.to_string().into(),
+            uid,
+            objects: objects.len(),
+            failure,
+            to: None,
+            tally: vec![],
+        })
     }
 }
 
@@ -110,6 +117,7 @@ fn entry(target: &str, served: bool, failure: Option<&str>) -> Entry {
             plan_hash: "relabel".into(),
             compiled_at: SystemTime::now(),
             fingerprint: "f".into(),
+            signals: Default::default(),
         }),
         failure: failure.map(|m| Failure {
             message: format!("{m}: spoke v1, rule 0 (FieldRename) spec.x: no such path (enum value SECRET)"),
@@ -403,6 +411,8 @@ async fn a_panicking_plan_is_a_500_and_the_server_keeps_serving() {
     assert_eq!(status, 500);
     assert!(text.contains("internal error"), "{text}");
     h.assert_still_serving().await;
+    let (_, metrics) = h.admin("/metrics").await;
+    assert!(metrics.contains(r#"dco_webhook_panics_total{target="widgets.example.org"} 1"#), "{metrics}");
 }
 
 #[tokio::test]

@@ -405,6 +405,7 @@ fn compile_scope(
             when,
             clear_h2s: compiled.clear_h2s,
             clear_s2h: compiled.clear_s2h,
+            lossy: [!compiled.verdict.hub_to_spoke, !compiled.verdict.spoke_to_hub],
             op: compiled.op,
         });
     }

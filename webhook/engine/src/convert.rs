@@ -24,14 +24,24 @@ pub enum Direction {
 impl ScopePlan {
     /// Converts `src` into `dst`, which the caller set to a copy of `src`.
     pub fn run(&self, dir: Direction, src: &Value, dst: &mut Value) -> Result<(), OpError> {
+        self.run_noting_loss(dir, src, dst).map(|_| ())
+    }
+
+    /// [`ScopePlan::run`], and whether the object lost data the config acknowledged losing:
+    /// a rule lossy in this direction (`acknowledgeLossy`) found its source present, or
+    /// `unmappedFieldPolicy: Warn` dropped a field. The clears and drops remove those values
+    /// anyway, so knowing costs nothing. A nested scope (ForEach, BranchMap) that loses makes
+    /// its rule lossy, so the top level answers for it.
+    pub fn run_noting_loss(&self, dir: Direction, src: &Value, dst: &mut Value) -> Result<bool, OpError> {
         let active = |r: &&crate::plan::RulePlan| r.when.as_ref().is_none_or(|w| w.holds(src));
+        let mut lost = false;
         for r in self.rules.iter().filter(active) {
-            let clears = match dir {
-                Direction::HubToSpoke => &r.clear_h2s,
-                Direction::SpokeToHub => &r.clear_s2h,
+            let (clears, lossy) = match dir {
+                Direction::HubToSpoke => (&r.clear_h2s, r.lossy[0]),
+                Direction::SpokeToHub => (&r.clear_s2h, r.lossy[1]),
             };
             for p in clears {
-                value::remove(dst, p.segments());
+                lost |= value::remove(dst, p.segments()).is_some() && lossy;
             }
         }
         let drops = match dir {
@@ -39,7 +49,7 @@ impl ScopePlan {
             Direction::SpokeToHub => &self.drop_s2h,
         };
         for p in drops {
-            value::remove(dst, p.segments());
+            lost |= value::remove(dst, p.segments()).is_some();
         }
         for r in self.rules.iter().filter(active) {
             let res = match dir {
@@ -53,7 +63,34 @@ impl ScopePlan {
                 e
             })?;
         }
-        Ok(())
+        Ok(lost)
+    }
+}
+
+/// Why an object did not convert, in a few classes a metric can carry (the message has the
+/// detail): `docs/operations.md`, "Conversion results".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureClass {
+    /// A rule could not convert a value the object holds (a strategy's error, naming spoke,
+    /// rule and path).
+    Rule,
+    /// The object is not one this target converts: not a JSON object, another kind, an
+    /// apiVersion or desiredAPIVersion that is not a version of the target, a key twice.
+    InvalidObject,
+    /// The caller's budget (time or memory) stopped the conversion.
+    Stopped,
+}
+
+impl FailureClass {
+    /// The class of `e`, raised while the budget had (`stopped`) or had not refused.
+    pub fn of(e: &ConvertError, stopped: bool) -> Self {
+        if stopped {
+            FailureClass::Stopped
+        } else if e.spoke.is_some() {
+            FailureClass::Rule
+        } else {
+            FailureClass::InvalidObject
+        }
     }
 }
 

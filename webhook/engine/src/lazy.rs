@@ -164,7 +164,7 @@ impl Plan {
     ) -> Result<(), ConvertError> {
         let scanned = Scanner::new(raw).and_then(|mut s| {
             let result = self.convert_scanned_via(&mut s, desired, out, via)?;
-            s.end().map(|_| result)
+            s.end().map(|_| result.map(|_| ()))
         });
         match scanned {
             Ok(result) => result,
@@ -179,7 +179,7 @@ impl Plan {
         s: &mut Scanner<'_>,
         desired: &str,
         out: &mut Vec<u8>,
-    ) -> Result<Result<(), ConvertError>, ScanError> {
+    ) -> Result<Result<Converted, ConvertError>, ScanError> {
         self.convert_scanned_via(s, desired, out, Via::Fastest)
     }
 
@@ -191,7 +191,7 @@ impl Plan {
         desired: &str,
         out: &mut Vec<u8>,
         via: Via,
-    ) -> Result<Result<(), ConvertError>, ScanError> {
+    ) -> Result<Result<Converted, ConvertError>, ScanError> {
         let (mark, begin) = (out.len(), s.at());
         let outer_unsure = s.take_keys_unsure();
         let result = self.convert_scanned_once(s, desired, out, via)?;
@@ -212,7 +212,7 @@ impl Plan {
         desired: &str,
         out: &mut Vec<u8>,
         via: Via,
-    ) -> Result<Result<(), ConvertError>, ScanError> {
+    ) -> Result<Result<Converted, ConvertError>, ScanError> {
         let mark = out.len();
         let mut probe = *s;
         // Objects from the apiserver have sorted keys, so `apiVersion` comes first and the
@@ -231,6 +231,7 @@ impl Plan {
             if let Some((from, route)) = from.and_then(|f| self.route(&f, desired).map(|r| (f, r))) {
                 let stream = route.spoke.stream(route.dir).filter(|_| via == Via::Fastest);
                 let done = match stream {
+                    // A streamed hop has no lossy rule (`stream::Level::of`).
                     Some(level) => crate::stream::rewrite(
                         level,
                         &route.spoke.scope,
@@ -239,16 +240,17 @@ impl Plan {
                         fields,
                         desired,
                         out,
-                    ),
+                    )
+                    .map(|()| false),
                     None => project(&mut probe, &mut fields, route.touch).and_then(|(mut proj, split)| {
                         proj.insert("apiVersion", Value::from(from.as_ref()));
                         run_projection(&route, Value::from(proj), split, desired, out).ok_or(Bail::Full)
                     }),
                 };
                 match done {
-                    Ok(()) => {
+                    Ok(lossy) => {
                         *s = probe;
-                        return Ok(Ok(()));
+                        return Ok(Ok(Converted { from: self.version_index(&from), lossy }));
                     }
                     Err(Bail::Scan(e)) => return Err(e),
                     Err(Bail::Full) => out.truncate(mark),
@@ -279,14 +281,16 @@ impl Plan {
     }
 
     /// The full path: parse the whole object, convert, serialise.
-    fn convert_full(&self, raw: &str, desired: &str, out: &mut Vec<u8>) -> Result<(), ConvertError> {
+    fn convert_full(&self, raw: &str, desired: &str, out: &mut Vec<u8>) -> Result<Converted, ConvertError> {
         let obj: Value = match crate::value::parse_json(raw) {
             Ok(v) => v,
             Err(e) => return Err(ConvertError::object(&Value::new_null(), format!("is not JSON: {e}"))),
         };
-        let converted = self.convert_value(&obj, desired)?;
+        let (converted, lossy) = self.convert_noting_loss(&obj, desired)?;
         sonic_rs::to_writer(&mut *out, &converted)
-            .map_err(|e| ConvertError::object(&obj, format!("cannot serialise the result: {e}")))
+            .map_err(|e| ConvertError::object(&obj, format!("cannot serialise the result: {e}")))?;
+        let from = obj.get("apiVersion").and_then(|v| v.as_str()).and_then(|av| self.version_index(av));
+        Ok(Converted { from, lossy })
     }
 }
 
@@ -332,19 +336,28 @@ fn duplicate_error(raw: &str) -> Option<ConvertError> {
     ))
 }
 
-/// Runs the rules over the projection and writes the merged object; `None` means "take the
-/// full path" (any rule error, so the message is the full path's).
+/// Runs the rules over the projection and writes the merged object, answering whether an
+/// acknowledged loss dropped data; `None` means "take the full path" (any rule error, so the
+/// message is the full path's).
 fn run_projection(
     route: &Route<'_>,
     proj: Value,
     split: Split<'_>,
     desired: &str,
     out: &mut Vec<u8>,
-) -> Option<()> {
+) -> Option<bool> {
     let mut dst = proj.clone();
-    route.spoke.scope.run(route.dir, &proj, &mut dst).ok()?;
+    let lost = route.spoke.scope.run_noting_loss(route.dir, &proj, &mut dst).ok()?;
     dst.as_object_mut()?.insert("apiVersion", Value::from(desired));
-    write_merged(out, Some(&dst), &split)
+    write_merged(out, Some(&dst), &split).map(|()| lost)
+}
+
+/// One object converted: the version it came from (its index in [`Plan::versions`], `None`
+/// when it names none of the plan's) and whether an acknowledged loss dropped data from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Converted {
+    pub from: Option<usize>,
+    pub lossy: bool,
 }
 
 #[cfg(test)]

@@ -31,11 +31,11 @@ pub mod validate;
 pub mod value;
 
 pub use compile::{Compiled, Report, compile};
-pub use convert::{ConvertError, ConvertErrorDetail, Direction};
+pub use convert::{ConvertError, ConvertErrorDetail, Direction, FailureClass};
 pub use dco_api::rules::Strategy;
 pub use diagnostic::{Diagnostic, Severity};
 #[doc(hidden)]
 pub use lazy::Via;
 pub use plan::Plan;
-pub use review::{ReviewError, ReviewOutcome, convert_review, envelope};
+pub use review::{ObjectResult, ReviewError, ReviewOutcome, Tally, convert_review, envelope};
 pub use target::{Target, TargetError, VersionSchema};

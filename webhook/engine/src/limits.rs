@@ -53,6 +53,21 @@ pub trait Budget {
 
 thread_local! {
     static CURRENT: RefCell<Option<Arc<dyn Budget>>> = const { RefCell::new(None) };
+    /// Set when the budget refused: the review classes the failure it causes as `stopped`,
+    /// whichever rule or loop reported it.
+    static STOPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the budget refused since the last call, and forget it.
+pub(crate) fn take_stopped() -> bool {
+    STOPPED.replace(false)
+}
+
+fn note(verdict: Result<(), String>) -> Result<(), String> {
+    if verdict.is_err() {
+        STOPPED.set(true);
+    }
+    verdict
 }
 
 /// Runs `f` with `budget` consulted by every conversion `f` does on this thread.
@@ -69,12 +84,12 @@ pub fn with_budget<R>(budget: Arc<dyn Budget>, f: impl FnOnce() -> R) -> R {
 
 /// The installed budget's verdict (`Ok` when there is none).
 pub(crate) fn check() -> Result<(), String> {
-    CURRENT.with_borrow(|c| c.as_ref().map_or(Ok(()), |b| b.check()))
+    note(CURRENT.with_borrow(|c| c.as_ref().map_or(Ok(()), |b| b.check())))
 }
 
 /// The installed budget's verdict on allocating `bytes` more.
 pub(crate) fn admit(bytes: usize) -> Result<(), String> {
-    CURRENT.with_borrow(|c| c.as_ref().map_or(Ok(()), |b| b.admit(bytes)))
+    note(CURRENT.with_borrow(|c| c.as_ref().map_or(Ok(()), |b| b.admit(bytes))))
 }
 
 /// How many items a loop runs between two [`check`]s.

@@ -160,6 +160,8 @@ pub struct RulePlan {
     pub when: Option<When>,
     pub clear_h2s: Vec<Path>,
     pub clear_s2h: Vec<Path>,
+    /// Lossy hub→spoke and spoke→hub (acknowledged: a plan exists only then).
+    pub lossy: [bool; 2],
     pub op: Box<dyn RuleOp>,
 }
 

@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 
+use crate::convert::FailureClass;
 use crate::plan::Plan;
 use crate::scan::{ScanError, Scanner, Seg};
 
@@ -58,6 +59,56 @@ pub struct ReviewOutcome {
     /// Some(message) when response.result.status is Failure (the message names the object
     /// and the path).
     pub failure: Option<String>,
+    /// The desiredAPIVersion's index in [`Plan::versions`]; `None` when it names none of them.
+    pub to: Option<usize>,
+    /// What happened to the objects, by the version each came from: for the caller's
+    /// counters, so the engine itself counts nothing. Usually one entry.
+    pub tally: Vec<Tally>,
+}
+
+/// What happened to an object of a review.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ObjectResult {
+    /// Converted and returned.
+    Success,
+    /// This object could not be converted: the review's Failure names it.
+    Failed(FailureClass),
+    /// Not returned: another object of the review failed, so the review is a Failure.
+    Aborted,
+}
+
+/// Objects of a review that came from one version and ended one way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tally {
+    /// The objects' version, as an index in [`Plan::versions`]; `None` when their apiVersion
+    /// names none of the plan's versions (or could not be read).
+    pub from: Option<usize>,
+    pub result: ObjectResult,
+    pub objects: u64,
+    /// Of them, those an acknowledged loss dropped data from (`ScopePlan::run_noting_loss`);
+    /// only returned objects count, so only with `Success`.
+    pub lossy: u64,
+}
+
+fn add(tally: &mut Vec<Tally>, from: Option<usize>, result: ObjectResult, lossy: bool) {
+    match tally.iter_mut().find(|t| t.from == from && t.result == result) {
+        Some(t) => {
+            t.objects += 1;
+            t.lossy += u64::from(lossy);
+        }
+        None => tally.push(Tally { from, result, objects: 1, lossy: u64::from(lossy) }),
+    }
+}
+
+/// The version of the object at the scanner, read from its first member (the apiserver sorts
+/// keys, so `apiVersion` comes first), for objects the conversion did not read.
+fn peek_from(plan: &Plan, mut s: Scanner<'_>) -> Option<usize> {
+    let mut fields = s.object().ok()??;
+    let key = s.next_key(&mut fields).ok()??;
+    if key != "apiVersion" || s.peek() != Some(b'"') {
+        return None;
+    }
+    plan.version_index(&s.string().ok()?)
 }
 
 /// A body that is not a ConversionReview at all (HTTP 400).
@@ -87,6 +138,7 @@ fn string_member<'a>(s: &mut Scanner<'a>) -> Result<Option<Cow<'a, str>>, Review
 struct Objects {
     count: usize,
     failure: Option<String>,
+    tally: Vec<Tally>,
 }
 
 /// Converts the objects list at the scanner into `out`; after a failure the remaining
@@ -103,32 +155,51 @@ fn convert_objects(
     let list_start = out.len();
     let mut count = 0;
     let mut failed = None;
-    while s.next_item(&mut items).map_err(malformed)? {
-        if failed.is_none()
-            && let Err(why) = crate::limits::check()
-        {
-            out.truncate(list_start);
-            failed = Some((count, format!("conversion stopped: {why}")));
+    let mut tally = Vec::new();
+    // The objects converted so far are not returned after all.
+    let abort = |tally: &mut Vec<Tally>| {
+        for t in tally.iter_mut() {
+            (t.result, t.lossy) = (ObjectResult::Aborted, 0);
         }
+    };
+    crate::limits::take_stopped();
+    while s.next_item(&mut items).map_err(malformed)? {
         // Which object is not JSON (too deep, say) is worth saying in a 15 MB review.
         let in_object =
             |e: ScanError| ReviewError::Malformed(format!("not JSON: request.objects[{count}]: {e}"));
-        if failed.is_some() {
+        if failed.is_none()
+            && let Err(why) = crate::limits::check()
+        {
+            crate::limits::take_stopped();
+            out.truncate(list_start);
+            abort(&mut tally);
+            add(&mut tally, peek_from(plan, *s), ObjectResult::Failed(FailureClass::Stopped), false);
+            failed = Some((count, format!("conversion stopped: {why}")));
+            s.value().map_err(in_object)?;
+        } else if failed.is_some() {
+            add(&mut tally, peek_from(plan, *s), ObjectResult::Aborted, false);
             s.value().map_err(in_object)?;
         } else {
             if count > 0 {
                 out.push(b',');
             }
-            if let Err(e) = plan.convert_scanned(s, desired, out).map_err(in_object)? {
-                out.truncate(list_start);
-                failed = Some((count, e.to_string()));
+            let at = *s;
+            match plan.convert_scanned(s, desired, out).map_err(in_object)? {
+                Ok(c) => add(&mut tally, c.from, ObjectResult::Success, c.lossy),
+                Err(e) => {
+                    out.truncate(list_start);
+                    abort(&mut tally);
+                    let class = FailureClass::of(&e, crate::limits::take_stopped());
+                    add(&mut tally, peek_from(plan, at), ObjectResult::Failed(class), false);
+                    failed = Some((count, e.to_string()));
+                }
             }
         }
         count += 1;
     }
     // "object 3 of 10": the total is known only now.
     let failure = failed.map(|(i, e)| format!("object {i} of {count}: {e}"));
-    Ok(Objects { count, failure })
+    Ok(Objects { count, failure, tally })
 }
 
 /// Converts every object of the review to its desiredAPIVersion. An object that cannot be
@@ -247,7 +318,8 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
             out.splice(0..HEADER_ROOM, head);
         }
     }
-    let Objects { count, failure } = objects.unwrap_or(Objects { count: 0, failure: None });
+    let Objects { count, failure, tally } =
+        objects.unwrap_or(Objects { count: 0, failure: None, tally: Vec::new() });
     match &failure {
         None => out.extend_from_slice(b"],\"result\":{\"status\":\"Success\"}}}"),
         Some(msg) => {
@@ -261,6 +333,8 @@ pub fn convert_review(plan: &Plan, body: &[u8]) -> Result<ReviewOutcome, ReviewE
         uid: uid.into_owned(),
         objects: count,
         failure,
+        to: plan.version_index(&desired),
+        tally,
     })
 }
 
@@ -340,6 +414,89 @@ mod tests {
         serde_json::to_vec(&json!({"apiVersion": api_version, "kind": "ConversionReview",
             "request": {"uid": "u-1", "desiredAPIVersion": SPOKE_AV, "objects": objects}}))
         .unwrap()
+    }
+
+    fn tally(plan: &Plan, desired: &str, objects: serde_json::Value) -> (Option<usize>, Vec<Tally>) {
+        let body = serde_json::to_vec(&json!({"apiVersion": REVIEW_V1, "kind": "ConversionReview",
+            "request": {"uid": "u-1", "desiredAPIVersion": desired, "objects": objects}}))
+        .unwrap();
+        let out = convert_review(plan, &body).unwrap();
+        (out.to, out.tally)
+    }
+
+    fn t(from: Option<usize>, result: ObjectResult, objects: u64, lossy: u64) -> Tally {
+        Tally { from, result, objects, lossy }
+    }
+
+    /// The per-object outcomes a caller counts: versions as indexes of `Plan::versions`
+    /// (hub 0, spoke 1), losses only where an acknowledged-lossy rule found data to drop, and
+    /// a failure class per engine error kind.
+    #[test]
+    fn the_tally_names_versions_results_and_losses() {
+        use ObjectResult::{Aborted, Failed, Success};
+        let int = obj_schema(json!({"n": {"type": "integer"}, "gone": {"type": "integer"}}));
+        let text = obj_schema(json!({"n": {"type": "string"}}));
+        let plan = plan_for(
+            &int,
+            &text,
+            json!([{"strategy": "TypeCoerce", "typeCoerce": {"path": "spec.n"}},
+                {"strategy": "Delete", "delete": {"path": "spec.gone", "existsOn": "Hub"},
+                    "acknowledgeLossy": true, "reason": "unused"}]),
+        );
+        // Hub to spoke: the Delete drops spec.gone only where it is set.
+        let (to, got) = tally(
+            &plan,
+            SPOKE_AV,
+            json!([
+                hub_obj(json!({"n": 1, "gone": 2})),
+                hub_obj(json!({"n": 1})),
+                spoke_obj(json!({"n": "3"}))
+            ]),
+        );
+        assert_eq!(to, Some(1));
+        assert_eq!(got, vec![t(Some(0), Success, 2, 1), t(Some(1), Success, 1, 0)]);
+        // Spoke to hub: "x" is no integer, a rule error; the object before it is not returned
+        // and neither is the one after it.
+        let (to, got) = tally(
+            &plan,
+            HUB_AV,
+            json!([spoke_obj(json!({"n": "1"})), spoke_obj(json!({"n": "x"})), hub_obj(json!({"n": 2}))]),
+        );
+        assert_eq!(to, Some(0));
+        assert_eq!(
+            got,
+            vec![
+                t(Some(1), Aborted, 1, 0),
+                t(Some(1), Failed(FailureClass::Rule), 1, 0),
+                t(Some(0), Aborted, 1, 0)
+            ]
+        );
+        // A made-up version is no index: the caller labels it as other.
+        let (to, got) = tally(&plan, "example.org/v9", json!([obj("example.org/v7", json!({}))]));
+        assert_eq!(to, None);
+        assert_eq!(got, vec![t(None, Failed(FailureClass::InvalidObject), 1, 0)]);
+    }
+
+    /// A conversion the caller's budget stops fails as `stopped`, not as the rule that saw it.
+    #[test]
+    fn a_stopped_conversion_is_classed_stopped() {
+        struct Refuse;
+        impl crate::limits::Budget for Refuse {
+            fn check(&self) -> Result<(), String> {
+                Err("past the deadline".into())
+            }
+        }
+        let plan = plan();
+        let (_, got) = crate::limits::with_budget(std::sync::Arc::new(Refuse), || {
+            tally(&plan, SPOKE_AV, json!([hub_obj(json!({"a": 1})), hub_obj(json!({"a": 2}))]))
+        });
+        assert_eq!(
+            got,
+            vec![
+                t(Some(0), ObjectResult::Failed(FailureClass::Stopped), 1, 0),
+                t(Some(0), ObjectResult::Aborted, 1, 0)
+            ]
+        );
     }
 
     #[test]

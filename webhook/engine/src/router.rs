@@ -18,7 +18,17 @@ impl Plan {
 
     /// [`Plan::convert`] on the engine's own value type (the ConversionReview path).
     pub fn convert_value(&self, obj: &Value, desired_api_version: &str) -> Result<Value, ConvertError> {
-        let mut out = self.convert_bare(obj, desired_api_version)?;
+        self.convert_noting_loss(obj, desired_api_version).map(|(v, _)| v)
+    }
+
+    /// [`Plan::convert_value`], and whether an acknowledged loss dropped data on the way
+    /// (`ScopePlan::run_noting_loss`).
+    pub fn convert_noting_loss(
+        &self,
+        obj: &Value,
+        desired_api_version: &str,
+    ) -> Result<(Value, bool), ConvertError> {
+        let (mut out, lost) = self.convert_bare(obj, desired_api_version)?;
         // Server-side apply and Flux send fragments without metadata (kubernetes/kubernetes
         // #117356), and the apiserver refuses a converted object without it ("missing
         // metadata in converted object"): it then copies the original's metadata in itself.
@@ -27,10 +37,10 @@ impl Plan {
         {
             o.insert("metadata", Value::new_object());
         }
-        Ok(out)
+        Ok((out, lost))
     }
 
-    fn convert_bare(&self, obj: &Value, desired_api_version: &str) -> Result<Value, ConvertError> {
+    fn convert_bare(&self, obj: &Value, desired_api_version: &str) -> Result<(Value, bool), ConvertError> {
         if !obj.is_object() {
             return Err(ConvertError::object(
                 obj,
@@ -68,14 +78,31 @@ impl Plan {
             .map_err(|m| ConvertError::object(obj, format!("desiredAPIVersion: {m}")))?;
         let from = from.to_string();
         if from == to {
-            return Ok(obj.clone());
+            return Ok((obj.clone(), false));
         }
         let hub = self.hub_version.as_str();
         if from == hub {
             return self.step(obj, to, Direction::HubToSpoke);
         }
-        let at_hub = self.step(obj, &from, Direction::SpokeToHub)?;
-        if to == hub { Ok(at_hub) } else { self.step(&at_hub, to, Direction::HubToSpoke) }
+        let (at_hub, lost) = self.step(obj, &from, Direction::SpokeToHub)?;
+        if to == hub {
+            Ok((at_hub, lost))
+        } else {
+            self.step(&at_hub, to, Direction::HubToSpoke).map(|(v, more)| (v, lost || more))
+        }
+    }
+
+    /// The index in [`Plan::versions`] of the version an apiVersion names, when it is one of
+    /// this plan's (its group, the hub or a spoke).
+    pub fn version_index(&self, api_version: &str) -> Option<usize> {
+        let (group, version) = api_version.split_once('/')?;
+        if group != self.group {
+            return None;
+        }
+        if version == self.hub_version {
+            return Some(0);
+        }
+        self.spokes.iter().position(|s| s.version == version).map(|i| i + 1)
     }
 
     /// The version named by an apiVersion of this plan's group.
@@ -97,12 +124,13 @@ impl Plan {
     }
 
     /// One hop; `spoke` is the spoke end of the hop.
-    fn step(&self, src: &Value, spoke: &str, dir: Direction) -> Result<Value, ConvertError> {
+    fn step(&self, src: &Value, spoke: &str, dir: Direction) -> Result<(Value, bool), ConvertError> {
         let Some(sp) = self.spoke(spoke) else {
             return Err(ConvertError::object(src, format!("no spoke {spoke} in the plan")));
         };
         let mut dst = src.clone();
-        sp.scope.run(dir, src, &mut dst).map_err(|e| ConvertError::from_op(src, spoke, e))?;
+        let lost =
+            sp.scope.run_noting_loss(dir, src, &mut dst).map_err(|e| ConvertError::from_op(src, spoke, e))?;
         let dest_version = match dir {
             Direction::HubToSpoke => spoke,
             Direction::SpokeToHub => self.hub_version.as_str(),
@@ -111,7 +139,7 @@ impl Plan {
         match dst.as_object_mut() {
             Some(o) => {
                 o.insert("apiVersion", Value::from(api_version.as_str()));
-                Ok(dst)
+                Ok((dst, lost))
             }
             None => Err(ConvertError::object(src, "a rule replaced the whole object with a non-object")),
         }

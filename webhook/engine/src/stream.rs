@@ -118,7 +118,8 @@ impl Level {
         }
         let mut root = Builder::default();
         for (i, r) in scope.rules.iter().enumerate() {
-            if r.when.is_some() {
+            // A lossy hop takes a path that notes the loss (`ScopePlan::run_noting_loss`).
+            if r.when.is_some() || r.lossy[dir as usize] {
                 return None;
             }
             let stream = r.op.stream()?;
