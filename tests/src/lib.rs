@@ -31,6 +31,7 @@ pub mod otelcol;
 pub mod pinned_move;
 pub mod rbac;
 pub mod review;
+pub mod soak;
 pub mod xpkg;
 
 use std::future::Future;
