@@ -178,21 +178,38 @@ async fn assignment(client: &Client, ns: &str, names: &[String]) -> Result<BTree
         .collect()
 }
 
-/// When each of `moved`'s configs started its latest move (`HandoverStarted` Events).
-async fn move_starts(client: &Client, ns: &str, moved: &BTreeSet<String>) -> Result<Vec<Timestamp>> {
+/// When each of `moved`'s configs reached `reason` in its latest move (the Events of the
+/// handover: operator/src/config/driver.rs), for those that did.
+async fn move_times(
+    client: &Client,
+    ns: &str,
+    moved: &BTreeSet<String>,
+    reason: &str,
+) -> Result<BTreeMap<String, Timestamp>> {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let list = events.list(&ListParams::default()).await?;
-    let mut starts: BTreeMap<String, Timestamp> = BTreeMap::new();
+    let mut at: BTreeMap<String, Timestamp> = BTreeMap::new();
     for e in &list.items {
         let Some(cfg) = e.regarding.as_ref().and_then(|r| r.name.as_ref()) else { continue };
-        if !cfg.starts_with(ns) || e.reason.as_deref() != Some("HandoverStarted") {
+        if !cfg.starts_with(ns) || !moved.contains(cfg) || e.reason.as_deref() != Some(reason) {
             continue;
         }
         let Some(when) = e.event_time.as_ref().map(|m| m.0) else { continue };
-        let t = starts.entry(cfg.clone()).or_insert(when);
+        let t = at.entry(cfg.clone()).or_insert(when);
         *t = (*t).max(when);
     }
-    Ok(moved.iter().filter_map(|c| starts.get(c).copied()).collect())
+    Ok(at)
+}
+
+/// The median and the largest of the seconds from `a` to `b` of each config in both.
+fn phase(a: &BTreeMap<String, Timestamp>, b: &BTreeMap<String, Timestamp>) -> String {
+    let mut d: Vec<f64> =
+        a.iter().filter_map(|(c, x)| Some(b.get(c)?.duration_since(*x).as_secs_f64())).collect();
+    d.sort_by(f64::total_cmp);
+    match d.last() {
+        Some(max) => format!("{:.1} / {max:.1} s", d[d.len() / 2]),
+        None => "—".into(),
+    }
 }
 
 async fn run(t: &TestEnv, audit_log: Option<String>) -> Result<()> {
@@ -309,7 +326,10 @@ async fn run(t: &TestEnv, audit_log: Option<String>) -> Result<()> {
         failed += t.failed;
         wrong += t.wrong;
     }
-    let starts = move_starts(&client, ns, &moved).await?;
+    let started = move_times(&client, ns, &moved, "HandoverStarted").await?;
+    let patched = move_times(&client, ns, &moved, "Patched").await?;
+    let dropped = move_times(&client, ns, &moved, "SourceDropped").await?;
+    let starts: Vec<Timestamp> = started.values().copied().collect();
     let (first, last) = (starts.iter().min().copied(), starts.iter().max().copied());
     let span = match (first, last) {
         (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
@@ -340,9 +360,13 @@ async fn run(t: &TestEnv, audit_log: Option<String>) -> Result<()> {
     );
     if let Some(f) = first {
         println!(
-            "first move started {:.1} s after the apply, last {:.1} s",
+            "first move started {:.1} s after the apply ({:.1} s after the Pods were Ready), the last {:.1} s after the apply; \
+             start → Patched {}, Patched → SourceDropped {} (median / max)",
             f.duration_since(applied).as_secs_f64(),
-            last.map_or(0.0, |l| l.duration_since(applied).as_secs_f64())
+            f.duration_since(applied).as_secs_f64() - ready.as_secs_f64(),
+            last.map_or(0.0, |l| l.duration_since(applied).as_secs_f64()),
+            phase(&started, &patched),
+            phase(&patched, &dropped)
         );
     }
     if !errors.is_empty() {
