@@ -108,6 +108,11 @@ pub struct ImageSpec {
     pub repository: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
+    /// Pins the image by digest (`sha256:<64 hex>`): the Pods run `<repository>@<digest>` and
+    /// the tag is ignored; without `repository`, the operator's `--webhook-image` repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]+([+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$"))]
+    pub digest: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_policy: Option<String>,
 }
@@ -125,19 +130,41 @@ pub struct CertificateSpec {
     pub renew_before: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum IssuerKind {
-    Issuer,
-    #[default]
-    ClusterIssuer,
+/// cert-manager's own issuers' API group, the default of `issuerRef.group`.
+pub const CERT_MANAGER_GROUP: &str = "cert-manager.io";
+
+fn default_issuer_kind() -> String {
+    "ClusterIssuer".into()
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// The issuer that signs the server's certificate: cert-manager's `Issuer`/`ClusterIssuer`, or
+/// an external issuer's kind with its `group` (e.g. `awspca.cert-manager.io`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IssuerRef {
     pub name: String,
-    #[serde(default)]
-    pub kind: IssuerKind,
+    /// `Issuer` or `ClusterIssuer` in cert-manager's group; an external issuer's kind with
+    /// its `group`.
+    #[serde(default = "default_issuer_kind")]
+    #[schemars(regex(pattern = r"^[A-Z][A-Za-z0-9]*$"))]
+    pub kind: String,
+    /// The issuer's API group (default `cert-manager.io`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub group: Option<String>,
+}
+
+impl Default for IssuerRef {
+    fn default() -> Self {
+        IssuerRef { name: String::new(), kind: default_issuer_kind(), group: None }
+    }
+}
+
+impl IssuerRef {
+    /// The group cert-manager reads: `group`, or cert-manager's own.
+    pub fn group(&self) -> &str {
+        self.group.as_deref().filter(|g| !g.is_empty()).unwrap_or(CERT_MANAGER_GROUP)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -102,6 +102,10 @@ pub struct Args {
     /// deletes it; the operator only fills in the webhooks, never creates it).
     #[arg(long, env = "DCO_ADMISSION_CONFIGURATION", value_enum, default_value = "create")]
     pub admission_configuration: Owner,
+    /// `failurePolicy` of the validating webhooks: `Fail` (a write of dco's kinds is refused
+    /// while no replica answers) or `Ignore` (it goes through unchecked).
+    #[arg(long, env = "DCO_ADMISSION_FAILURE_POLICY", value_enum, default_value = "Fail")]
+    pub admission_failure_policy: FailurePolicy,
     /// Serve and register the XRD guard (docs/admission.md, "The XRD guard"): a mutating
     /// webhook (`failurePolicy: Ignore`) that keeps dco's spec.conversion on XRD updates by
     /// other writers, such as Crossplane's package manager. Needs --admission-service. Off:
@@ -163,6 +167,25 @@ pub enum Owner {
     /// webhooks and waits while it does not exist.
     #[value(name = "existing")]
     Installer,
+}
+
+/// The validating webhooks' `failurePolicy` (`--admission-failure-policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailurePolicy {
+    #[default]
+    #[value(name = "Fail")]
+    Fail,
+    #[value(name = "Ignore")]
+    Ignore,
+}
+
+impl FailurePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        }
+    }
 }
 
 #[cfg(test)]

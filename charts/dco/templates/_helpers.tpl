@@ -33,12 +33,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ include "dco.commonLabels" . }}
 {{- end -}}
 
-{{/* The labels of every object of the release, bar the name. */}}
+{{/* The labels of every object of the release, bar the name; then the commonLabels value. */}}
 {{- define "dco.commonLabels" -}}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: dco
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "dco.serviceAccountName" -}}
@@ -54,12 +57,28 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if hasPrefix "v" .Chart.AppVersion -}}{{ .Chart.AppVersion }}{{- else -}}v{{ .Chart.AppVersion }}{{- end -}}
 {{- end -}}
 
+{{/*
+An image: image.registry (when set) before the repository, then @digest when one is set (the
+tag is then ignored), else :tag (default v<appVersion>). Called with (list $ .Values.image).
+*/}}
+{{- define "dco.imageRef" -}}
+{{- $root := index . 0 -}}
+{{- $img := index . 1 -}}
+{{- $repo := $img.repository -}}
+{{- with $root.Values.image.registry -}}{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo -}}{{- end -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $repo $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default (include "dco.defaultTag" $root) $img.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "dco.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default (include "dco.defaultTag" .) .Values.image.tag) -}}
+{{- include "dco.imageRef" (list . .Values.image) -}}
 {{- end -}}
 
 {{- define "dco.webhookImage" -}}
-{{- printf "%s:%s" .Values.webhookImage.repository (default (include "dco.defaultTag" .) .Values.webhookImage.tag) -}}
+{{- include "dco.imageRef" (list . .Values.webhookImage) -}}
 {{- end -}}
 
 {{/* --namespace: where servers without spec.namespace run their webhook Pods. */}}

@@ -70,6 +70,8 @@ pub struct Registration {
     pub owner: Owner,
     /// `--xrd-guard`: register the XRD guard's MutatingWebhookConfiguration.
     pub xrd_guard: bool,
+    /// `--admission-failure-policy` of the validating webhooks (the guard's is always Ignore).
+    pub failure_policy: crate::cli::FailurePolicy,
 }
 
 /// `dco-operator-admission`, suffixed with a hash of `--selector` so operators that share a
@@ -224,7 +226,7 @@ impl Registration {
                     "resources": resources, "scope": "*"}],
                 // dco's kinds only: a Fail policy on anything else would make the operator a
                 // dependency of unrelated writes.
-                "failurePolicy": "Fail",
+                "failurePolicy": self.failure_policy.as_str(),
                 "matchPolicy": "Equivalent",
                 "sideEffects": "None",
                 "timeoutSeconds": TIMEOUT_SECONDS,
@@ -612,7 +614,11 @@ mod tests {
             object_selector: Some(object_selector("team=a").unwrap()),
             owner: Owner::Installer,
             xrd_guard: true,
+            failure_policy: crate::cli::FailurePolicy::default(),
         };
+        let ignoring = Registration { failure_policy: crate::cli::FailurePolicy::Ignore, ..reg.clone() };
+        let v = ignoring.webhook_configuration("PEM");
+        assert!(v["webhooks"].as_array().unwrap().iter().all(|h| h["failurePolicy"] == "Ignore"), "{v}");
         let v = reg.webhook_configuration("PEM");
         let hooks = v["webhooks"].as_array().unwrap();
         assert_eq!(hooks.len(), 2);

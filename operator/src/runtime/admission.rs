@@ -102,6 +102,7 @@ fn registration(args: &Args, svc_ns: &str, svc: &str) -> anyhow::Result<Registra
             .map_err(anyhow::Error::msg)?,
         owner: args.admission_configuration,
         xrd_guard: args.xrd_guard,
+        failure_policy: args.admission_failure_policy,
     })
 }
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dco_api::ConversionWebhookServer;
-use dco_api::server::{CertificateSpec, IssuerKind};
+use dco_api::server::{CERT_MANAGER_GROUP, CertificateSpec};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
@@ -122,6 +122,14 @@ pub fn check_spec(spec: &CertificateSpec) -> Result<(), String> {
             )
         })
     };
+    // cert-manager's own group has two issuer kinds; an external issuer's kinds are its own.
+    let r = &spec.issuer_ref;
+    if r.group() == CERT_MANAGER_GROUP && !matches!(r.kind.as_str(), "Issuer" | "ClusterIssuer") {
+        return Err(format!(
+            "spec.certificate.issuerRef.kind {:?} is not a kind of {CERT_MANAGER_GROUP} (Issuer or ClusterIssuer); for an external issuer set issuerRef.group to its API group",
+            r.kind
+        ));
+    }
     let duration = field("duration", spec.duration.as_deref().unwrap_or(DEFAULT_DURATION))?;
     if duration < MIN_DURATION {
         return Err(format!(
@@ -166,10 +174,6 @@ pub fn dns_names(names: &ServerNames, spec: &CertificateSpec) -> Vec<String> {
 /// The Certificate the operator applies for a server.
 pub fn desired(spec: &CertificateSpec, names: &ServerNames, owner: &OwnerReference) -> Value {
     let labels = names.labels();
-    let kind = match spec.issuer_ref.kind {
-        IssuerKind::Issuer => "Issuer",
-        IssuerKind::ClusterIssuer => "ClusterIssuer",
-    };
     let mut cert_spec = json!({
         "secretName": names.tls_secret,
         // The operator's Secret watch is scoped by these labels (runtime/watches.rs `managed()`), and
@@ -181,7 +185,7 @@ pub fn desired(spec: &CertificateSpec, names: &ServerNames, owner: &OwnerReferen
         // self-managed path reads this key to keep serving the leaf (pki.rs).
         "privateKey": {"algorithm": "ECDSA", "size": 256, "encoding": "PKCS8", "rotationPolicy": "Always"},
         "usages": ["digital signature", "key encipherment", "server auth"],
-        "issuerRef": {"name": spec.issuer_ref.name, "kind": kind, "group": GROUP},
+        "issuerRef": {"name": spec.issuer_ref.name, "kind": spec.issuer_ref.kind, "group": spec.issuer_ref.group()},
     });
     if let Some(rb) = &spec.renew_before {
         cert_spec["renewBefore"] = json!(rb);
@@ -355,11 +359,11 @@ fn pending(reason: &'static str, message: String) -> (Standing, Duration) {
 }
 
 fn issuer_words(spec: &CertificateSpec) -> String {
-    let kind = match spec.issuer_ref.kind {
-        IssuerKind::Issuer => "Issuer",
-        IssuerKind::ClusterIssuer => "ClusterIssuer",
-    };
-    format!("{kind} {}", spec.issuer_ref.name)
+    let r = &spec.issuer_ref;
+    match r.group() {
+        CERT_MANAGER_GROUP => format!("{} {}", r.kind, r.name),
+        group => format!("{}.{group} {}", r.kind, r.name),
+    }
 }
 
 /// The standing when cert-manager's Certificate kind is not served.
@@ -708,6 +712,21 @@ mod tests {
             (c["spec"]["duration"].as_str(), c["spec"]["renewBefore"].as_str()),
             (Some("24h"), Some("8h"))
         );
+
+        // An external issuer: its own kind and group reach the Certificate; in cert-manager's
+        // group only its two kinds pass.
+        let s = spec(
+            json!({"issuerRef": {"name": "pca", "kind": "AWSPCAClusterIssuer", "group": "awspca.cert-manager.io"}}),
+        );
+        assert_eq!(check_spec(&s), Ok(()));
+        assert_eq!(
+            desired(&s, &names(), &owner())["spec"]["issuerRef"],
+            json!({"name": "pca", "kind": "AWSPCAClusterIssuer", "group": "awspca.cert-manager.io"})
+        );
+        assert_eq!(issuer_words(&s), "AWSPCAClusterIssuer.awspca.cert-manager.io pca");
+        let e = check_spec(&spec(json!({"issuerRef": {"name": "pca", "kind": "AWSPCAClusterIssuer"}})))
+            .unwrap_err();
+        assert!(e.contains("issuerRef.kind") && e.contains("issuerRef.group"), "{e}");
     }
 
     #[test]

@@ -168,17 +168,59 @@ pub fn owner(cws: &ConversionWebhookServer) -> Option<OwnerReference> {
     cws.controller_owner_ref(&())
 }
 
+/// The webhook image of a server: `spec.image.digest` pins `<repository>@<digest>`; a
+/// `spec.image.repository` without tag or digest takes `--webhook-image`'s tag and digest (a
+/// mirror of the same image); nothing set is `--webhook-image` itself.
 pub fn image(cws: &ConversionWebhookServer, settings: &OperatorSettings) -> String {
-    let Some(spec) =
-        cws.spec.image.as_ref().filter(|i| i.repository.as_deref().is_some_and(|r| !r.is_empty()))
-    else {
-        return settings.webhook_image.clone();
-    };
-    let repo = spec.repository.clone().unwrap_or_default();
-    let default_tag = settings.webhook_image.rsplit_once(':').map(|(_, t)| t).filter(|t| !t.contains('/'));
-    match spec.tag.as_deref().filter(|t| !t.is_empty()).or(default_tag) {
-        Some(tag) => format!("{repo}:{tag}"),
-        None => repo,
+    fn nonempty(v: Option<&String>) -> Option<&str> {
+        v.map(String::as_str).filter(|v| !v.is_empty())
+    }
+    let spec = cws.spec.image.as_ref();
+    let repo = nonempty(spec.and_then(|i| i.repository.as_ref()));
+    let tag = nonempty(spec.and_then(|i| i.tag.as_ref()));
+    let digest = nonempty(spec.and_then(|i| i.digest.as_ref()));
+    let default = ImageRef::parse(&settings.webhook_image);
+    match (repo, tag, digest) {
+        (None, _, None) => settings.webhook_image.clone(),
+        (repo, _, Some(digest)) => format!("{}@{digest}", repo.unwrap_or(default.repository)),
+        (Some(repo), Some(tag), None) => format!("{repo}:{tag}"),
+        (Some(repo), None, None) => ImageRef { repository: repo, ..default }.to_string(),
+    }
+}
+
+/// An image reference split into repository, tag and digest
+/// (`reg:5000/a/b:v1@sha256:…` → `reg:5000/a/b`, `v1`, `sha256:…`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageRef<'a> {
+    pub repository: &'a str,
+    pub tag: Option<&'a str>,
+    pub digest: Option<&'a str>,
+}
+
+impl<'a> ImageRef<'a> {
+    pub fn parse(image: &'a str) -> Self {
+        let (name, digest) = match image.split_once('@') {
+            Some((n, d)) => (n, Some(d)),
+            None => (image, None),
+        };
+        // A colon after the last slash is the tag's; one before it is a registry's port.
+        match name.rsplit_once(':').filter(|(_, t)| !t.contains('/')) {
+            Some((repository, tag)) => ImageRef { repository, tag: Some(tag), digest },
+            None => ImageRef { repository: name, tag: None, digest },
+        }
+    }
+}
+
+impl std::fmt::Display for ImageRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.repository)?;
+        if let Some(t) = self.tag {
+            write!(f, ":{t}")?;
+        }
+        if let Some(d) = self.digest {
+            write!(f, "@{d}")?;
+        }
+        Ok(())
     }
 }
 
@@ -803,6 +845,29 @@ mod tests {
         assert_eq!(
             image(&cws("{image: {repository: mirror/dco-webhook, tag: dev}}"), &s),
             "mirror/dco-webhook:dev"
+        );
+        let d = format!("sha256:{}", "ab".repeat(32));
+        // A digest pins the image; the tag is ignored, the repository defaults to the operator's.
+        assert_eq!(
+            image(&cws(&format!("{{image: {{digest: '{d}'}}}}")), &s),
+            format!("registry.local/dco-webhook@{d}")
+        );
+        assert_eq!(
+            image(&cws(&format!("{{image: {{repository: 'm:5000/w', tag: dev, digest: '{d}'}}}}")), &s),
+            format!("m:5000/w@{d}")
+        );
+        // --webhook-image pinned by digest: a mirror repository takes its tag and digest.
+        let pinned = OperatorSettings { webhook_image: format!("reg:5000/dco-webhook:v9@{d}"), ..s.clone() };
+        assert_eq!(image(&cws("{}"), &pinned), format!("reg:5000/dco-webhook:v9@{d}"));
+        assert_eq!(
+            image(&cws("{image: {repository: 'mirror:5000/w'}}"), &pinned),
+            format!("mirror:5000/w:v9@{d}")
+        );
+        let no_tag = OperatorSettings { webhook_image: format!("reg:5000/dco-webhook@{d}"), ..s.clone() };
+        assert_eq!(image(&cws("{image: {repository: mirror/w}}"), &no_tag), format!("mirror/w@{d}"));
+        assert_eq!(
+            image(&cws(&format!("{{image: {{digest: '{d}'}}}}")), &no_tag),
+            format!("reg:5000/dco-webhook@{d}")
         );
     }
 
