@@ -3,7 +3,8 @@
 //! replica holds, its phase, whether it compiles, its handover's state and since when, since
 //! when its handover has not been ready, and how many replicas of the server its target is
 //! wired to report it; for each server it holds,
-//! when its serving certificate expires; and when the admission certificate this replica
+//! when its serving certificate expires and how many replicas it wants and has ready; since
+//! when each config has not been applied; and when the admission certificate this replica
 //! serves expires; and how many of the operator's shards have no live owner, as this
 //! replica's Coordinator saw them at its last tick. Read at scrape time rather than kept as gauges, so a deleted config or a
 //! shard that moved to another replica leaves no stale series behind, and the families are
@@ -14,6 +15,7 @@ use std::sync::{Arc, OnceLock};
 
 use dco_api::{ConversionWebhookServer, HandoverState};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -73,6 +75,7 @@ impl StatusMetrics {
             configs(s, &s.stores.cccs, now, &mut rows);
             configs(s, &s.stores.xccs, now, &mut rows);
             server_certificates(s, &mut rows);
+            server_replicas(s, &mut rows);
             let snap = s.membership.borrow();
             if snap.at.is_some() {
                 rows.shards = Some((snap.shards, unowned(&snap)));
@@ -133,6 +136,19 @@ pub struct NotPropagatedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotAppliedLabels {
+    pub kind: &'static str,
+    pub target: String,
+    /// The reason of the condition that says why ([`not_applied`]).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerLabel {
+    pub server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServingLabels {
     pub kind: &'static str,
     pub target: String,
@@ -172,6 +188,10 @@ pub struct Rows {
     /// XRD configs wired but not propagated: since when (the condition's lastTransitionTime).
     pub not_propagated: Vec<(NotPropagatedLabels, f64)>,
     pub certificates: Vec<CertRow>,
+    /// Configs not applied ([`not_applied`]): since when, Unix seconds.
+    pub not_applied: Vec<(NotAppliedLabels, f64)>,
+    /// Each server's `(desired, ready)` replicas ([`desired_replicas`], `status.readyReplicas`).
+    pub server_replicas: Vec<(ServerLabel, i32, i32)>,
     /// `(shards, shards without a live owner)` after the Coordinator's last tick.
     pub shards: Option<(u32, usize)>,
 }
@@ -221,6 +241,10 @@ fn configs<K: ConfigKind>(s: &Source, store: &Store<K>, now: Timestamp, rows: &m
                 let labels = NotPropagatedLabels { kind, target: target.clone(), reason: p.reason.clone() };
                 rows.not_propagated.push((labels, seconds(p.last_transition_time.0)));
             }
+        }
+        if let Some((reason, since)) = not_applied(&st.conditions) {
+            let labels = NotAppliedLabels { kind, target: target.clone(), reason };
+            rows.not_applied.push((labels, seconds(since)));
         }
         let Some(h) = &st.handover else { continue };
         let (state, destination) =
@@ -272,6 +296,24 @@ fn configs<K: ConfigKind>(s: &Source, store: &Store<K>, now: Timestamp, rows: &m
     }
 }
 
+/// Why and since when a config is not applied, or `None` while it is. `Applied` False says it
+/// (the wiring names a server that is gone, is being redone, was reverted or has not
+/// propagated); a config never applied has no `Applied` yet, and the first of `TargetHealthy`
+/// (the target missing or not Established), `Validated`, `WebhookServerReady` and
+/// `HandoverReady` that is False says why. Since: that condition's `lastTransitionTime`.
+pub fn not_applied(conditions: &[Condition]) -> Option<(String, Timestamp)> {
+    use crate::config::condition as c;
+    let find = |t: &str| conditions.iter().find(|x| x.type_ == t);
+    let blocking = match find(c::APPLIED) {
+        Some(a) if a.status == "True" => return None,
+        Some(a) => Some(a),
+        None => [c::TARGET_HEALTHY, c::VALIDATED, c::WEBHOOK_SERVER_READY, dco_state::handover::CONDITION]
+            .into_iter()
+            .find_map(|t| find(t).filter(|x| x.status == "False")),
+    }?;
+    Some((blocking.reason.clone(), blocking.last_transition_time.0))
+}
+
 fn seconds(t: Timestamp) -> f64 {
     t.as_millisecond() as f64 / 1000.0
 }
@@ -301,6 +343,28 @@ fn server_certificates(s: &Source, rows: &mut Rows) {
                 not_after,
             });
         }
+    }
+}
+
+/// The replicas a server asks for: `spec.replicas`, or with `spec.autoscaling` the count its
+/// HPA keeps (the Deployment's replicas, within the HPA's bounds).
+pub fn desired_replicas(s: &ConversionWebhookServer) -> i32 {
+    match &s.spec.autoscaling {
+        None => s.spec.replicas,
+        Some(a) => {
+            let running = s.status.as_ref().map_or(0, |st| st.replicas);
+            running.clamp(a.min_replicas, a.max_replicas.max(a.min_replicas))
+        }
+    }
+}
+
+fn server_replicas(s: &Source, rows: &mut Rows) {
+    for srv in s.stores.servers.state() {
+        if !s.gate.holds(srv.meta().uid.as_deref()) {
+            continue;
+        }
+        let ready = srv.status.as_ref().map_or(0, |st| st.ready_replicas);
+        rows.server_replicas.push((ServerLabel { server: server_name(&srv) }, desired_replicas(&srv), ready));
     }
 }
 
@@ -379,6 +443,34 @@ impl Collector for StatusMetrics {
             "XRD configs wired by dco whose generated CRDs do not carry the wiring: since when (ConversionPropagated's lastTransitionTime), by reason",
             &not_propagated,
         )?;
+        let not_applied = Family::<NotAppliedLabels, Gauge<f64, AtomicU64>>::default();
+        for (l, since) in rows.not_applied {
+            not_applied.get_or_create(&l).set(since);
+        }
+        encode_family(
+            &mut encoder,
+            "config_not_applied_since_timestamp_seconds",
+            "Since when a config has not been applied (Applied False, or never applied: the first False of TargetHealthy, Validated, WebhookServerReady, HandoverReady), by that condition's reason; absent while Applied is True",
+            &not_applied,
+        )?;
+        let (desired, ready) =
+            (Family::<ServerLabel, Gauge>::default(), Family::<ServerLabel, Gauge>::default());
+        for (l, d, r) in rows.server_replicas {
+            desired.get_or_create(&l).set(i64::from(d));
+            ready.get_or_create(&l).set(i64::from(r));
+        }
+        encode_family(
+            &mut encoder,
+            "server_replicas_desired",
+            "Replicas a ConversionWebhookServer asks for (spec.replicas, or its HPA's count within spec.autoscaling)",
+            &desired,
+        )?;
+        encode_family(
+            &mut encoder,
+            "server_replicas_ready",
+            "Ready replicas of a ConversionWebhookServer's Deployment (status.readyReplicas)",
+            &ready,
+        )?;
         let serving = Family::<ServingLabels, Gauge>::default();
         for (l, n) in rows.serving {
             serving.get_or_create(&l).set(i64::from(n));
@@ -450,7 +542,7 @@ pub(crate) mod tests {
         serde_json::from_value(json!({
             "apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
             "metadata": {"name": name, "uid": format!("uid-{name}")},
-            "spec": {"namespace": "dco-system"},
+            "spec": {"namespace": "dco-system", "replicas": 3},
             "status": {"readyReplicas": ready},
         }))
         .unwrap()
@@ -504,7 +596,7 @@ pub(crate) mod tests {
             "widgets.example.org",
             json!({
                 "phase": "Applied",
-                "conditions": [condition("Validated", "True", "Compiled"), condition("HandoverReady", "True", "HandoverReady")],
+                "conditions": [condition("Validated", "True", "Compiled"), condition("HandoverReady", "True", "HandoverReady"), condition("Applied", "True", "Wired")],
                 "handover": {"state": "SourceDropped", "destination": "a", "since": ts(-3600).to_string(), "attempt": 1},
             }),
         );
@@ -523,6 +615,12 @@ pub(crate) mod tests {
             "dropped",
             "gizmos.example.org",
             json!({"handover": {"state": "SourceDropped", "destination": "a", "since": ts(-60).to_string()}}),
+        );
+        // Its target does not exist: never applied.
+        let orphan = config(
+            "orphan",
+            "orphans.example.org",
+            json!({"phase": "Pending", "conditions": [condition("TargetHealthy", "False", "TargetNotFound")]}),
         );
         // An XRD wired to a whose claim CRD does not carry the wiring yet.
         let xrd: dco_api::XRDConversionConfig = serde_json::from_value(json!({
@@ -560,7 +658,7 @@ pub(crate) mod tests {
             .into(),
             secrets: store(vec![secret]).into(),
             xccs: store(vec![xrd]),
-            cccs: store(vec![settled, moving, dropped]),
+            cccs: store(vec![settled, moving, dropped, orphan]),
         };
         let snapshot = crate::sharding::leases::Snapshot {
             me: "r1".into(),
@@ -653,6 +751,60 @@ pub(crate) mod tests {
             }]
         );
         assert_eq!(not_after, NOW + 365 * 86_400);
+        // Not applied: the one without a target, and the one that does not compile.
+        let mut not_applied: Vec<(String, String)> =
+            rows.not_applied.iter().map(|(l, _)| (l.target.clone(), l.reason.clone())).collect();
+        not_applied.sort();
+        assert_eq!(
+            not_applied,
+            [
+                ("gadgets.example.org".to_string(), "CompileFailed".to_string()),
+                ("orphans.example.org".to_string(), "TargetNotFound".to_string())
+            ]
+        );
+        assert!(rows.not_applied.iter().all(|(_, since)| *since == 1_767_225_600.0));
+        assert_eq!(rows.server_replicas, [(ServerLabel { server: "a".into() }, 3, 2)]);
+    }
+
+    #[test]
+    fn not_applied_reads_applied_first_then_what_is_in_the_way() {
+        let conds =
+            |cs: Vec<serde_json::Value>| -> Vec<Condition> { serde_json::from_value(json!(cs)).unwrap() };
+        let applied = conds(vec![
+            condition("Applied", "True", "Wired"),
+            condition("Validated", "False", "CompileFailed"),
+        ]);
+        assert_eq!(
+            not_applied(&applied),
+            None,
+            "a drifted schema on a served target is Stale, not unapplied"
+        );
+        let gone = conds(vec![
+            condition("Applied", "False", "WiredServerMissing"),
+            condition("TargetHealthy", "False", "x"),
+        ]);
+        assert_eq!(not_applied(&gone).unwrap().0, "WiredServerMissing");
+        let waiting = conds(vec![
+            condition("TargetHealthy", "True", "Established"),
+            condition("Validated", "True", "Compiled"),
+            condition("WebhookServerReady", "False", "NoReadyReplicas"),
+            condition("HandoverReady", "False", "AwaitingDestination"),
+        ]);
+        assert_eq!(not_applied(&waiting).unwrap().0, "NoReadyReplicas", "the first in the way");
+        assert_eq!(not_applied(&[]), None, "no status yet: no guess");
+    }
+
+    #[test]
+    fn an_autoscaled_server_wants_what_its_hpa_keeps() {
+        let mut s = server("h", 1);
+        s.spec.autoscaling =
+            Some(dco_api::server::AutoscalingSpec { min_replicas: 2, max_replicas: 5, ..Default::default() });
+        s.status.as_mut().unwrap().replicas = 4;
+        assert_eq!(desired_replicas(&s), 4);
+        s.status.as_mut().unwrap().replicas = 0;
+        assert_eq!(desired_replicas(&s), 2, "never below the HPA's minimum");
+        s.spec.autoscaling = None;
+        assert_eq!(desired_replicas(&s), 3);
     }
 
     #[test]
@@ -691,6 +843,9 @@ pub(crate) mod tests {
             "certificate_expiration_timestamp_seconds",
             "shards",
             "unowned_shards",
+            "config_not_applied_since_timestamp_seconds",
+            "server_replicas_desired",
+            "server_replicas_ready",
         ] {
             assert!(text.contains(&format!("# TYPE dco_operator_{f} gauge")), "{f} in\n{text}");
         }
@@ -706,7 +861,9 @@ mod exposition_tests {
 
     use super::StatusMetrics;
     use crate::admission::metrics::AdmissionMetrics;
+    use crate::observability::api_metrics::{ApiMetrics, RequestLabels, VerbLabel};
     use crate::observability::metrics::{Metrics, TransitionLabels};
+    use crate::observability::queue::QueueMetrics;
     use crate::observability::watch_metrics::{WatchErrorLabels, WatchMetrics};
     use crate::sharding::metrics::{KindLabel, ResultLabel, ShardingMetrics};
     use dco_api::metrics::{compare_with_docs, convention_problems, documented, parse_exposition};
@@ -717,7 +874,16 @@ mod exposition_tests {
         let status = Arc::new(StatusMetrics::default());
         let (sharding, admission) = (ShardingMetrics::default(), AdmissionMetrics::default());
         let watches = WatchMetrics::default();
-        let m = Metrics::new(&[&sharding, &watches, &admission, &status]);
+        let (api, queues) = (ApiMetrics::default(), QueueMetrics::default());
+        let m = Metrics::new(&[&sharding, &watches, &admission, &status, &api, &queues]);
+        api.requests.get_or_create(&RequestLabels { verb: "patch", code: "200" }).inc();
+        api.duration.get_or_create(&VerbLabel { verb: "patch" }).observe(0.01);
+        api.throttled.get_or_create(&VerbLabel { verb: "list" }).inc();
+        let (store, _) = kube::runtime::reflector::store::<dco_api::CRDConversionConfig>();
+        let q = queues.queue("crdconversionconfig", store);
+        let now = std::time::Instant::now();
+        q.triggered(&kube::runtime::reflector::ObjectRef::new("a"), now);
+        q.started(&kube::runtime::reflector::ObjectRef::new("a"), now);
         watches.errors.get_or_create(&WatchErrorLabels { kind: "Secret", reason: "forbidden" }).inc();
         status.set_source(super::tests::fixture_source().0);
         m.reconciled("crdconversionconfig", Duration::from_millis(3));

@@ -5,21 +5,24 @@ use kube::Client;
 
 use crate::cli::Args;
 use crate::context::OperatorSettings;
+use crate::observability::api_metrics::ApiMetrics;
 
 /// The cluster's client config (in-cluster or KUBECONFIG) and the client built from it; the
-/// Coordinator and the shard-scoped watches build their own from `config`.
+/// Coordinator and the shard-scoped watches build their own from `config`, each through `api`
+/// (every request counted by verb: observability/api_metrics.rs).
 pub struct Clients {
     pub config: kube::Config,
     pub client: Client,
+    pub api: ApiMetrics,
 }
 
 impl Clients {
-    pub async fn infer() -> anyhow::Result<Self> {
+    pub async fn infer(api: &ApiMetrics) -> anyhow::Result<Self> {
         let config = kube::Config::infer()
             .await
             .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
-        let client = Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
-        Ok(Clients { config, client })
+        let client = api.client(config.clone()).context("cannot build a Kubernetes client")?;
+        Ok(Clients { config, client, api: api.clone() })
     }
 }
 

@@ -1,5 +1,6 @@
 //! The three controllers on the shared caches: each reads its primary stream and the queue
-//! the fan-out feeds, the configs' paced at their share of `--rebalance-qps`.
+//! the fan-out feeds, the configs' paced at their share of `--rebalance-qps`; every way in is
+//! stamped for the queue metrics (queued.rs).
 
 use std::sync::Arc;
 
@@ -15,13 +16,15 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
+use super::health::Instruments;
+use super::queued;
 use super::wakes::Queues;
 use super::watches::{Primaries, Primary, managed};
 use crate::config::{self, ConfigWing};
 use crate::context::Context;
 use crate::namespaces;
+use crate::observability::queue::Queue;
 use crate::observability::watch_metrics::{WatchErrorLabels, WatchMetrics};
-use crate::reconcile::{error_policy, reconcile};
 use crate::server::ServerWing;
 use crate::sharding::leases::Snapshot;
 use crate::shutdown::Shutdown;
@@ -35,26 +38,35 @@ pub async fn run(
     queues: Queues,
     rebalance_qps: u32,
     membership: tokio::sync::watch::Receiver<Snapshot>,
-    errors: &WatchMetrics,
+    instruments: &Instruments,
     stop: &Shutdown,
 ) {
-    let servers = servers(ctx, primaries.servers, queues.servers, errors, stop);
+    let (errors, waits) = (&instruments.watches, &instruments.queues);
+    // Each controller's queue depth and wait (queued.rs): a paced wake waits from its arrival.
+    let server_q = queued::queue::<ServerWing>(waits, ctx.stores.servers.clone());
+    let ccc_q = queued::queue::<ConfigWing<CRDConversionConfig>>(waits, ctx.stores.cccs.clone());
+    let xcc_q = queued::queue::<ConfigWing<XRDConversionConfig>>(waits, ctx.stores.xccs.clone());
+    let servers = servers(ctx, primaries.servers, queues.servers, errors, stop, &server_q);
     // One budget for both config controllers, divided among the live members.
     let pacer = Arc::new(Pacer::new(rebalance_qps, move || membership.borrow().live.len()));
     // The one CRD watch also wakes the XRDConversionConfigs of the XRDs whose generated CRDs
     // change (wake/generated.rs).
     let (generated_tx, generated_rx) = mpsc::unbounded_channel();
-    let cccs = crd_configs(
-        ctx,
-        primaries.cccs,
-        pacing::paced(queues.cccs, pacer.clone()),
-        generated_tx,
-        errors,
-        stop,
-    );
+    let paced = pacing::paced(queues.cccs, pacer.clone(), arrived(&ccc_q));
+    let cccs = crd_configs(ctx, primaries.cccs, paced, generated_tx, errors, stop, &ccc_q);
     let generated = stream::unfold(generated_rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) });
-    let xccs = xrd_configs(ctx, primaries.xccs, pacing::paced(queues.xccs, pacer), generated, errors, stop);
+    let paced = pacing::paced(queues.xccs, pacer, arrived(&xcc_q));
+    let xccs = xrd_configs(ctx, primaries.xccs, paced, generated, errors, stop, &xcc_q);
     tokio::join!(servers, cccs, xccs);
+}
+
+/// A wake's arrival at the pacer stamps its config.
+fn arrived<K>(q: &Arc<Queue<K>>) -> impl FnMut(&ObjectRef<K>) + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    let q = q.clone();
+    move |r| q.triggered(r, std::time::Instant::now())
 }
 
 /// Follows Crossplane's XRD CRD (`dco_api::crossplane`), its watch's errors counted as the
@@ -75,19 +87,22 @@ fn servers(
     queue: mpsc::Receiver<ObjectRef<ConversionWebhookServer>>,
     errors: &WatchMetrics,
     stop: &Shutdown,
+    q: &Arc<Queue<ConversionWebhookServer>>,
 ) -> impl Future<Output = ()> {
     let client = &ctx.client;
-    let mut ctl = Controller::for_shared_stream(primary, ctx.stores.servers.clone());
+    let mut ctl = Controller::for_shared_stream(queued::primary(q, primary), ctx.stores.servers.clone());
     for scope in ctx.settings.server_namespaces.scopes() {
         let deployments = watcher(namespaces::api::<Deployment>(client, &scope), managed()).touched_objects();
         let services = watcher(namespaces::api::<Service>(client, &scope), managed()).touched_objects();
         ctl = ctl
-            .watches_stream(errors.counted("Deployment", deployments), |d| owner_of(&d))
-            .watches_stream(errors.counted("Service", services), |s| owner_of(&s));
+            .watches_stream(errors.counted("Deployment", deployments), queued::mapped(q, |d| owner_of(&d)))
+            .watches_stream(errors.counted("Service", services), queued::mapped(q, |s| owner_of(&s)));
     }
-    ctl.reconcile_on(stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) }))
+    let woken = stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) });
+    ctl.reconcile_on(queued::stamped(q, woken))
         .graceful_shutdown_on(stopped(stop))
-        .run(reconcile::<ServerWing>, error_policy::<ServerWing>, ctx.clone())
+        .run(queued::reconcile::<ServerWing>(q), queued::error_policy::<ServerWing>(q), ctx.clone())
+        .inspect(queued::forget_missing(q))
         .for_each(log_results("conversionwebhookserver"))
 }
 
@@ -102,6 +117,7 @@ fn crd_configs(
     generated: mpsc::UnboundedSender<ObjectRef<XRDConversionConfig>>,
     errors: &WatchMetrics,
     stop: &Shutdown,
+    q: &Arc<Queue<CRDConversionConfig>>,
 ) -> impl Future<Output = ()> {
     let store = ctx.stores.cccs.clone();
     let xccs = ctx.stores.xccs.clone();
@@ -110,25 +126,29 @@ fn crd_configs(
         watcher::Config::default().page_size(TARGET_PAGE),
     )
     .touched_objects();
-    Controller::for_shared_stream(primary, ctx.stores.cccs.clone())
-        .watches_stream(errors.counted("CustomResourceDefinition", crds), move |crd| {
-            crate::observability::memory::touched();
-            if let Some(xrd) = crate::wake::generated::xrd_of(&crd) {
-                for r in crate::kinds::configs_of_target(&xccs, &xrd) {
-                    // The receiver lives as long as the XRD config controller; once it is
-                    // gone nothing is left to wake.
-                    let _ = generated.send(r);
+    Controller::for_shared_stream(queued::primary(q, primary), ctx.stores.cccs.clone())
+        .watches_stream(
+            errors.counted("CustomResourceDefinition", crds),
+            queued::mapped(q, move |crd: PartialObjectMeta<CustomResourceDefinition>| {
+                crate::observability::memory::touched();
+                if let Some(xrd) = crate::wake::generated::xrd_of(&crd) {
+                    for r in crate::kinds::configs_of_target(&xccs, &xrd) {
+                        // The receiver lives as long as the XRD config controller; once it is
+                        // gone nothing is left to wake.
+                        let _ = generated.send(r);
+                    }
                 }
-            }
-            crate::kinds::configs_of_target(&store, &crd.name_any())
-        })
+                crate::kinds::configs_of_target(&store, &crd.name_any())
+            }),
+        )
         .reconcile_on(paced)
         .graceful_shutdown_on(stopped(stop))
         .run(
-            reconcile::<ConfigWing<CRDConversionConfig>>,
-            error_policy::<ConfigWing<CRDConversionConfig>>,
+            queued::reconcile::<ConfigWing<CRDConversionConfig>>(q),
+            queued::error_policy::<ConfigWing<CRDConversionConfig>>(q),
             ctx.clone(),
         )
+        .inspect(queued::forget_missing(q))
         .for_each(log_results("crdconversionconfig"))
 }
 
@@ -143,6 +163,7 @@ fn xrd_configs(
     generated: impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static,
     errors: &WatchMetrics,
     stop: &Shutdown,
+    q: &Arc<Queue<XRDConversionConfig>>,
 ) -> impl Future<Output = ()> {
     let xrd_events = config::xrds::triggers(
         ctx.client.clone(),
@@ -151,16 +172,17 @@ fn xrd_configs(
         errors.clone(),
     )
     .inspect(|_| crate::observability::memory::touched());
-    Controller::for_shared_stream(primary, ctx.stores.xccs.clone())
+    Controller::for_shared_stream(queued::primary(q, primary), ctx.stores.xccs.clone())
         .reconcile_on(paced)
-        .reconcile_on(xrd_events)
-        .reconcile_on(generated)
+        .reconcile_on(queued::stamped(q, xrd_events))
+        .reconcile_on(queued::stamped(q, generated))
         .graceful_shutdown_on(stopped(stop))
         .run(
-            reconcile::<ConfigWing<XRDConversionConfig>>,
-            error_policy::<ConfigWing<XRDConversionConfig>>,
+            queued::reconcile::<ConfigWing<XRDConversionConfig>>(q),
+            queued::error_policy::<ConfigWing<XRDConversionConfig>>(q),
             ctx.clone(),
         )
+        .inspect(queued::forget_missing(q))
         .for_each(log_results("xrdconversionconfig"))
 }
 

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use super::sharding::Sharding;
 use crate::admission::metrics::AdmissionMetrics;
 use crate::context::Stores;
+use crate::observability::api_metrics::ApiMetrics;
 use crate::observability::metrics::Metrics;
+use crate::observability::queue::QueueMetrics;
 use crate::observability::watch_metrics::WatchMetrics;
 use crate::sharding::leases;
 use crate::sharding::metrics::ShardingMetrics;
@@ -20,6 +22,10 @@ pub struct Instruments {
     pub admission: Arc<AdmissionMetrics>,
     /// The errors of every watch (watches.rs, controllers.rs, config/xrds.rs).
     pub watches: WatchMetrics,
+    /// Every Kubernetes API request, by verb (clients.rs).
+    pub api: ApiMetrics,
+    /// The controllers' queues (controllers.rs).
+    pub queues: QueueMetrics,
     pub registry: Arc<Metrics>,
 }
 
@@ -29,8 +35,9 @@ impl Instruments {
         let sharding = Arc::new(ShardingMetrics::default());
         let admission = Arc::new(AdmissionMetrics::default());
         let watches = WatchMetrics::default();
-        let registry = Arc::new(Metrics::new(&[&*sharding, &watches, &*admission, &status]));
-        Instruments { status, sharding, admission, watches, registry }
+        let (api, queues) = (ApiMetrics::default(), QueueMetrics::default());
+        let registry = Arc::new(Metrics::new(&[&*sharding, &watches, &*admission, &status, &api, &queues]));
+        Instruments { status, sharding, admission, watches, api, queues, registry }
     }
 
     /// The status gauges read the caches at scrape time, once they exist.

@@ -7,6 +7,7 @@ mod admission;
 mod clients;
 mod controllers;
 mod health;
+mod queued;
 mod sharding;
 mod wakes;
 mod watches;
@@ -27,9 +28,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Bound before anything else, so a replica that cannot serve them never turns Ready.
     let bound = crate::shutdown::bind(&args).await?;
     crate::observability::memory::spawn_trimmer(std::time::Duration::from_secs(5));
-    let clients = clients::Clients::infer().await?;
-    let settings = clients::settings(&args);
     let metrics = health::Instruments::new();
+    let clients = clients::Clients::infer(&metrics.api).await?;
+    let settings = clients::settings(&args);
     let readiness = Arc::new(Readiness::default());
     let lifecycle = Lifecycle { stop: Shutdown::start(readiness.clone(), args.shutdown_drain), readiness };
 
@@ -72,7 +73,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         queues,
         args.rebalance_qps,
         membership,
-        &metrics.watches,
+        &metrics,
         &lifecycle.stop,
     )
     .await;

@@ -6,7 +6,6 @@ use anyhow::Context as _;
 use dco_api::{CRDConversionConfig, XRDConversionConfig};
 use k8s_openapi::jiff::SignedDuration;
 use kube::Client;
-use kube::client::ClientBuilder;
 use tokio::sync::watch;
 
 use super::clients::Clients;
@@ -67,8 +66,9 @@ pub async fn start(
     let lease_namespace = args.lease_namespace.clone().unwrap_or_else(|| args.namespace.clone());
     let lease_names = leases::LeaseNames::for_selector(args.selector.as_deref());
     let me = args.replica_id();
+    let (config, api) = (clients.config.clone(), clients.api.clone());
     let coordinator = run::Thread::start(
-        clients.config.clone(),
+        move || api.client(config),
         lease_namespace.clone(),
         lease_names.clone(),
         coordination,
@@ -82,10 +82,10 @@ pub async fn start(
         .shard::<XRDConversionConfig>();
     let supported = sharded_watch::probe(&clients.client, &lease_namespace, shards).await;
     announce(&selector, metrics, supported);
-    let watch_client = ClientBuilder::try_from(clients.config.clone())
-        .context("cannot build the watch client")?
-        .with_layer(&selector)
-        .build();
+    let watch_client = clients
+        .api
+        .client_through(clients.config.clone(), &selector)
+        .context("cannot build the watch client")?;
     Ok(Sharding {
         coordinator,
         me,

@@ -86,7 +86,7 @@ impl Thread {
     /// Starts the thread and returns once Prime (the first tick) has run there, so the gate
     /// knows the owned shards before any watch opens.
     pub async fn start(
-        config: kube::Config,
+        client: impl FnOnce() -> Result<kube::Client, kube::Error> + Send + 'static,
         namespace: String,
         names: LeaseNames,
         settings: CoordinatorSettings,
@@ -110,7 +110,9 @@ impl Thread {
                 }
             };
             rt.block_on(async move {
-                let client = match kube::Client::try_from(config) {
+                // Built on this thread's runtime (its requests counted with the rest:
+                // observability/api_metrics.rs).
+                let client = match client() {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = primed_tx.send(Err(format!("cannot build the coordinator's client: {e}")));

@@ -66,15 +66,19 @@ fn limiter(rate: u32) -> Arc<governor::DefaultDirectRateLimiter> {
 /// configs moving with it (`fanout::progressing`), so during a rebalance the same configs arrive again and
 /// again; passed on one by one, the copies used the budget up (sharding_rebalance at 10 qps: 73
 /// moves started at 1.8/s over 39 s; once each, at 8.6/s over 8 s).
+///
+/// `arrived` sees each request as it arrives, before its wait (the queue metrics count the
+/// wait for a permit as queue wait).
 pub fn paced<K>(
     rx: mpsc::Receiver<ObjectRef<K>>,
     pacer: Arc<Pacer>,
+    arrived: impl FnMut(&ObjectRef<K>) + Send + 'static,
 ) -> impl Stream<Item = ObjectRef<K>> + Send
 where
     K: Resource + Send + Sync + 'static,
     K::DynamicType: Send + Sync + Clone + Eq + std::hash::Hash,
 {
-    stream::unfold((Pending::new(rx), pacer), |(mut pending, pacer)| async move {
+    stream::unfold((Pending::new(rx, arrived), pacer), |(mut pending, pacer)| async move {
         loop {
             pending.take_sent();
             if pending.queue.is_empty() {
@@ -96,18 +100,23 @@ struct Pending<K: Resource> {
     rx: mpsc::Receiver<ObjectRef<K>>,
     queue: std::collections::VecDeque<ObjectRef<K>>,
     queued: HashSet<ObjectRef<K>>,
+    arrived: Arrived<K>,
 }
+
+/// What sees each request as it arrives ([`paced`]).
+type Arrived<K> = Box<dyn FnMut(&ObjectRef<K>) + Send>;
 
 impl<K> Pending<K>
 where
     K: Resource,
     K::DynamicType: Clone + Eq + std::hash::Hash,
 {
-    fn new(rx: mpsc::Receiver<ObjectRef<K>>) -> Self {
-        Pending { rx, queue: Default::default(), queued: HashSet::new() }
+    fn new(rx: mpsc::Receiver<ObjectRef<K>>, arrived: impl FnMut(&ObjectRef<K>) + Send + 'static) -> Self {
+        Pending { rx, queue: Default::default(), queued: HashSet::new(), arrived: Box::new(arrived) }
     }
 
     fn push(&mut self, r: ObjectRef<K>) {
+        (self.arrived)(&r);
         if self.queued.insert(r.clone()) {
             self.queue.push_back(r);
         }
@@ -141,12 +150,12 @@ mod tests {
             tx.send(ObjectRef::new(name)).await.unwrap();
         }
         drop(tx);
-        let out: Vec<String> = paced(rx, pacer).map(|r| r.name).collect().await;
+        let out: Vec<String> = paced(rx, pacer, |_| {}).map(|r| r.name).collect().await;
         assert_eq!(out, ["a", "b", "c"], "each waiting config once, in first-arrival order");
 
         // Once passed on, a config may be asked for again: a new request, a new permit.
         let (tx, rx) = mpsc::channel::<ObjectRef<CRDConversionConfig>>(16);
-        let mut s = std::pin::pin!(paced(rx, Arc::new(Pacer::new(50, || 1))));
+        let mut s = std::pin::pin!(paced(rx, Arc::new(Pacer::new(50, || 1)), |_| {}));
         tx.send(ObjectRef::new("a")).await.unwrap();
         assert_eq!(s.next().await.map(|r| r.name).as_deref(), Some("a"));
         tx.send(ObjectRef::new("a")).await.unwrap();
