@@ -5,6 +5,7 @@
 #
 #   hack/bench/scale-configs.sh                  # CONFIGS=10000 REAL=20 OPERATORS=3 IDLE=60
 #   CONFIGS=2000 hack/bench/scale-configs.sh
+#   SKIP_BUILD=1 hack/bench/scale-configs.sh     # the binaries already built
 #
 # On a local cluster of its own (target/testenv-scale-configs, one apiserver, Pod IPs
 # 127.0.8.x; the shared cluster is not touched), with debug builds of dco-operator and
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . hack/bench/lib.sh
 DIR=$PWD/target/testenv-scale-configs
-cargo build -q -p dco-operator -p dco-webhook -p dco-tests --example scale_configs
+[ -n "${SKIP_BUILD:-}" ] || cargo build -q -p dco-operator -p dco-webhook -p dco-tests --example scale_configs
 trap 'own_cluster_stop "$DIR"' EXIT
 trap "exit 130" INT TERM
 own_cluster_up "$DIR" 127.0.8.2-127.0.8.254
