@@ -11,8 +11,34 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::sharding::gate::Gate;
+use std::future::Future;
+
+use crate::error::Error;
+use crate::sharding::gate::{Gate, Lapse, Pass};
 use kube::{Client, Resource};
+
+/// The gate's pass of the reconcile running in this task, and the gate to ask again.
+struct Fence {
+    pass: Pass,
+    gate: Gate,
+}
+
+tokio::task_local! {
+    /// Set by [`Context::fenced`] around one reconcile.
+    static FENCE: Fence;
+}
+
+/// Right before a write (`write` names it): whether the running reconcile's pass still holds —
+/// its shard still this replica's by its own clock, and no pause since (docs/sharding.md,
+/// "After a pause"). `Err(Error::Fenced)` stops the reconcile without writing; the reconcile
+/// shape turns it into a retry. Outside a reconcile (the wings' unit tests call them
+/// directly) there is no pass and nothing to fence.
+pub fn fence(write: &'static str) -> Result<(), Error> {
+    match FENCE.try_with(|f| f.gate.fence(&f.pass)) {
+        Ok(Err(lapse)) => Err(Error::Fenced { write, paused: lapse == Lapse::Paused }),
+        Ok(Ok(())) | Err(_) => Ok(()),
+    }
+}
 
 use crate::names::{FIELD_MANAGER, ServerNames};
 use crate::namespaces::{NamespacedStore, ServerNamespaces};
@@ -121,27 +147,38 @@ impl Context {
         dco_api::crossplane::wait_known(&mut self.crossplane.clone()).await.unwrap_or(XrdApi::ABSENT)
     }
 
-    /// The reconcile gate: `Some(action)` when another replica owns the object's shard (the
-    /// reconcile stops there; the owner's OnChange re-enqueues it when ownership moves).
-    pub fn not_ours<K: Resource>(
+    /// The reconcile gate: `Err(action)` when another replica owns the object's shard (the
+    /// reconcile stops there; the owner's OnChange re-enqueues it when ownership moves), else
+    /// the pass the reconcile's writes are fenced on ([`Context::fenced`]).
+    pub fn admit<K: Resource>(
         &self,
         controller: &str,
         o: &K,
-    ) -> Option<kube::runtime::controller::Action> {
-        if let Some(shard) = self.gate.owned_shard(o.meta().uid.as_deref()) {
+    ) -> Result<Pass, kube::runtime::controller::Action> {
+        if let Some(pass) = self.gate.pass(o.meta().uid.as_deref()) {
             // Who reconciled what, by shard (the sharding tests read it on /metrics).
-            self.metrics.let_through(controller, shard);
-            tracing::debug!(controller, object = %o.meta().name.as_deref().unwrap_or_default(), shard,
+            self.metrics.let_through(controller, pass.shard);
+            tracing::debug!(controller, object = %o.meta().name.as_deref().unwrap_or_default(), shard = pass.shard,
                 "reconciling: this replica owns the object's shard");
-            return None;
+            return Ok(pass);
         }
         self.metrics.skipped(controller);
         if self.gate.holds(o.meta().uid.as_deref()) {
-            // Held but past the renew deadline (a late tick): ours again once renewed, so try
-            // again then rather than wait for an event that may not come.
-            return Some(kube::runtime::controller::Action::requeue(self.gate.lapse_retry));
+            // Held but past the renew deadline (a late tick, a pause): ours again once
+            // renewed, so try again then rather than wait for an event that may not come.
+            return Err(kube::runtime::controller::Action::requeue(self.gate.lapse_retry));
         }
-        Some(kube::runtime::controller::Action::await_change())
+        Err(kube::runtime::controller::Action::await_change())
+    }
+
+    /// Runs one reconcile under `pass`: every [`fence`] inside it checks that pass.
+    pub async fn fenced<T>(&self, pass: Pass, reconcile: impl Future<Output = T>) -> T {
+        FENCE.scope(Fence { pass, gate: self.gate.clone() }, reconcile).await
+    }
+
+    /// [`fence`].
+    pub fn fence(&self, write: &'static str) -> Result<(), Error> {
+        fence(write)
     }
 
     /// The resolver over the cached servers. A server being deleted is out of the pool and

@@ -37,6 +37,23 @@ pub enum Error {
     #[error("{0}")]
     NotReady(String),
 
+    /// A write of a reconcile the shard gate had let through was not made: the pass no
+    /// longer holds (docs/sharding.md, "After a pause"). Not a failure: the reconcile is
+    /// tried again after a renew interval, by whichever replica owns the shard then.
+    #[error(
+        "stopped before {write}: {}",
+        if *paused {
+            "this process was paused (stopped, frozen or starved) since the reconcile began or since its last renewal; tried again once its Leases are renewed"
+        } else {
+            "this replica no longer owns the object's shard (its Lease was not renewed within the renew deadline, or another replica took it); the owner reconciles it"
+        }
+    )]
+    Fenced {
+        write: &'static str,
+        /// Why: a pause of this process (`true`), or the shard not owned any more.
+        paused: bool,
+    },
+
     #[error("{what}: {source}")]
     Serialize {
         what: String,
@@ -58,7 +75,39 @@ impl Error {
             Error::Certificate { .. } => "certificate".to_string(),
             Error::DeletionBlocked(_) => "deletion_blocked".to_string(),
             Error::NotReady(_) => "not_ready".to_string(),
+            Error::Fenced { .. } => "fenced".to_string(),
             Error::Serialize { .. } => "serialize".to_string(),
+        }
+    }
+
+    /// A write refused for its precondition (409: the object changed since this reconcile
+    /// read it, most likely written by another replica or a user): re-read and decide again.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(e), .. } if e.code == 409)
+    }
+
+    /// The fence stopped the reconcile ([`Error::Fenced`]), also inside the finalizer's wrapper.
+    pub fn fenced(&self) -> Option<(&'static str, bool)> {
+        match self {
+            Error::Fenced { write, paused } => Some((write, *paused)),
+            Error::Finalizer { source, .. } => match source.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.fenced(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// [`Error::is_conflict`], also inside the finalizer's wrapper.
+    pub fn conflict(&self) -> bool {
+        match self {
+            Error::Finalizer { source, .. } => match source.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_conflict(),
+                _ => false,
+            },
+            e => e.is_conflict(),
         }
     }
 

@@ -55,25 +55,49 @@ pub(crate) async fn reconcile<W: Wing>(obj: Arc<W::Object>, ctx: Arc<Context>) -
     let span = W::span(&obj);
     async move {
         let controller = W::controller();
-        if let Some(skip) = ctx.not_ours(&controller, obj.as_ref()) {
-            return Ok(skip);
-        }
+        let pass = match ctx.admit(&controller, obj.as_ref()) {
+            Ok(pass) => pass,
+            Err(skip) => return Ok(skip),
+        };
         let started = Instant::now();
         let api: Api<W::Object> = Api::all(ctx.client.clone());
         let name = obj.name_any();
-        let out = finalizer::finalizer(&api, W::FINALIZER, obj, |event| async {
-            match event {
-                Finalizer::Apply(o) => W::apply(&o, &ctx).await,
-                Finalizer::Cleanup(o) => W::cleanup(&o, &ctx).await,
-            }
-        })
-        .await
-        .map_err(|e| Error::Finalizer { kind: W::KIND, name, source: Box::new(e) });
+        let out = ctx
+            .fenced(
+                pass,
+                finalizer::finalizer(&api, W::FINALIZER, obj, |event| async {
+                    match event {
+                        Finalizer::Apply(o) => W::apply(&o, &ctx).await,
+                        // The finalizer goes right after this returns: fenced like any write.
+                        Finalizer::Cleanup(o) => W::cleanup(&o, &ctx)
+                            .await
+                            .and_then(|a| ctx.fence("finalizer removal").map(|()| a)),
+                    }
+                }),
+            )
+            .await
+            .map_err(|e| Error::Finalizer { kind: W::KIND, name, source: Box::new(e) });
         ctx.metrics.reconciled(&controller, started.elapsed());
-        out
+        out.or_else(|e| stopped(&ctx, &controller, e))
     }
     .instrument(span)
     .await
+}
+
+/// A reconcile the fence stopped, or whose write found the object changed since it was read
+/// (a 409 on a precondition), is no failure: it is tried again after a renew interval — by
+/// then this replica has renewed its Leases or lost them, and the watch has the newer object.
+fn stopped(ctx: &Context, controller: &str, e: Error) -> Result<Action> {
+    if let Some((write, paused)) = e.fenced() {
+        ctx.metrics.fenced(controller, write, paused);
+        tracing::info!("{e}");
+        return Ok(Action::requeue(ctx.gate.lapse_retry));
+    }
+    if e.conflict() {
+        tracing::info!("{e}; reading it again");
+        return Ok(Action::requeue(ctx.gate.lapse_retry));
+    }
+    Err(e)
 }
 
 /// A held deletion (`DeletionBlocked`, the object says how to release it) is looked at again
@@ -92,8 +116,11 @@ pub(crate) fn error_policy<W: Wing>(obj: Arc<W::Object>, error: &Error, ctx: Arc
     }
 }
 
-/// The whole status of `obj`, by forced server-side apply under the operator's field manager.
+/// The whole status of `obj`, by forced server-side apply under the operator's field manager,
+/// conditioned on `obj`'s resourceVersion (a newer status, another replica's, is not
+/// overwritten: 409) and fenced (docs/sharding.md, "After a pause").
 pub(crate) async fn write_status<W: Wing>(ctx: &Context, obj: &W::Object, status: &W::Status) -> Result<()> {
+    ctx.fence("status")?;
     dco_state::status::apply(&ctx.client, obj, status, FIELD_MANAGER).await.map_err(Error::kube(
         "write status of",
         W::KIND,
@@ -136,6 +163,36 @@ mod tests {
 
     fn in_finalizer(source: finalizer::Error<Error>) -> Error {
         Error::Finalizer { kind: "CRDConversionConfig", name: "widgets".into(), source: Box::new(source) }
+    }
+
+    #[tokio::test]
+    async fn a_fenced_write_or_a_conflict_is_a_retry_after_a_renew_interval_not_a_failure() {
+        let (ctx, _api, _) = test_context();
+        let retry = Action::requeue(ctx.gate.lapse_retry);
+        let fenced = Error::Fenced { write: "status", paused: true };
+        assert_eq!(stopped(&ctx, "probe", fenced).ok(), Some(retry.clone()));
+        let inner = Error::Fenced { write: "target spec.conversion", paused: false };
+        let wrapped = in_finalizer(finalizer::Error::ApplyFailed(inner));
+        assert_eq!(stopped(&ctx, "probe", wrapped).ok(), Some(retry.clone()));
+        let response = kube::core::Status {
+            code: 409,
+            message: "the object has been modified".into(),
+            ..Default::default()
+        };
+        let conflict = Error::kube("write status of", "CRDConversionConfig", "widgets")(kube::Error::Api(
+            Box::new(response),
+        ));
+        assert_eq!(stopped(&ctx, "probe", conflict).ok(), Some(retry));
+        let other = Error::NotReady("not yet".into());
+        assert!(matches!(stopped(&ctx, "probe", other), Err(Error::NotReady(_))), "a failure stays one");
+        let metrics = ctx.metrics.encode();
+        for (write, reason) in [("status", "paused"), ("target spec.conversion", "not_owned")] {
+            let line = format!(
+                r#"dco_operator_reconciles_fenced_total{{controller="probe",write="{write}",reason="{reason}"}} 1"#
+            );
+            assert!(metrics.contains(&line), "no {line} in {metrics}");
+        }
+        assert!(!metrics.contains("reconcile_errors_total{"), "no failure counted: {metrics}");
     }
 
     #[tokio::test]

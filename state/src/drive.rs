@@ -87,6 +87,14 @@ pub trait Driver: Send {
     fn trace(&self, obj: &Self::Object, transition: &Transition<State<Self>>);
 
     fn status_failed(&self, obj: &Self::Object, error: kube::Error) -> Self::Error;
+
+    /// Asked before each round of actions and before the Events and the status write: an
+    /// `Err` stops the drive there, writing nothing more (the operator's shard fence: a
+    /// replica paused mid-reconcile must not write for a shard it no longer owns). Nothing is
+    /// fenced by default.
+    fn fence(&self, _obj: &Self::Object, _write: &'static str) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// What one [`drive`] did: where the machine rests, the transitions on the way, and when to
@@ -118,12 +126,14 @@ pub async fn drive<D: Driver>(
         if settled.actions.is_empty() || rounds + 1 >= MAX_ROUNDS {
             break (observed, settled);
         }
+        driver.fence(obj, "handover round")?;
         for action in &settled.actions {
             notes.extend(driver.execute(obj, action, &observed).await?);
         }
         rounds += 1;
     };
     let settled = Settled { transitions, ..settled };
+    driver.fence(obj, "status")?;
     for t in &settled.transitions {
         driver.count(t);
         driver.trace(obj, t);
@@ -230,6 +240,8 @@ mod tests {
         lit: bool,
         broken: bool,
         log: Arc<Mutex<Log>>,
+        /// How many fences pass before one stops the drive (`None`: all).
+        fences: Option<Arc<Mutex<usize>>>,
     }
 
     impl Driver for LampDriver {
@@ -291,6 +303,15 @@ mod tests {
         fn status_failed(&self, _: &CRDConversionConfig, e: kube::Error) -> String {
             e.to_string()
         }
+        fn fence(&self, _: &CRDConversionConfig, write: &'static str) -> Result<(), String> {
+            let Some(left) = &self.fences else { return Ok(()) };
+            let mut left = left.lock().unwrap();
+            if *left == 0 {
+                return Err(format!("fenced before {write}"));
+            }
+            *left -= 1;
+            Ok(())
+        }
     }
 
     /// The requests `drive` made, as (method, path, body), each answered with its own body.
@@ -316,13 +337,13 @@ mod tests {
         let client = Client::new(service, "default");
         let recorder = Recorder::new(client.clone(), Reporter { controller: "lamp".into(), instance: None });
         let log = Arc::new(Mutex::new(Log::default()));
-        (LampDriver { client, recorder, lit: false, broken, log: log.clone() }, requests, log)
+        (LampDriver { client, recorder, lit: false, broken, log: log.clone(), fences: None }, requests, log)
     }
 
     fn lamp_object() -> CRDConversionConfig {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
-            "metadata": {"name": "lamp", "uid": "u1"},
+            "metadata": {"name": "lamp", "uid": "u1", "resourceVersion": "17"},
             "spec": {"targetCRD": {"name": "lamps.example.org"}, "hubVersion": "v1", "spokes": []},
         }))
         .unwrap()
@@ -358,7 +379,25 @@ mod tests {
             ("PATCH", "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs/lamp/status")
         );
         assert_eq!(body["status"], serde_json::json!({"lamp": "On", "lit": true, "transitions": 2}));
+        // Conditioned on the object as read: a status written since is not overwritten (409).
+        assert_eq!(body["metadata"]["resourceVersion"], "17");
         assert_eq!(requests.iter().filter(|(_, p, _)| p.ends_with("/status")).count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_fence_that_fails_stops_the_drive_before_its_next_write() {
+        // The first round's fence passes; the one before the Events and the status does not.
+        let (mut d, requests, log) = driver(false);
+        d.fences = Some(Arc::new(Mutex::new(1)));
+        assert_eq!(drive(&mut d, &lamp_object()).await.unwrap_err(), "fenced before status");
+        assert_eq!(log.lock().unwrap().executed, 1);
+        assert!(requests.lock().unwrap().is_empty(), "no Event, no status: {:?}", requests.lock().unwrap());
+        // Fenced before the first round: nothing is executed either.
+        let (mut d, requests, log) = driver(false);
+        d.fences = Some(Arc::new(Mutex::new(0)));
+        assert_eq!(drive(&mut d, &lamp_object()).await.unwrap_err(), "fenced before handover round");
+        assert_eq!(log.lock().unwrap().executed, 0);
+        assert!(requests.lock().unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -1,6 +1,9 @@
 //! The one status write of a reconcile: server-side apply of `status` under the operator's
-//! field manager, forced (the operator owns its kinds' status; a conflict would only mean an
-//! older operator wrote it).
+//! field manager, forced (the operator owns its kinds' status; a field-manager conflict would
+//! only mean an older operator wrote it), and conditioned on the resourceVersion the
+//! reconcile read: a status written since — by another replica that took the object's shard
+//! while this one was paused — is not overwritten; the write fails with 409, and the next
+//! reconcile reads it.
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
@@ -18,11 +21,14 @@ where
     S: Serialize,
 {
     let api: Api<K> = Api::all(client.clone());
-    let patch = serde_json::json!({
+    let mut patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "status": status,
     });
+    if let Some(rv) = obj.meta().resource_version.as_deref() {
+        patch["metadata"] = serde_json::json!({"resourceVersion": rv});
+    }
     api.patch_status(&obj.name_any(), &PatchParams::apply(field_manager).force(), &Patch::Apply(&patch))
         .await
         .map(drop)

@@ -292,6 +292,10 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
     fn status_failed(&self, cfg: &K, e: kube::Error) -> Error {
         Error::kube("write status of", K::KIND, cfg.name_any())(e)
     }
+
+    fn fence(&self, _cfg: &K, write: &'static str) -> Result<()> {
+        self.ctx.fence(write)
+    }
 }
 
 /// The XRD's spec.conversion names no webhook Service.

@@ -23,6 +23,7 @@ pub mod propagation;
 pub mod reverts;
 pub mod status;
 pub mod target;
+pub mod test_hook;
 #[cfg(test)]
 mod tests;
 pub mod xrds;
@@ -41,6 +42,10 @@ pub mod condition {
     /// XRD targets: a Crossplane package owns the XRD (its package manager rewrites it).
     pub const PACKAGE_MANAGED: &str = "PackageManaged";
 }
+
+/// How many times one reconcile reads again after a write's precondition failed; past that,
+/// the reconcile shape retries it after a renew interval (`crate::reconcile`).
+const MAX_CONFLICTS: usize = 2;
 
 /// The config wing of kind `K` in the one reconcile shape (`crate::reconcile`):
 /// runtime/controllers.rs runs `reconcile::<ConfigWing<K>>` for each config kind.
@@ -66,11 +71,23 @@ impl<K: ConfigKind> Wing for ConfigWing<K> {
         // from a stale state would start a bogus move (with the new server as its "source").
         let api: Api<K> = Api::all(ctx.client.clone());
         let name = cached.name_any();
-        let Some(fresh) = api.get_opt(&name).await.map_err(Error::kube("read", K::KIND, name))? else {
-            return Ok(Action::await_change());
-        };
-        let driven = dco_state::drive::drive(&mut driver::ConfigDriver::<K>::new(ctx), &fresh).await?;
-        Ok(Action::requeue(driven.requeue))
+        let mut conflicts = 0;
+        loop {
+            let Some(fresh) = api.get_opt(&name).await.map_err(Error::kube("read", K::KIND, &name))? else {
+                return Ok(Action::await_change());
+            };
+            match dco_state::drive::drive(&mut driver::ConfigDriver::<K>::new(ctx), &fresh).await {
+                Ok(driven) => return Ok(Action::requeue(driven.requeue)),
+                // A write's precondition failed: the target or the config changed since this
+                // reconcile read them (docs/sharding.md, "After a pause"). Read both again and
+                // decide again, fenced like the first time; a few times at most.
+                Err(e) if e.is_conflict() && conflicts < MAX_CONFLICTS => {
+                    conflicts += 1;
+                    tracing::info!("{e}; reading the config and its target again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn cleanup(cfg: &K, ctx: &Context) -> Result<Action> {

@@ -111,6 +111,11 @@ async fn writer(
 /// the whole field is written
 /// with one JSON patch, which drops the leftovers from every manager, so every write leaves
 /// a valid object saying exactly `want`.
+///
+/// Both writes are fenced (a replica paused mid-reconcile past its renew deadline writes
+/// nothing) and conditioned on the resourceVersion of the target as this reconcile read it
+/// (`known`) or as the apply left it: a target another replica re-wired since fails the write
+/// with 409, and the reconcile reads it again (docs/sharding.md, "After a pause").
 async fn apply(
     ctx: &Context,
     kind: TargetKind,
@@ -121,7 +126,14 @@ async fn apply(
 ) -> Result<Value> {
     let (api, at) = writer(ctx, kind, name, known).await?;
     let failed = Error::kube(action, kind.kind_name(), name);
-    let body = apply_body(kind, at, name, want);
+    let mut body = apply_body(kind, at, name, want);
+    let wanted = serde_json::json!({"spec": {"conversion": want}});
+    super::test_hook::before_conversion_write(name, known.and_then(wired_service), wired_service(&wanted))
+        .await;
+    ctx.fence("target spec.conversion")?;
+    if let Some(rv) = resource_version(known) {
+        body["metadata"]["resourceVersion"] = rv.into();
+    }
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let left = match api.patch(name, &pp, &Patch::Apply(&body)).await {
         Ok(o) => {
@@ -129,17 +141,45 @@ async fn apply(
             if carries(&after, want) {
                 return Ok(after);
             }
-            format!("the apply left {}", after.pointer("/spec/conversion").unwrap_or(&Value::Null))
+            let left =
+                format!("the apply left {}", after.pointer("/spec/conversion").unwrap_or(&Value::Null));
+            (left, resource_version(Some(&after)).map(str::to_string))
         }
         // Invalid: what another manager kept beside the applied fields, most likely.
-        Err(kube::Error::Api(e)) if e.code == 422 => format!("the apply was refused: {}", e.message),
+        Err(kube::Error::Api(e)) if e.code == 422 => {
+            (format!("the apply was refused: {}", e.message), resource_version(known).map(str::to_string))
+        }
         Err(e) => return Err(failed(e)),
     };
+    let (left, read_at) = left;
     tracing::info!(kind = kind.kind_name(), name, "{left}; writing spec.conversion whole");
-    let ops: json_patch::Patch = serde_json::from_value(whole_conversion_patch(want))
-        .map_err(|source| Error::Serialize { what: format!("{} {name}", kind.kind_name()), source })?;
+    ctx.fence("target spec.conversion")?;
+    let ops: json_patch::Patch =
+        serde_json::from_value(conditioned(whole_conversion_patch(want), read_at))
+            .map_err(|source| Error::Serialize { what: format!("{} {name}", kind.kind_name()), source })?;
     let pp = PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PatchParams::default() };
     to_json(kind, name, api.patch(name, &pp, &Patch::Json::<()>(ops)).await.map_err(failed)?)
+}
+
+/// `metadata.resourceVersion` of a target as read.
+fn resource_version(target: Option<&Value>) -> Option<&str> {
+    target?.pointer("/metadata/resourceVersion")?.as_str()
+}
+
+/// The whole-field JSON patch, made conditional on the target still being at resourceVersion
+/// `at`: a `replace` of it, which the apiserver takes as a precondition (409 when the target
+/// changed since; a `test` op would fail as 422, indistinguishable from an invalid object).
+fn conditioned(patch: Value, at: Option<String>) -> Value {
+    match (patch, at) {
+        (Value::Array(mut ops), Some(rv)) => {
+            ops.insert(
+                0,
+                serde_json::json!({"op": "replace", "path": "/metadata/resourceVersion", "value": rv}),
+            );
+            Value::Array(ops)
+        }
+        (patch, _) => patch,
+    }
 }
 
 /// Server-side apply `spec.conversion` so reviews go to `wiring`; returns the target after.
@@ -211,6 +251,32 @@ mod tests {
             serde_json::from_value(whole_conversion_patch(Some(&wiring.conversion()))).unwrap();
         json_patch::patch(&mut bare, &ops).unwrap();
         assert!(wiring.matches(&bare));
+    }
+
+    #[test]
+    fn the_whole_field_patch_is_conditioned_on_the_resource_version_read() {
+        let wiring = Wiring {
+            namespace: "dco-system".into(),
+            service: "dco-webhook-a".into(),
+            path: "/convert/xdbs.example.org".into(),
+            port: 443,
+            ca_bundle: "PEM".into(),
+            review_versions: vec!["v1".into()],
+        };
+        let whole = whole_conversion_patch(Some(&wiring.conversion()));
+        let ops = conditioned(whole.clone(), Some("42".into()));
+        assert_eq!(ops[0], json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "42"}));
+        assert_eq!(ops[1], whole[0], "then the field, whole");
+        assert_eq!(conditioned(whole.clone(), None), whole, "nothing read, nothing to condition on");
+        // On the target as read, the patch changes nothing but the field: the apiserver takes the
+        // resourceVersion for a precondition (409 when the target changed since).
+        let mut target = json!({"metadata": {"name": "t", "resourceVersion": "42"}, "spec": {"conversion": {"strategy": "None"}}});
+        json_patch::patch(&mut target, &serde_json::from_value::<json_patch::Patch>(ops).unwrap()).unwrap();
+        assert_eq!(target["metadata"]["resourceVersion"], "42");
+        assert!(wiring.matches(&target));
+        let read = json!({"metadata": {"resourceVersion": "7"}});
+        assert_eq!(resource_version(Some(&read)), Some("7"));
+        assert_eq!(resource_version(Some(&json!({}))), None);
     }
 
     #[test]

@@ -43,6 +43,15 @@ pub struct TransitionLabels {
     pub reason: String,
 }
 
+/// `dco_operator_reconciles_fenced_total`: `write` is one of a few fixed names of the
+/// reconcile's writes, `reason` `not_owned` or `paused`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FencedLabels {
+    pub controller: String,
+    pub write: &'static str,
+    pub reason: &'static str,
+}
+
 /// `dco_operator_xrd_wiring_reverts_total`: `owner` is `package` when a Crossplane package
 /// owns the XRD, else `other` (two series at most).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -62,6 +71,8 @@ pub struct Metrics {
     pub skipped: Family<ControllerLabel, Counter>,
     /// Reconciles the shard gate let through, by the object's shard: who reconciled what.
     pub let_through: Family<ShardLabels, Counter>,
+    /// Reconciles stopped before a write: the gate's pass lapsed since (context.rs `fence`).
+    pub fenced: Family<FencedLabels, Counter>,
     /// Reverts of an XRD's wiring by another writer (config/reverts.rs).
     pub xrd_wiring_reverts: Family<RevertLabels, Counter>,
     /// Seconds from dco's write of an XRD's spec.conversion to its generated CRDs carrying it.
@@ -114,6 +125,13 @@ impl Metrics {
             "Reconciles the shard gate let through, by the object's shard",
             let_through.clone(),
         );
+        let fenced = Family::<FencedLabels, Counter>::default();
+        register(
+            &mut registry,
+            "reconciles_fenced",
+            "Reconciles stopped right before a write: the object's shard was no longer this replica's, or this process was paused since the gate let the reconcile through",
+            fenced.clone(),
+        );
         let xrd_wiring_reverts = Family::<RevertLabels, Counter>::default();
         register(
             &mut registry,
@@ -141,6 +159,7 @@ impl Metrics {
             target_patches,
             skipped,
             let_through,
+            fenced,
             xrd_wiring_reverts,
             propagation_lag,
         }
@@ -152,6 +171,11 @@ impl Metrics {
 
     pub fn let_through(&self, controller: &str, shard: u32) {
         self.let_through.get_or_create(&ShardLabels { controller: controller.to_string(), shard }).inc();
+    }
+
+    pub fn fenced(&self, controller: &str, write: &'static str, paused: bool) {
+        let reason = if paused { "paused" } else { "not_owned" };
+        self.fenced.get_or_create(&FencedLabels { controller: controller.to_string(), write, reason }).inc();
     }
 
     pub fn reconciled(&self, controller: &str, took: Duration) {

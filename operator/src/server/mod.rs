@@ -278,6 +278,8 @@ async fn certificate(
     owned.keep::<Secret>(&names.tls_secret);
     if let Some(spec) = &cws.spec.certificate {
         let tls = read_secret(ctx, &names.namespace, &names.tls_secret).await?;
+        // cert-manager's Certificate and the Secret's hand-over are writes too.
+        ctx.fence("a server's certificate")?;
         let out = cert_manager::ensure(ctx, cws, spec, names, owner, tls.as_ref()).await?;
         if out.keep_ca {
             owned.keep::<Secret>(&names.ca_secret);
@@ -290,6 +292,7 @@ async fn certificate(
     let tls = read_secret(ctx, &names.namespace, &names.tls_secret).await?;
     // Taking the Secret back from cert-manager: keep its leaf (and trust its CA) rather than
     // the operator's old CA (`cert_manager::release`).
+    ctx.fence("a server's certificate")?;
     let ca = if cert_manager::release(ctx, cws, names, owner, tls.as_ref()).await? { None } else { ca };
     let (ca_data, tls_data) = (secret_data(&ca), secret_data(&tls));
     let outcome = pki::ensure(

@@ -133,6 +133,7 @@ impl OwnedObjects {
         let namespace = obj.meta().namespace.clone().unwrap_or_else(|| self.namespace.clone());
         let key = Key::of::<K>(K::namespace(&namespace), name);
         let api = K::api(self.client.clone(), &namespace);
+        crate::context::fence("a server's child")?;
         let applied = api
             .patch(&key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
             .await
@@ -204,6 +205,7 @@ impl OwnedObjects {
                 propagation_policy: Some(PropagationPolicy::Background),
                 ..DeleteParams::default()
             };
+            crate::context::fence("a server's child")?;
             match api.delete(&key.name, &dp).await {
                 Ok(_) => pruned.push(format!("{} {}", K::KIND, key.label())),
                 // Gone already, or replaced by a new object of that name: not the one listed.

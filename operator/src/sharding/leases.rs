@@ -171,6 +171,8 @@ pub struct Membership {
     pub(super) recorder: Option<kube::runtime::events::Recorder>,
     /// The Pod that owns this replica's member Lease, if it runs in one ([`PodRef`]).
     pub(super) pod: Option<PodRef>,
+    /// This process's pauses: the gate owns nothing after one until a tick renews (`pause.rs`).
+    pub(super) pauses: std::sync::Arc<super::pause::Pauses>,
 }
 
 impl Membership {
@@ -187,6 +189,7 @@ impl Membership {
             member: None,
             recorder: None,
             pod: None,
+            pauses: std::sync::Arc::new(super::pause::Pauses::started()),
         }
     }
 
@@ -209,7 +212,7 @@ impl Membership {
 
     /// The reconcile gate over this Coordinator's owned set.
     pub fn gate(&self) -> Gate {
-        let mut gate = Gate::new(self.settings.shards, self.owned());
+        let mut gate = Gate::new(self.settings.shards, self.owned()).with_pauses(self.pauses.clone());
         gate.lapse_retry = self.settings.renew_interval.unsigned_abs();
         gate
     }

@@ -28,6 +28,8 @@ pub struct ShardingMetrics {
     pub coordinator_ticks: Family<ResultLabel, Counter>,
     pub shard_takes: Counter,
     pub shard_frees: Counter,
+    /// Pauses of this process the Coordinator's heartbeat saw (`pause.rs`).
+    pub pauses: Counter,
     /// Shards this replica owns now.
     pub owned_shards: Gauge,
     /// 1 when the apiserver applies `shardSelector` and the config watches send it.
@@ -50,6 +52,12 @@ impl Register for ShardingMetrics {
         );
         register(registry, "shard_takes", "Shard Leases this replica took", self.shard_takes.clone());
         register(registry, "shard_frees", "Shard Leases this replica freed", self.shard_frees.clone());
+        register(
+            registry,
+            "pauses_detected",
+            "Times this process did not run for over 4 s (stopped, frozen or starved); it owned no shard until its next renewal",
+            self.pauses.clone(),
+        );
         register(registry, "owned_shards", "Shards this replica owns", self.owned_shards.clone());
         register(
             registry,

@@ -128,6 +128,8 @@ impl Thread {
                     .with_names(names)
                     .with_pod(pod);
                 m.recorder = Some(recorder);
+                // From the start: the wait for the watches below is no pause.
+                tokio::spawn(m.pauses.clone().run(nudged.clone(), metrics.pauses.clone()));
                 m.tick_and_report(&metrics, &mut || {}).await;
                 if primed_tx.send(Ok((m.gate(), m.owned(), m.snapshot()))).is_err() {
                     return;
@@ -235,9 +237,14 @@ impl Membership {
         metrics: &super::metrics::ShardingMetrics,
         on_change: &mut impl FnMut(),
     ) -> Option<Timestamp> {
+        // The pauses counted before this tick's LIST: its renewal proves the Leases held after them.
+        let pauses = self.pauses.count();
         let now = Timestamp::now();
         match self.tick(now).await {
             Ok(r) => {
+                if self.last_renewal == Some(now) {
+                    self.pauses.renewed(pauses);
+                }
                 metrics.coordinator_ticks.get_or_create(&super::metrics::ResultLabel { result: "ok" }).inc();
                 metrics.shard_takes.inc_by(r.taken.len() as u64);
                 metrics.shard_frees.inc_by(r.freed.len() as u64);

@@ -1,0 +1,180 @@
+//! Pauses of this process (docs/sharding.md, "After a pause"). A replica that did not run for
+//! a while — SIGSTOP, a frozen VM or container, a starved CPU — wakes up with caches as old as
+//! the pause and a reconcile perhaps half done, and its shard Leases may have been taken
+//! meanwhile. The gate's clock check (`ShardOwnership::owns`) stops it once the renew deadline
+//! has passed, but a shorter pause leaves it owning shards on a view as old as the pause.
+//!
+//! So a heartbeat on the Coordinator's thread counts a pause when its clock jumped by more
+//! than [`PAUSE`]; from then until a tick that began after the pause has renewed this
+//! replica's Leases (the LIST and the resourceVersion-guarded writes prove it still holds
+//! them), the gate owns nothing ([`Pauses::stale`]), and a reconcile that passed the gate
+//! before the pause stops at its next write (`gate.rs` `Gate::fence`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A clock jump longer than this is a pause: the Coordinator's heartbeat runs on a thread of
+/// its own, so a busy reconcile pool does not delay it; 4 s, as the webhook's detector,
+/// stays clear of the scheduling delays of a busy node.
+pub const PAUSE: Duration = Duration::from_secs(4);
+/// How often the heartbeat looks at the clock.
+pub const BEAT: Duration = Duration::from_millis(250);
+
+/// The pauses of this process, counted, and how many of them a renewal since covers.
+#[derive(Debug)]
+pub struct Pauses {
+    /// Only where a heartbeat runs ([`Pauses::started`]): without one, every look would find
+    /// a gap since the last.
+    enabled: bool,
+    epoch: Instant,
+    /// Milliseconds since `epoch` at the last heartbeat (or look).
+    last_beat_ms: AtomicU64,
+    /// The `last_beat_ms` whose gap was last counted: a gap is counted once, however many
+    /// look at it.
+    counted_at: AtomicU64,
+    /// Pauses counted so far.
+    paused: AtomicU64,
+    /// How many of them a tick that began after them renewed.
+    renewed: AtomicU64,
+}
+
+impl Default for Pauses {
+    fn default() -> Self {
+        Pauses {
+            enabled: false,
+            epoch: Instant::now(),
+            last_beat_ms: AtomicU64::new(0),
+            counted_at: AtomicU64::new(u64::MAX),
+            paused: AtomicU64::new(0),
+            renewed: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Pauses {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Counting from now on: the Coordinator's, whose heartbeat ([`Pauses::run`]) starts with it.
+    pub fn started() -> Self {
+        Pauses { enabled: true, ..Pauses::default() }
+    }
+
+    /// One heartbeat: counts a pause since the last one, then moves the clock on. Returns
+    /// whether this look counted a new pause.
+    pub fn beat(&self) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let now = self.now_ms();
+        let last = self.last_beat_ms.load(Ordering::SeqCst);
+        let gap = now.saturating_sub(last);
+        let counted = gap > PAUSE.as_millis() as u64 && self.counted_at.swap(last, Ordering::SeqCst) != last;
+        if counted {
+            self.paused.fetch_add(1, Ordering::SeqCst);
+            tracing::warn!(
+                paused_ms = gap,
+                "this process did not run for a while (stopped, frozen or starved): it reconciles nothing until its next tick has renewed its shard Leases"
+            );
+        }
+        self.last_beat_ms.fetch_max(now, Ordering::SeqCst);
+        counted
+    }
+
+    /// Pauses counted so far (after a look at the clock): a reconcile's pass carries it, and a
+    /// tick that renews covers the pauses counted when it began.
+    pub fn count(&self) -> u64 {
+        self.beat();
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// How many pauses the last renewal covers.
+    pub fn renewed_upto(&self) -> u64 {
+        self.renewed.load(Ordering::SeqCst)
+    }
+
+    /// A tick that began when [`Pauses::count`] was `upto` renewed this replica's Leases.
+    pub fn renewed(&self, upto: u64) {
+        self.renewed.fetch_max(upto, Ordering::SeqCst);
+    }
+
+    /// Whether a pause has not been covered by a renewal yet: the gate owns nothing then.
+    #[cfg(test)]
+    pub fn stale(&self) -> bool {
+        self.count() > self.renewed_upto()
+    }
+
+    /// Beats every [`BEAT`] for as long as it runs; on a pause, asks for a tick at once
+    /// (`nudge`, the Coordinator's), so the gate reopens as soon as the renewal proves the
+    /// Leases are still this replica's, and counts it in `pauses`.
+    pub async fn run(
+        self: std::sync::Arc<Self>,
+        nudge: std::sync::Arc<tokio::sync::Notify>,
+        pauses: prometheus_client::metrics::counter::Counter,
+    ) {
+        let mut tick = tokio::time::interval(BEAT);
+        // After a pause, one tick, not a burst of the missed ones.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if self.beat() {
+                pauses.inc();
+                nudge.notify_one();
+            }
+        }
+    }
+
+    /// As if the last beat was `ago` ago (unit tests).
+    #[cfg(test)]
+    pub fn last_beat_ago(&self, ago: Duration) {
+        let now = self.now_ms();
+        self.last_beat_ms.store(now.saturating_sub(ago.as_millis() as u64), Ordering::SeqCst);
+    }
+
+    /// Pauses whose clock has run a minute, so a gap can be set back from now (unit tests).
+    #[cfg(test)]
+    pub fn for_tests() -> Self {
+        let epoch =
+            Instant::now().checked_sub(Duration::from_secs(60)).expect("the machine has run a minute");
+        let p = Pauses { epoch, ..Pauses::started() };
+        p.last_beat_ms.store(p.now_ms(), Ordering::SeqCst);
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_heartbeat_nothing_is_a_pause() {
+        let p = Pauses { enabled: false, ..Pauses::for_tests() };
+        p.last_beat_ago(PAUSE * 3);
+        assert!(!p.stale());
+        assert_eq!(p.count(), 0);
+    }
+
+    #[test]
+    fn a_pause_is_counted_once_and_stale_until_a_tick_begun_after_it_renews() {
+        let p = Pauses::for_tests();
+        p.last_beat_ago(PAUSE / 2);
+        assert!(!p.stale(), "a gap shorter than PAUSE is not a pause");
+        // A tick begins before the pause (it read count 0), the pause comes, the tick renews.
+        let before = p.count();
+        p.last_beat_ago(PAUSE * 3);
+        assert!(p.stale());
+        assert_eq!(p.count(), before + 1, "one gap, one pause, however many look");
+        p.renewed(before);
+        assert!(p.stale(), "a renewal begun before the pause proves nothing after it");
+        let after = p.count();
+        p.renewed(after);
+        assert!(!p.stale());
+        // Renewals only move forward: a late report of an old tick does not reopen a pause.
+        p.renewed(before);
+        assert!(!p.stale());
+        p.last_beat_ago(PAUSE * 2);
+        assert!(p.stale(), "a second pause");
+        assert_eq!(p.count(), after + 1);
+    }
+}
