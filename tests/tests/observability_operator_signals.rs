@@ -173,7 +173,23 @@ async fn scenario(
             value(&body, &format!("dco_operator_queue_wait_seconds_count{{controller=\"{controller}\"}}"));
         let sum =
             value(&body, &format!("dco_operator_queue_wait_seconds_sum{{controller=\"{controller}\"}}"));
-        eprintln!("{controller}: {waits} waits, {sum:.3} s in all");
+        let (runs, took) = (
+            value(
+                &body,
+                &format!("dco_operator_reconcile_duration_seconds_count{{controller=\"{controller}\"}}"),
+            ),
+            value(
+                &body,
+                &format!("dco_operator_reconcile_duration_seconds_sum{{controller=\"{controller}\"}}"),
+            ),
+        );
+        eprintln!("{controller}: {waits} waits, {sum:.3} s in all; {runs} reconciles, {took:.3} s in all");
+        for l in body
+            .lines()
+            .filter(|l| l.starts_with("dco_operator_queue_wait_seconds_bucket") && l.contains(controller))
+        {
+            eprintln!("  {l}");
+        }
         ensure!(waits > 0.0 && sum >= 0.0, "{controller}: no queue wait observed");
     }
     wait_for("every queue to be empty", Duration::from_secs(60), || async {
