@@ -115,12 +115,20 @@ pub async fn run(opts: &Options) -> Result<Outcome> {
         opts.seed,
         t.ns
     );
+    let started = Instant::now();
     let mut w = World::new(&t, opts);
     let result = w.soak().await;
+    let ran = started.elapsed();
     let removed = w.remove().await;
     t.cleanup().await;
     if let Err(e) = &removed {
         eprintln!("soak: removing what the run made: {e:#}");
     }
+    // The run's whole cost, for CI's budget (docs/performance.md, "Soak").
+    eprintln!(
+        "soak: {:.0} s from the namespace to the report, {:.0} s to remove everything",
+        ran.as_secs_f64(),
+        (started.elapsed() - ran).as_secs_f64()
+    );
     result
 }

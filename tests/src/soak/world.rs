@@ -203,6 +203,19 @@ impl<'a> World<'a> {
                 MANAGER.apply(&api, &name, obj).await?;
             }
         }
+        // Warm-up of the servers: every target served by the pin server once and back, so each
+        // server's steady state (the memory judged) has seen every target.
+        for pin in [true, false] {
+            for i in 0..self.targets.len() {
+                if self.pinned[i] != pin {
+                    self.toggle_pin(i).await?;
+                }
+            }
+            wait_for("every target to settle in the warm-up", WAIT, || async {
+                Ok(self.settled_all().await?.ok())
+            })
+            .await?;
+        }
         Ok(())
     }
 
