@@ -56,7 +56,7 @@ pub async fn before_conversion_write(target: &str, from: Option<(&str, &str)>, t
         named
     });
     if holds(named.as_deref(), target, from, to, &FIRED) {
-        tracing::warn!(target, ?from, ?to, "{LINE}");
+        tracing::warn!(name = target, ?from, ?to, "{LINE}");
         tokio::time::sleep(WAIT).await;
     }
 }
