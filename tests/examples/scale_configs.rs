@@ -91,9 +91,16 @@ async fn with_status(client: &Client, ns: &str, only: &BTreeSet<String>) -> Resu
     Ok((done, all))
 }
 
-async fn wait_all_status(client: &Client, ns: &str, only: &BTreeSet<String>, what: &str) -> Result<()> {
+async fn wait_all_status(
+    client: &Client,
+    ns: &str,
+    only: &BTreeSet<String>,
+    ops: &mut Operators,
+    what: &str,
+) -> Result<()> {
     let (started, mut last) = (Instant::now(), Instant::now());
     loop {
+        ops.check_alive()?;
         let (done, all) = with_status(client, ns, only).await?;
         if done == all && all > 0 {
             return Ok(());
@@ -169,8 +176,8 @@ async fn run(t: &TestEnv, selector: &str) -> Result<()> {
 
     // 1. The cold start.
     let cold = Instant::now();
-    let ops = Operators::start(t, selector, &ids("op"), &[])?;
-    wait_all_status(&client, ns, &BTreeSet::new(), "cold start").await?;
+    let mut ops = Operators::start(t, selector, &ids("op"), &[])?;
+    wait_all_status(&client, ns, &BTreeSet::new(), &mut ops, "cold start").await?;
     let cold_took = cold.elapsed();
     let after_cold = sample(&ops);
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -210,7 +217,6 @@ async fn run(t: &TestEnv, selector: &str) -> Result<()> {
     );
 
     // 3. One replica killed: its shards' configs lose their status at once.
-    let mut ops = ops;
     let (victim, mut child) = ops.children.remove(0);
     let holders = dco_tests::shard_holders(&leases).await?;
     let its: BTreeSet<u32> = holders.iter().filter(|(_, h)| h.holder == victim).map(|(s, _)| *s).collect();
@@ -250,7 +256,7 @@ async fn run(t: &TestEnv, selector: &str) -> Result<()> {
             .map(|()| killed.elapsed())
         })
     };
-    wait_all_status(&client, ns, &orphans, "after the kill").await?;
+    wait_all_status(&client, ns, &orphans, &mut ops, "after the kill").await?;
     let all_back = killed.elapsed();
     let taken = taken.await??;
     println!(

@@ -47,6 +47,16 @@ impl Operators {
         Ok(out)
     }
 
+    /// Fails when a replica has exited: a wait for their work would never end.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for (id, c) in &mut self.children {
+            if let Some(st) = c.try_wait()? {
+                anyhow::bail!("operator replica {id} exited ({st}); its log is under the cluster's logs/");
+            }
+        }
+        Ok(())
+    }
+
     /// The pids, in `children`' order.
     pub fn pids(&self) -> Vec<u32> {
         self.children.iter().map(|(_, c)| c.id()).collect()
