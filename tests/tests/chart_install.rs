@@ -190,7 +190,8 @@ async fn chart_lints_renders_and_is_accepted() -> Result<()> {
         ("ServiceAccount", 2),
         ("ClusterRole", 3),
         ("ClusterRoleBinding", 2),
-        ("Service", 1),
+        // admission and the operator's metrics (with every install)
+        ("Service", 2),
         ("ValidatingWebhookConfiguration", 1),
         ("ConversionWebhookServer", 1),
         ("PodDisruptionBudget", 1),
