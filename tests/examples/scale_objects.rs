@@ -118,6 +118,12 @@ async fn full_list(api: &Api<DynamicObject>) -> (usize, f64, usize) {
                     return (n, t.elapsed().as_secs_f64(), failed);
                 }
             }
+            // A continue token outlives etcd's compaction (5 min) no longer: the list cannot
+            // go on, as a client paging that slowly would find.
+            Err(kube::Error::Api(e)) if e.code == 410 => {
+                eprintln!("LIST expired (410) after {n} objects, {:.0?}: {}", t.elapsed(), e.message);
+                return (n, t.elapsed().as_secs_f64(), failed + 1);
+            }
             Err(e) => {
                 failed += 1;
                 if failed <= 3 {
@@ -281,9 +287,15 @@ async fn run(t: &TestEnv) -> Result<()> {
         Ok((g > generation).then(|| moved.elapsed()))
     })
     .await?;
+    let settled = {
+        let (client, config, b) = (client.clone(), config.clone(), b.clone());
+        tokio::spawn(async move {
+            wait_for("the target settled on B", WAIT, || settled_on(&client, &config, &b)).await?;
+            anyhow::Ok(moved.elapsed())
+        })
+    };
     list_pair(&client, ns, &b, &v1, &v2, "right after the move's patch").await?;
-    wait_for("the target settled on B", WAIT, || settled_on(&client, &config, &b)).await?;
-    let settled = moved.elapsed();
+    let settled = settled.await??;
     // Past the source's drain period (30 s).
     tokio::time::sleep(Duration::from_secs(32)).await;
     stop.store(true, Ordering::SeqCst);
