@@ -105,9 +105,10 @@ impl Pauses {
         self.count() > self.renewed_upto()
     }
 
-    /// Beats every [`BEAT`] for as long as it runs; on a pause, asks for a tick at once
-    /// (`nudge`, the Coordinator's), so the gate reopens as soon as the renewal proves the
-    /// Leases are still this replica's, and counts it in `pauses`.
+    /// Beats every [`BEAT`] for as long as it runs; on a pause — counted here, or first by a
+    /// reconcile's look at the gate — asks for a tick at once (`nudge`, the Coordinator's), so
+    /// the gate reopens as soon as the renewal proves the Leases are still this replica's, and
+    /// counts it in `pauses`.
     pub async fn run(
         self: std::sync::Arc<Self>,
         nudge: std::sync::Arc<tokio::sync::Notify>,
@@ -116,10 +117,13 @@ impl Pauses {
         let mut tick = tokio::time::interval(BEAT);
         // After a pause, one tick, not a burst of the missed ones.
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut seen = 0;
         loop {
             tick.tick().await;
-            if self.beat() {
-                pauses.inc();
+            let now = self.count();
+            if now > seen {
+                pauses.inc_by(now - seen);
+                seen = now;
                 nudge.notify_one();
             }
         }
@@ -146,6 +150,21 @@ impl Pauses {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_heartbeat_counts_and_nudges_a_pause_another_look_saw_first() {
+        let p = std::sync::Arc::new(Pauses::for_tests());
+        let nudge = std::sync::Arc::new(tokio::sync::Notify::new());
+        let counter = prometheus_client::metrics::counter::Counter::<u64>::default();
+        tokio::spawn(p.clone().run(nudge.clone(), counter.clone()));
+        tokio::time::sleep(BEAT * 2).await;
+        assert_eq!(counter.get(), 0);
+        // A reconcile's look at the gate counts the pause before the heartbeat runs.
+        p.last_beat_ago(PAUSE * 2);
+        assert_eq!(p.count(), 1);
+        tokio::time::timeout(BEAT * 4, nudge.notified()).await.expect("a tick asked for");
+        assert_eq!(counter.get(), 1);
+    }
 
     #[test]
     fn without_a_heartbeat_nothing_is_a_pause() {
