@@ -1,8 +1,8 @@
 //! The resident memory of every dco process of the soak's release (docs/performance.md,
 //! "Soak"): every few seconds, each container of the namespace's Pods read from
 //! `/proc/<pid>/status` (the local cluster's Pods are processes of this machine), by role:
-//! `operator` or `webhook <server>`. The leak check compares a role's level after warm-up with
-//! its level at the end.
+//! `operator` or `webhook <server>`. The leak check compares a role's level after warm-up (its
+//! highest in the first half of the run after warm-up) with its level at the end.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -106,8 +106,12 @@ impl Level {
     }
 }
 
-/// The levels of each role present in both windows `[warm, warm + span]` and `[end - span, end]`.
+/// The levels of each role present in both windows: after warm-up, `[warm, warm + w]` with `w`
+/// the larger of `span` and half the time from warm-up to the end (a process replaced by a
+/// rolling upgrade reaches its plateau again by serving every target once, so the first half
+/// holds the plateau; a leak grows on through the second), and at the end, `[end - span, end]`.
 pub fn levels(samples: &[Sample], warm_ms: u32, end_ms: u32, span_ms: u32) -> Vec<Level> {
+    let reference = span_ms.max(end_ms.saturating_sub(warm_ms) / 2);
     let mut roles: Vec<String> = samples.iter().map(|s| s.role.clone()).collect();
     roles.sort();
     roles.dedup();
@@ -117,7 +121,7 @@ pub fn levels(samples: &[Sample], warm_ms: u32, end_ms: u32, span_ms: u32) -> Ve
     roles
         .into_iter()
         .filter_map(|role| {
-            let warm_kb = max_in(&role, warm_ms, warm_ms + span_ms)?;
+            let warm_kb = max_in(&role, warm_ms, warm_ms + reference)?;
             let end_kb = max_in(&role, end_ms.saturating_sub(span_ms), end_ms)?;
             Some(Level { role, warm_kb, end_kb })
         })
