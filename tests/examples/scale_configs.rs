@@ -101,7 +101,15 @@ async fn wait_all_status(
     let (started, mut last) = (Instant::now(), Instant::now());
     loop {
         ops.check_alive()?;
-        let (done, all) = with_status(client, ns, only).await?;
+        // The overloaded apiserver may close a LIST of thousands of configs: a poll is retried.
+        let (done, all) = match with_status(client, ns, only).await {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("{what}: a poll failed, retried: {e}");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+        };
         if done == all && all > 0 {
             return Ok(());
         }
