@@ -820,6 +820,26 @@ mod tests {
     }
 
     #[test]
+    fn a_target_being_read_is_left_alone_until_its_copy_arrives() {
+        // Pinned here a moment ago: the copy is on its way (the share just grew).
+        let mut s = syncer("b", Arc::new(Counting::default()));
+        let mut w = world("v2", 1, Some("b"), None);
+        w.targets.clear();
+        w.unread.insert((TargetKind::Crd, TARGET.into()));
+        s.pass(&w, Instant::now());
+        assert!(s.registry().get(TARGET).is_none(), "not held as a missing target meanwhile");
+        s.pass(&world("v2", 1, Some("b"), None), Instant::now());
+        assert_eq!(s.registry().get(TARGET).unwrap().hold, HoldReason::Assigned);
+        assert!(s.registry().get(TARGET).unwrap().served.is_some());
+        // A held plan whose new copy is on its way is not dropped either.
+        let mut w = world("v2", 2, Some("b"), None);
+        w.targets.clear();
+        w.unread.insert((TargetKind::Crd, TARGET.into()));
+        s.pass(&w, Instant::now());
+        assert_eq!(hash(&s).as_deref(), Some("v2-1"));
+    }
+
+    #[test]
     fn not_assigned_here_is_not_served() {
         let mut s = syncer("b", Arc::new(Counting::default()));
         s.pass(&world("v2", 1, None, None), Instant::now());
@@ -850,26 +870,6 @@ mod tests {
         let r = s.pass(&world("v2", 2, Some("b"), Some("svc-b")), t0 + Duration::from_secs(30));
         assert_eq!(r.dropped, 1);
         assert!(s.registry().get(TARGET).is_none());
-    }
-
-    #[test]
-    fn a_target_being_read_is_left_alone_until_its_copy_arrives() {
-        // Pinned here a moment ago: the copy is on its way (the share just grew).
-        let mut s = syncer("b", Arc::new(Counting::default()));
-        let mut w = world("v2", 1, Some("b"), None);
-        w.targets.clear();
-        w.unread.insert((TargetKind::Crd, TARGET.into()));
-        s.pass(&w, Instant::now());
-        assert!(s.registry().get(TARGET).is_none(), "not held as a missing target meanwhile");
-        s.pass(&world("v2", 1, Some("b"), None), Instant::now());
-        assert_eq!(s.registry().get(TARGET).unwrap().hold, HoldReason::Assigned);
-        assert!(s.registry().get(TARGET).unwrap().served.is_some());
-        // A held plan whose new copy is on its way is not dropped either.
-        let mut w = world("v2", 2, Some("b"), None);
-        w.targets.clear();
-        w.unread.insert((TargetKind::Crd, TARGET.into()));
-        s.pass(&w, Instant::now());
-        assert_eq!(hash(&s).as_deref(), Some("v2-1"));
     }
 
     #[test]
