@@ -381,105 +381,66 @@ impl crate::observability::metrics::Register for Arc<StatusMetrics> {
 
 impl Collector for StatusMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use dco_api::metrics::encode_family;
         let rows = self.observe(Timestamp::now());
-        let phases = Family::<PhaseLabels, Gauge>::default();
-        for l in rows.phases {
-            phases.get_or_create(&l).set(1);
-        }
-        encode_family(
+        encode_gauges(
             &mut encoder,
             "config_phase",
             "1 for each config's status.phase, by config kind and target",
-            &phases,
+            rows.phases.into_iter().map(|l| (l, 1)),
         )?;
-        let failed = Family::<ConfigLabels, Gauge>::default();
-        for (l, f) in rows.compile_failed {
-            failed.get_or_create(&l).set(i64::from(f));
-        }
-        encode_family(
+        encode_gauges(
             &mut encoder,
             "config_compile_failed",
             "1 while a config's rules do not compile against its target's live schemas (Validated=False), else 0",
-            &failed,
+            rows.compile_failed.into_iter().map(|(l, f)| (l, i64::from(f))),
         )?;
-        let handovers = Family::<HandoverLabels, Gauge<f64, AtomicU64>>::default();
-        for (l, since) in rows.handovers {
-            handovers.get_or_create(&l).set(since);
-        }
-        encode_family(
+        encode_timestamps(
             &mut encoder,
             "handover_state_entered_timestamp_seconds",
             "When each config's handover entered its current state (status.handover.since), by state and destination",
-            &handovers,
+            rows.handovers,
         )?;
-        let not_ready = Family::<NotReadyLabels, Gauge<f64, AtomicU64>>::default();
-        for (l, since) in rows.not_ready {
-            not_ready.get_or_create(&l).set(since);
-        }
-        encode_family(
+        encode_timestamps(
             &mut encoder,
             "handover_not_ready_since_timestamp_seconds",
             "Since when a config's HandoverReady condition has been False (a move started or was blocked), by state, reason and destination; absent while it is True",
-            &not_ready,
+            rows.not_ready,
         )?;
-        let propagated = Family::<ConfigLabels, Gauge>::default();
-        for (l, p) in rows.propagated {
-            propagated.get_or_create(&l).set(i64::from(p));
-        }
-        encode_family(
+        encode_gauges(
             &mut encoder,
             "config_propagated",
             "XRD configs: 1 while every CRD Crossplane generated from the XRD carries dco's wiring (ConversionPropagated=True), else 0",
-            &propagated,
+            rows.propagated.into_iter().map(|(l, p)| (l, i64::from(p))),
         )?;
-        let not_propagated = Family::<NotPropagatedLabels, Gauge<f64, AtomicU64>>::default();
-        for (l, since) in rows.not_propagated {
-            not_propagated.get_or_create(&l).set(since);
-        }
-        encode_family(
+        encode_timestamps(
             &mut encoder,
             "config_not_propagated_since_timestamp_seconds",
             "XRD configs wired by dco whose generated CRDs do not carry the wiring: since when (ConversionPropagated's lastTransitionTime), by reason",
-            &not_propagated,
+            rows.not_propagated,
         )?;
-        let not_applied = Family::<NotAppliedLabels, Gauge<f64, AtomicU64>>::default();
-        for (l, since) in rows.not_applied {
-            not_applied.get_or_create(&l).set(since);
-        }
-        encode_family(
+        encode_timestamps(
             &mut encoder,
             "config_not_applied_since_timestamp_seconds",
             "Since when a config has not been applied (Applied False, or never applied: the first False of TargetHealthy, Validated, WebhookServerReady, HandoverReady), by that condition's reason; absent while Applied is True",
-            &not_applied,
+            rows.not_applied,
         )?;
-        let (desired, ready) =
-            (Family::<ServerLabel, Gauge>::default(), Family::<ServerLabel, Gauge>::default());
-        for (l, d, r) in rows.server_replicas {
-            desired.get_or_create(&l).set(i64::from(d));
-            ready.get_or_create(&l).set(i64::from(r));
-        }
-        encode_family(
+        encode_gauges(
             &mut encoder,
             "server_replicas_desired",
             "Replicas a ConversionWebhookServer asks for (spec.replicas, or its HPA's count within spec.autoscaling)",
-            &desired,
+            rows.server_replicas.iter().map(|(l, d, _)| (l.clone(), i64::from(*d))),
         )?;
-        encode_family(
+        encode_gauges(
             &mut encoder,
             "server_replicas_ready",
             "Ready replicas of a ConversionWebhookServer's Deployment (status.readyReplicas)",
-            &ready,
+            rows.server_replicas.into_iter().map(|(l, _, r)| (l, i64::from(r))),
         )?;
-        let serving = Family::<ServingLabels, Gauge>::default();
-        for (l, n) in rows.serving {
-            serving.get_or_create(&l).set(i64::from(n));
-        }
-        encode_family(
+        encode_gauges(
             &mut encoder,
             "target_serving_replicas",
             "Live replicas of the server a target is wired to whose served-target Lease lists it (absent when the Leases cannot tell)",
-            &serving,
+            rows.serving.into_iter().map(|(l, n)| (l, i64::from(n))),
         )?;
         for (name, help, value) in [
             ("shards", "Shards of the operator's work (--shards)", rows.shards.map(|s| i64::from(s.0))),
@@ -498,17 +459,49 @@ impl Collector for StatusMetrics {
                 )?;
             }
         }
-        let certs = Family::<CertLabels, Gauge>::default();
-        for c in rows.certificates {
-            certs.get_or_create(&c.labels).set(c.not_after);
-        }
-        encode_family(
+        encode_gauges(
             &mut encoder,
             "certificate_expiration_timestamp_seconds",
             "When a serving certificate the operator manages expires (notAfter of tls.crt), by usage, Secret and server",
-            &certs,
+            rows.certificates.into_iter().map(|c| (c.labels, c.not_after)),
         )
     }
+}
+
+/// A gauge family of `rows`, encoded (an empty family is still listed).
+fn encode_gauges<L>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (L, i64)>,
+) -> Result<(), std::fmt::Error>
+where
+    Family<L, Gauge>: prometheus_client::encoding::EncodeMetric,
+    L: Clone + std::hash::Hash + Eq,
+{
+    let family = Family::<L, Gauge>::default();
+    for (l, v) in rows {
+        family.get_or_create(&l).set(v);
+    }
+    dco_api::metrics::encode_family(encoder, name, help, &family)
+}
+
+/// [`encode_gauges`] of Unix times in seconds.
+fn encode_timestamps<L>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (L, f64)>,
+) -> Result<(), std::fmt::Error>
+where
+    Family<L, Gauge<f64, AtomicU64>>: prometheus_client::encoding::EncodeMetric,
+    L: Clone + std::hash::Hash + Eq,
+{
+    let family = Family::<L, Gauge<f64, AtomicU64>>::default();
+    for (l, v) in rows {
+        family.get_or_create(&l).set(v);
+    }
+    dco_api::metrics::encode_family(encoder, name, help, &family)
 }
 
 #[cfg(test)]
