@@ -3,6 +3,7 @@
 
 pub mod assign;
 #[cfg(feature = "client")]
+pub mod clock_jumps;
 pub mod cluster;
 pub mod config;
 pub mod conflict;

@@ -13,18 +13,13 @@
 //! view. The check is made where it is needed too, so whichever runs first after the pause —
 //! the heartbeat or a review — sees it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use dco_api::clock_jumps::ClockJumps;
+pub use dco_api::clock_jumps::{BEAT, PAUSE};
 use tokio::sync::{Notify, watch};
 
-/// A clock jump longer than this is a pause. The kubelet marks a replica unready only after
-/// three failed readiness probes 2 s apart with a 2 s timeout (operator's `server/desired.rs`),
-/// at least 6 s of silence, so a shorter pause cannot have let the operator wire without it;
-/// 4 s stays clear of that and of the scheduling delays of a busy node.
-pub const PAUSE: Duration = Duration::from_secs(4);
-/// How often the heartbeat looks at the clock.
-pub const BEAT: Duration = Duration::from_millis(250);
 /// The longest a review waits for the re-read: it takes a few hundred milliseconds against a
 /// healthy apiserver; past this (the apiserver unreachable) the review is answered from what
 /// the replica has, as before.
@@ -35,15 +30,9 @@ pub struct Freshness {
     /// Only where something re-reads (cluster mode): a static directory has nothing to catch
     /// up with.
     enabled: AtomicBool,
-    epoch: Instant,
-    /// Milliseconds since `epoch` at the last heartbeat (or check).
-    last_beat_ms: AtomicU64,
-    /// The `last_beat_ms` whose gap was last counted as a pause: a gap is counted once,
-    /// however many look at it.
-    counted: AtomicU64,
     /// Pauses counted so far; `caught_up` is how many of them the last finished re-read
     /// covers. Stale while the first is ahead.
-    paused: AtomicU64,
+    clock: ClockJumps,
     caught_up: watch::Sender<u64>,
     /// Wakes the sync loop to re-read.
     wanted: Notify,
@@ -53,10 +42,7 @@ impl Default for Freshness {
     fn default() -> Self {
         Freshness {
             enabled: AtomicBool::new(false),
-            epoch: Instant::now(),
-            last_beat_ms: AtomicU64::new(0),
-            counted: AtomicU64::new(u64::MAX),
-            paused: AtomicU64::new(0),
+            clock: ClockJumps::new(),
             caught_up: watch::Sender::new(0),
             wanted: Notify::new(),
         }
@@ -64,36 +50,27 @@ impl Default for Freshness {
 }
 
 impl Freshness {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// One heartbeat: counts a pause since the last one, then moves the clock on. Returns
     /// whether it saw a pause (counted here or by a concurrent look).
     pub fn beat(&self) -> bool {
-        let now = self.now_ms();
         if !self.enabled.load(Ordering::SeqCst) {
-            self.last_beat_ms.fetch_max(now, Ordering::SeqCst);
+            self.clock.skip();
             return false;
         }
-        let last = self.last_beat_ms.load(Ordering::SeqCst);
-        let gap = now.saturating_sub(last);
-        let paused = gap > PAUSE.as_millis() as u64;
-        if paused && self.counted.swap(last, Ordering::SeqCst) != last {
-            self.paused.fetch_add(1, Ordering::SeqCst);
+        let look = self.clock.look();
+        if look.counted {
             tracing::warn!(
-                paused_ms = gap,
+                paused_ms = look.gap.as_millis() as u64,
                 "this process did not run for a while (stopped, frozen or starved): re-reading the cluster before answering reviews again"
             );
             self.wanted.notify_one();
         }
-        self.last_beat_ms.fetch_max(now, Ordering::SeqCst);
-        paused
+        look.paused
     }
 
     /// Cluster mode: from now on a pause makes the replica stale until the sync loop re-read.
     pub fn enable(&self) {
-        self.last_beat_ms.fetch_max(self.now_ms(), Ordering::SeqCst);
+        self.clock.skip();
         self.enabled.store(true, Ordering::SeqCst);
     }
 
@@ -101,7 +78,7 @@ impl Freshness {
     pub fn stale(&self) -> Option<u64> {
         let gap = self.beat();
         let caught_up = *self.caught_up.borrow();
-        let paused = self.paused.load(Ordering::SeqCst);
+        let paused = self.clock.count();
         if paused > caught_up {
             Some(paused)
         } else {
@@ -159,15 +136,12 @@ mod tests {
 
     /// A Freshness whose clock has run a minute, so that a gap can be set back from now.
     fn freshness() -> Freshness {
-        let epoch =
-            Instant::now().checked_sub(Duration::from_secs(60)).expect("the machine has run a minute");
-        Freshness { epoch, ..Freshness::default() }
+        Freshness { clock: ClockJumps::aged(Duration::from_secs(60)), ..Freshness::default() }
     }
 
     fn paused_for(f: &Freshness, d: Duration) {
         // As if the last beat was `d` ago.
-        let now = f.now_ms();
-        f.last_beat_ms.store(now.saturating_sub(d.as_millis() as u64), Ordering::SeqCst);
+        f.clock.last_look_ago(d);
     }
 
     #[tokio::test]

@@ -5,57 +5,32 @@
 //! has passed, but a shorter pause leaves it owning shards on a view as old as the pause.
 //!
 //! So a heartbeat on the Coordinator's thread counts a pause when its clock jumped by more
-//! than [`PAUSE`]; from then until a tick that began after the pause has renewed this
+//! than [`dco_api::clock_jumps::PAUSE`]; from then until a tick that began after the pause has renewed this
 //! replica's Leases (the LIST and the resourceVersion-guarded writes prove it still holds
 //! them), the gate owns nothing ([`Pauses::stale`]), and a reconcile that passed the gate
 //! before the pause stops at its next write (`gate.rs` `Gate::fence`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+#[cfg(test)]
+use std::time::Duration;
 
-/// A clock jump longer than this is a pause: the Coordinator's heartbeat runs on a thread of
-/// its own, so a busy reconcile pool does not delay it; 4 s, as the webhook's detector,
-/// stays clear of the scheduling delays of a busy node.
-pub const PAUSE: Duration = Duration::from_secs(4);
-/// How often the heartbeat looks at the clock.
-pub const BEAT: Duration = Duration::from_millis(250);
+pub use dco_api::clock_jumps::BEAT;
+use dco_api::clock_jumps::ClockJumps;
+#[cfg(test)]
+pub use dco_api::clock_jumps::PAUSE;
 
 /// The pauses of this process, counted, and how many of them a renewal since covers.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Pauses {
     /// Only where a heartbeat runs ([`Pauses::started`]): without one, every look would find
     /// a gap since the last.
     enabled: bool,
-    epoch: Instant,
-    /// Milliseconds since `epoch` at the last heartbeat (or look).
-    last_beat_ms: AtomicU64,
-    /// The `last_beat_ms` whose gap was last counted: a gap is counted once, however many
-    /// look at it.
-    counted_at: AtomicU64,
-    /// Pauses counted so far.
-    paused: AtomicU64,
-    /// How many of them a tick that began after them renewed.
+    clock: ClockJumps,
+    /// How many pauses a tick that began after them renewed.
     renewed: AtomicU64,
 }
 
-impl Default for Pauses {
-    fn default() -> Self {
-        Pauses {
-            enabled: false,
-            epoch: Instant::now(),
-            last_beat_ms: AtomicU64::new(0),
-            counted_at: AtomicU64::new(u64::MAX),
-            paused: AtomicU64::new(0),
-            renewed: AtomicU64::new(0),
-        }
-    }
-}
-
 impl Pauses {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Counting from now on: the Coordinator's, whose heartbeat ([`Pauses::run`]) starts with it.
     pub fn started() -> Self {
         Pauses { enabled: true, ..Pauses::default() }
@@ -67,26 +42,21 @@ impl Pauses {
         if !self.enabled {
             return false;
         }
-        let now = self.now_ms();
-        let last = self.last_beat_ms.load(Ordering::SeqCst);
-        let gap = now.saturating_sub(last);
-        let counted = gap > PAUSE.as_millis() as u64 && self.counted_at.swap(last, Ordering::SeqCst) != last;
-        if counted {
-            self.paused.fetch_add(1, Ordering::SeqCst);
+        let look = self.clock.look();
+        if look.counted {
             tracing::warn!(
-                paused_ms = gap,
+                paused_ms = look.gap.as_millis() as u64,
                 "this process did not run for a while (stopped, frozen or starved): it reconciles nothing until its next tick has renewed its shard Leases"
             );
         }
-        self.last_beat_ms.fetch_max(now, Ordering::SeqCst);
-        counted
+        look.counted
     }
 
     /// Pauses counted so far (after a look at the clock): a reconcile's pass carries it, and a
     /// tick that renews covers the pauses counted when it began.
     pub fn count(&self) -> u64 {
         self.beat();
-        self.paused.load(Ordering::SeqCst)
+        self.clock.count()
     }
 
     /// How many pauses the last renewal covers.
@@ -132,18 +102,13 @@ impl Pauses {
     /// As if the last beat was `ago` ago (unit tests).
     #[cfg(test)]
     pub fn last_beat_ago(&self, ago: Duration) {
-        let now = self.now_ms();
-        self.last_beat_ms.store(now.saturating_sub(ago.as_millis() as u64), Ordering::SeqCst);
+        self.clock.last_look_ago(ago);
     }
 
     /// Pauses whose clock has run a minute, so a gap can be set back from now (unit tests).
     #[cfg(test)]
     pub fn for_tests() -> Self {
-        let epoch =
-            Instant::now().checked_sub(Duration::from_secs(60)).expect("the machine has run a minute");
-        let p = Pauses { epoch, ..Pauses::started() };
-        p.last_beat_ms.store(p.now_ms(), Ordering::SeqCst);
-        p
+        Pauses { clock: ClockJumps::aged(Duration::from_secs(60)), ..Pauses::started() }
     }
 }
 
