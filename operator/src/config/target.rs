@@ -208,17 +208,21 @@ mod tests {
 
     use super::*;
 
-    /// The whole-field patch makes any leftover of a shared apply exactly what was wanted.
-    #[test]
-    fn the_whole_conversion_patch_leaves_exactly_the_wanted_conversion() {
-        let wiring = Wiring {
+    fn wiring() -> Wiring {
+        Wiring {
             namespace: "dco-system".into(),
             service: "dco-webhook-a".into(),
             path: "/convert/xdbs.example.org".into(),
             port: 443,
             ca_bundle: "PEM".into(),
             review_versions: vec!["v1".into()],
-        };
+        }
+    }
+
+    /// The whole-field patch makes any leftover of a shared apply exactly what was wanted.
+    #[test]
+    fn the_whole_conversion_patch_leaves_exactly_the_wanted_conversion() {
+        let wiring = wiring();
         let wired = serde_json::to_value(wiring.conversion()).unwrap();
         let mut webhook_beside_none = wired.clone();
         webhook_beside_none["strategy"] = json!("None");
@@ -255,14 +259,7 @@ mod tests {
 
     #[test]
     fn the_whole_field_patch_is_conditioned_on_the_resource_version_read() {
-        let wiring = Wiring {
-            namespace: "dco-system".into(),
-            service: "dco-webhook-a".into(),
-            path: "/convert/xdbs.example.org".into(),
-            port: 443,
-            ca_bundle: "PEM".into(),
-            review_versions: vec!["v1".into()],
-        };
+        let wiring = wiring();
         let whole = whole_conversion_patch(Some(&wiring.conversion()));
         let ops = conditioned(whole.clone(), Some("42".into()));
         assert_eq!(ops[0], json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "42"}));
