@@ -32,6 +32,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use dco_tests::fleet::Fleet;
 use dco_tests::{Manager, TestEnv, wait_for};
 
 const MANAGER: Manager = Manager("dco-bench-configs");
@@ -287,7 +288,7 @@ async fn main() -> Result<()> {
     dco_tests::install_dco_crds(&t.client, MANAGER.0).await?;
     let selector = format!("{LABEL}={}", t.ns);
     let result = run(&t, &selector).await;
-    common::delete_labelled(&t.client, LABEL, &t.ns).await;
+    Fleet { manager: MANAGER, label: LABEL, ns: &t.ns }.delete_all(&t.client).await;
     t.cleanup().await;
     result
 }

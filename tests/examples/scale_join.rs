@@ -25,15 +25,14 @@ use common::{Operators, knob, secs};
 use dco_api::assign::{ServerInfo, Servers};
 use dco_api::config::{ConversionConfig, Phase};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, HandoverState, LABEL_INSTANCE};
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
+use dco_tests::fleet::{Fleet, wait_server_up};
 use dco_tests::load::{Load, Target};
 use dco_tests::{Manager, TestEnv, wait_for};
 
@@ -51,31 +50,8 @@ fn config(ns: &str, i: usize) -> String {
     format!("{ns}-t{i:04}")
 }
 
-fn crd_json(ns: &str, i: usize) -> Value {
-    let schema = |field: &str| {
-        json!({"openAPIV3Schema": {"type": "object", "properties": {
-            "spec": {"type": "object", "properties": {field: {"type": "string"}}}}}})
-    };
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": target(ns, i), "labels": {LABEL: ns}},
-        "spec": {"group": group(ns, i), "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [
-                {"name": "v1", "served": true, "storage": false, "schema": schema("foo")},
-                {"name": "v2", "served": true, "storage": true, "schema": schema("bar")}]}})
-}
-
-fn config_json(ns: &str, i: usize) -> Value {
-    json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
-        "metadata": {"name": config(ns, i), "labels": {LABEL: ns}},
-        "spec": {"targetCRD": {"name": target(ns, i)}, "hubVersion": "v2", "spokes": [{"version": "v1",
-            "rules": [{"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.bar", "spokePath": "spec.foo"}}]}]}})
-}
-
-fn server_json(ns: &str, name: &str, default: bool) -> Value {
-    json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": name, "labels": {LABEL: ns}},
-        "spec": {"namespace": ns, "replicas": 2, "default": default, "sharding": {"enabled": true}}})
+fn fleet(ns: &str) -> Fleet<'_> {
+    Fleet { manager: MANAGER, label: LABEL, ns }
 }
 
 fn spec(version: &str, k: i64) -> Value {
@@ -118,54 +94,6 @@ async fn wait_settled(client: &Client, ns: &str, want: &BTreeMap<String, String>
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-async fn wait_server_up(client: &Client, name: &str) -> Result<()> {
-    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    wait_for(&format!("server {name}: 2 ready, Available, 2 reporting"), WAIT, || async {
-        let st = servers.get(name).await?.status.unwrap_or_default();
-        let available = st.conditions.iter().any(|c| c.type_ == "Available" && c.status == "True");
-        Ok((available && st.ready_replicas == 2 && st.reporting_replicas == 2).then_some(()))
-    })
-    .await
-}
-
-/// CRDs, then (once all are Established) their configs, 16 requests at a time.
-async fn create_targets(client: &Client, ns: &str, n: usize) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
-    stream::iter(0..n)
-        .map(|i| {
-            let crds = crds.clone();
-            async move { MANAGER.apply(&crds, &target(ns, i), crd_json(ns, i)).await.map(|_| ()) }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await?;
-    wait_for("every CRD Established", WAIT, || async {
-        let list = crds.list(&ListParams::default().labels(&format!("{LABEL}={ns}"))).await?;
-        let est = list
-            .items
-            .iter()
-            .filter(|c| {
-                c.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
-            })
-            .count();
-        Ok((est == n).then_some(()))
-    })
-    .await?;
-    stream::iter(0..n)
-        .map(|i| {
-            let cfgs = cfgs.clone();
-            async move { MANAGER.apply(&cfgs, &config(ns, i), config_json(ns, i)).await.map(|_| ()) }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await?;
-    Ok(())
 }
 
 async fn assignment(client: &Client, ns: &str, names: &[String]) -> Result<BTreeMap<String, String>> {
@@ -222,14 +150,14 @@ async fn run(t: &TestEnv, audit_log: Option<String>) -> Result<()> {
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
     let pool: Vec<String> = (0..=pool_size).map(|k| format!("{ns}-s{k}")).collect();
     for (k, s) in pool[..pool_size].iter().enumerate() {
-        MANAGER.apply(&servers, s, server_json(ns, s, k == 0)).await?;
+        MANAGER.apply(&servers, s, fleet(ns).server(s, k == 0, true)).await?;
     }
     for s in &pool[..pool_size] {
-        wait_server_up(&client, s).await?;
+        wait_server_up(&client, s, WAIT).await?;
     }
     let before = assignment(&client, ns, &names).await?;
     let t0 = Instant::now();
-    create_targets(&client, ns, n).await?;
+    fleet(ns).apply_targets(&client, 0..n, 16, WAIT, |i| (group(ns, i), config(ns, i))).await?;
     let created = t0.elapsed();
     wait_settled(&client, ns, &before, "the targets").await?;
     eprintln!(
@@ -297,7 +225,7 @@ async fn run(t: &TestEnv, audit_log: Option<String>) -> Result<()> {
     // The join.
     let applied = Timestamp::now();
     let t_join = Instant::now();
-    MANAGER.apply(&servers, &new, server_json(ns, &new, false)).await?;
+    MANAGER.apply(&servers, &new, fleet(ns).server(&new, false, true)).await?;
     let after = assignment(&client, ns, &names).await?;
     let moved: BTreeSet<String> =
         (0..n).filter(|i| before[&names[*i]] != after[&names[*i]]).map(|i| config(ns, i)).collect();
@@ -386,7 +314,7 @@ async fn main() -> Result<()> {
     let operators = Operators::start(&t, &selector, &ids, &["--rebalance-qps", &qps])?;
     let result = run(&t, std::env::var("AUDIT_LOG").ok()).await;
     drop(operators);
-    common::delete_labelled(&t.client, LABEL, &t.ns).await;
+    fleet(&t.ns).delete_all(&t.client).await;
     t.cleanup().await;
     result
 }

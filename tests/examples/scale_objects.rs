@@ -34,6 +34,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
 
+use dco_tests::fleet::Fleet;
 use dco_tests::load::{Load, Target};
 use dco_tests::{Manager, TestEnv, wait_for};
 
@@ -45,32 +46,8 @@ fn spec(version: &str, k: i64) -> Value {
     if version == "v1" { json!({"foo": format!("v{k}")}) } else { json!({"bar": format!("v{k}")}) }
 }
 
-fn crd_json(ns: &str, group: &str) -> Value {
-    let schema = |field: &str| {
-        json!({"openAPIV3Schema": {"type": "object", "properties": {
-            "spec": {"type": "object", "properties": {field: {"type": "string"}}}}}})
-    };
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("widgets.{group}"), "labels": {LABEL: ns}},
-        "spec": {"group": group, "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [
-                {"name": "v1", "served": true, "storage": false, "schema": schema("foo")},
-                {"name": "v2", "served": true, "storage": true, "schema": schema("bar")}]}})
-}
-
-fn config_json(ns: &str, name: &str, target: &str, server: &str) -> Value {
-    json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
-        "metadata": {"name": name, "labels": {LABEL: ns}},
-        "spec": {"targetCRD": {"name": target}, "hubVersion": "v2", "webhookServerRef": {"name": server},
-            "spokes": [{"version": "v1",
-            "rules": [{"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.bar", "spokePath": "spec.foo"}}]}]}})
-}
-
-fn server_json(ns: &str, name: &str, default: bool) -> Value {
-    json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": name, "labels": {LABEL: ns}},
-        "spec": {"namespace": ns, "replicas": 2, "default": default}})
+fn fleet(ns: &str) -> Fleet<'_> {
+    Fleet { manager: MANAGER, label: LABEL, ns }
 }
 
 async fn settled_on(client: &Client, config: &str, server: &str) -> Result<Option<()>> {
@@ -231,13 +208,13 @@ async fn run(t: &TestEnv) -> Result<()> {
     let config = format!("{ns}-c");
     let (a, b) = (format!("{ns}-a"), format!("{ns}-b"));
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    MANAGER.apply(&servers, &a, server_json(ns, &a, true)).await?;
-    MANAGER.apply(&servers, &b, server_json(ns, &b, false)).await?;
+    MANAGER.apply(&servers, &a, fleet(ns).server(&a, true, false)).await?;
+    MANAGER.apply(&servers, &b, fleet(ns).server(&b, false, false)).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    MANAGER.apply(&crds, &target, crd_json(ns, &group)).await?;
+    MANAGER.apply(&crds, &target, fleet(ns).crd(&group)).await?;
     dco_tests::wait_crd_established(&crds, &target, WAIT).await?;
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
-    MANAGER.apply(&cfgs, &config, config_json(ns, &config, &target, &a)).await?;
+    MANAGER.apply(&cfgs, &config, fleet(ns).config(&config, &target, Some(&a))).await?;
     wait_for("the target settled on A", WAIT, || settled_on(&client, &config, &a)).await?;
     for s in [&a, &b] {
         wait_for(&format!("{s}'s 2 ready replicas"), WAIT, || async {
@@ -281,7 +258,7 @@ async fn run(t: &TestEnv) -> Result<()> {
     let moved = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let (p1, p2) = (prober(v1.clone(), moved, stop.clone()), prober(v2.clone(), moved, stop.clone()));
-    MANAGER.apply(&cfgs, &config, config_json(ns, &config, &target, &b)).await?;
+    MANAGER.apply(&cfgs, &config, fleet(ns).config(&config, &target, Some(&b))).await?;
     let patched = wait_for("the CRD's wiring to change", WAIT, || async {
         let g = crds.get(&target).await?.metadata.generation.unwrap_or_default();
         Ok((g > generation).then(|| moved.elapsed()))
@@ -346,7 +323,7 @@ async fn main() -> Result<()> {
     let ops = Operators::start(&t, &selector, &["op0".to_string()], &[])?;
     let result = run(&t).await;
     drop(ops);
-    common::delete_labelled(&t.client, LABEL, &t.ns).await;
+    fleet(&t.ns).delete_all(&t.client).await;
     t.cleanup().await;
     result
 }

@@ -108,30 +108,6 @@ pub fn metric_names(expr: &str) -> BTreeSet<String> {
     let c: Vec<char> = expr.chars().collect();
     let mut names = BTreeSet::new();
     let mut i = 0;
-    // Skips from an opening `open` at `i` past its matching `close`, strings included.
-    let skip = |mut i: usize, open: char, close: char| -> usize {
-        let mut depth = 0;
-        while i < c.len() {
-            match c[i] {
-                q @ ('"' | '\'' | '`') => {
-                    i += 1;
-                    while i < c.len() && c[i] != q {
-                        i += if c[i] == '\\' { 2 } else { 1 };
-                    }
-                }
-                x if x == open => depth += 1,
-                x if x == close => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return i + 1;
-                    }
-                }
-                _ => {}
-            }
-            i += 1;
-        }
-        i
-    };
     let next_non_space = |mut i: usize| {
         while i < c.len() && c[i].is_whitespace() {
             i += 1;
@@ -147,9 +123,9 @@ pub fn metric_names(expr: &str) -> BTreeSet<String> {
             }
             i = j + 1;
         } else if ch == '{' {
-            i = skip(i, '{', '}');
+            i = close(&c, i, '{', '}');
         } else if ch == '[' {
-            i = skip(i, '[', ']');
+            i = close(&c, i, '[', ']');
         } else if ch == '$' {
             i += 1;
             while i < c.len() && (c[i].is_alphanumeric() || "_{}:".contains(c[i])) {
@@ -167,7 +143,7 @@ pub fn metric_names(expr: &str) -> BTreeSet<String> {
             let word: String = c[start..i].iter().collect();
             let after = next_non_space(i);
             if LABEL_LISTS.contains(&word.as_str()) && c.get(after) == Some(&'(') {
-                i = skip(after, '(', ')');
+                i = close(&c, after, '(', ')');
             } else if !KEYWORDS.contains(&word.as_str()) && c.get(after) != Some(&'(') {
                 names.insert(word);
             }
@@ -300,12 +276,7 @@ fn top_level(c: &[char]) -> Vec<usize> {
     let mut i = 0;
     while i < c.len() {
         match c[i] {
-            q @ ('"' | '\'' | '`') => {
-                i += 1;
-                while i < c.len() && c[i] != q {
-                    i += if c[i] == '\\' { 2 } else { 1 };
-                }
-            }
+            '"' | '\'' | '`' => i = string_end(c, i),
             '(' | '[' | '{' => depth += 1,
             ')' | ']' | '}' => depth -= 1,
             _ if depth == 0 => out.push(i),
@@ -316,23 +287,31 @@ fn top_level(c: &[char]) -> Vec<usize> {
     out
 }
 
-/// The index after the `close` matching the `open` at `i`.
+/// The index of the quote that closes the string opened at `i` (or the end).
+fn string_end(c: &[char], mut i: usize) -> usize {
+    let q = c[i];
+    i += 1;
+    while i < c.len() && c[i] != q {
+        i += if c[i] == '\\' { 2 } else { 1 };
+    }
+    i
+}
+
+/// The index after the `close` matching the `open` at `i`, strings skipped.
 fn close(c: &[char], i: usize, open: char, close: char) -> usize {
     let mut depth = 0;
     let mut j = i;
     while j < c.len() {
-        if c[j] == '"' {
-            j += 1;
-            while j < c.len() && c[j] != '"' {
-                j += if c[j] == '\\' { 2 } else { 1 };
+        match c[j] {
+            '"' | '\'' | '`' => j = string_end(c, j),
+            x if x == open => depth += 1,
+            x if x == close => {
+                depth -= 1;
+                if depth == 0 {
+                    return j + 1;
+                }
             }
-        } else if c[j] == open {
-            depth += 1;
-        } else if c[j] == close {
-            depth -= 1;
-            if depth == 0 {
-                return j + 1;
-            }
+            _ => {}
         }
         j += 1;
     }

@@ -8,13 +8,15 @@
 //! [`move_trace`] reads that move back from what an OTLP collector received: the trace the
 //! operator promises (operator/src/telemetry.rs, docs/operations.md "Traces").
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, HandoverStatus};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, status};
 use serde_json::{Value, json};
@@ -496,6 +498,61 @@ pub fn move_trace(got: &[ResourceSpans], want: &ExpectedMove) -> Result<Option<M
     traces.dedup();
     ensure!(traces.len() == earlier.len(), "two attempts share a trace: {earlier:?}");
     Ok(Some(MoveTrace { trace_id, root, transitions, earlier }))
+}
+
+/// Lists the ten widgets at the spoke `v1` every `period` (every read a conversion) until
+/// [`SpokeReader::finish`]: a read counts as failed unless it returns all ten with their
+/// `spec.storageSize`.
+pub struct SpokeReader {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl SpokeReader {
+    pub fn start(v1: Api<DynamicObject>, period: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let task = {
+            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+            tokio::spawn(async move {
+                let mut errors = Vec::new();
+                while !stop.load(SeqCst) {
+                    match v1.list(&ListParams::default()).await {
+                        Ok(l)
+                            if l.items.len() == 10
+                                && l.items.iter().all(|o| o.data["spec"]["storageSize"].is_i64()) =>
+                        {
+                            ok.fetch_add(1, SeqCst);
+                        }
+                        Ok(l) => {
+                            failed.fetch_add(1, SeqCst);
+                            errors.push(format!(
+                                "{} items, first: {:?}",
+                                l.items.len(),
+                                l.items.first().map(|o| &o.data)
+                            ));
+                        }
+                        Err(e) => {
+                            failed.fetch_add(1, SeqCst);
+                            errors.push(e.to_string());
+                        }
+                    }
+                    tokio::time::sleep(period).await;
+                }
+                errors
+            })
+        };
+        SpokeReader { stop, ok, failed, task }
+    }
+
+    /// Stops the reads: how many passed, how many failed, and the failures.
+    pub async fn finish(self) -> Result<(u64, u64, Vec<String>)> {
+        self.stop.store(true, SeqCst);
+        let errors = self.task.await?;
+        Ok((self.ok.load(SeqCst), self.failed.load(SeqCst), errors))
+    }
 }
 
 #[cfg(test)]

@@ -17,8 +17,6 @@
 //! The servers, target, config and operator replicas are those of `dco_tests::pinned_move`
 //! (tests/src/pinned_move.rs).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -30,7 +28,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use dco_tests::pinned_move::{MANAGER, PinnedMove, WAIT, wired};
+use dco_tests::pinned_move::{MANAGER, PinnedMove, SpokeReader, WAIT, wired};
 use dco_tests::{TestEnv, wait_for};
 
 /// Whether every live served-target Lease of `server` lists `target` (and how many there are).
@@ -90,38 +88,7 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
     ensure!(w3.data["spec"]["storageGB"] == json!(3), "w3 at v2: {}", w3.data);
 
     // Keep reading at the spoke version (every read is a conversion) for the whole move.
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let reader = {
-        let (stop, ok, failed, v1) = (stop.clone(), ok.clone(), failed.clone(), v1.clone());
-        tokio::spawn(async move {
-            let mut errors = Vec::new();
-            while !stop.load(Ordering::SeqCst) {
-                match v1.list(&ListParams::default()).await {
-                    Ok(l)
-                        if l.items.len() == 10
-                            && l.items.iter().all(|o| o.data["spec"]["storageSize"].is_i64()) =>
-                    {
-                        ok.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Ok(l) => {
-                        failed.fetch_add(1, Ordering::SeqCst);
-                        errors.push(format!(
-                            "{} items, first: {:?}",
-                            l.items.len(),
-                            l.items.first().map(|o| &o.data)
-                        ));
-                    }
-                    Err(e) => {
-                        failed.fetch_add(1, Ordering::SeqCst);
-                        errors.push(e.to_string());
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            errors
-        })
-    };
+    let reader = SpokeReader::start(v1.clone(), Duration::from_millis(100));
 
     // The second server, and the config re-pinned to it at once: the operator must hold the
     // wiring until b's replicas report the target.
@@ -156,9 +123,7 @@ async fn a_pinned_target_moves_between_servers_with_no_failed_read() -> Result<(
     let move_took = move_started.elapsed();
     let h = mv.settled_move().await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::SeqCst);
-    let errors = reader.await?;
-    let (ok, failed) = (ok.load(Ordering::SeqCst), failed.load(Ordering::SeqCst));
+    let (ok, failed, errors) = reader.finish().await?;
     eprintln!("move to {b} settled in {move_took:?}; reads at v1 during the move: {ok} ok, {failed} failed");
     ensure!(failed == 0, "{failed} reads failed during the move: {errors:?}");
     ensure!(ok >= 10, "only {ok} reads ran during the move");

@@ -11,8 +11,6 @@
 //!
 //! Needs `target/debug/dco-operator` and `target/debug/dco-webhook`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -21,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use dco_tests::pinned_move::{MANAGER, PinnedMove, WAIT};
+use dco_tests::pinned_move::{MANAGER, PinnedMove, SpokeReader, WAIT};
 use dco_tests::{Manager, TestEnv, wait_for};
 
 /// Owns the servers' `cacheSelector` (and all of `b`), apart from what `PinnedMove` applies.
@@ -111,34 +109,7 @@ async fn a_replica_reads_a_target_only_once_its_server_may_serve_it() -> Result<
             "spec": {"storageSize": i, "owner": "e2e"}});
         v1.patch(&name, &PatchParams::apply(&MANAGER), &Patch::Apply(&obj)).await.context("writing at v1")?;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let reader = {
-        let (stop, ok, failed, v1) = (stop.clone(), ok.clone(), failed.clone(), v1.clone());
-        tokio::spawn(async move {
-            let mut errors = Vec::new();
-            while !stop.load(Ordering::SeqCst) {
-                match v1.list(&ListParams::default()).await {
-                    Ok(l)
-                        if l.items.len() == 10
-                            && l.items.iter().all(|o| o.data["spec"]["storageSize"].is_i64()) =>
-                    {
-                        ok.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Ok(l) => {
-                        failed.fetch_add(1, Ordering::SeqCst);
-                        errors.push(format!("{} items", l.items.len()));
-                    }
-                    Err(e) => {
-                        failed.fetch_add(1, Ordering::SeqCst);
-                        errors.push(e.to_string());
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            errors
-        })
-    };
+    let reader = SpokeReader::start(v1.clone(), Duration::from_millis(50));
 
     // Pinned to b: b's replicas read it from the pin's event on, then the operator moves it.
     let pinned = Instant::now();
@@ -149,9 +120,7 @@ async fn a_replica_reads_a_target_only_once_its_server_may_serve_it() -> Result<
     // a serves on through its drain (5 s after the re-wiring and after its last review), then
     // drops the plan and releases the copy.
     let released_in = until_all(&pods, &a, &target, 0.0, false).await?;
-    stop.store(true, Ordering::SeqCst);
-    let errors = reader.await?;
-    let (ok, failed) = (ok.load(Ordering::SeqCst), failed.load(Ordering::SeqCst));
+    let (ok, failed, errors) = reader.finish().await?;
     eprintln!(
         "pinned to {b}: read and served by both its replicas in {read_in:?}, settled in {settled_in:?}; \
          {a} released it {released_in:?} later; reads at v1: {ok} ok, {failed} failed"

@@ -31,18 +31,16 @@ use anyhow::{Context, Result, bail, ensure};
 use dco_api::assign::{ServerInfo, Servers};
 use dco_api::config::ConversionConfig;
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, HandoverState, LABEL_INSTANCE, served_lease};
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-};
-use serde_json::{Value, json};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use serde_json::json;
 
+use dco_tests::fleet::{Fleet, wait_server_up};
 use dco_tests::{Manager, TestEnv, wait_for};
 
 const MANAGER: Manager = Manager("dco-e2e-rebalance");
@@ -74,6 +72,15 @@ fn target(ns: &str, i: usize) -> String {
 
 fn config(ns: &str, i: usize) -> String {
     format!("{ns}-t{i:03}")
+}
+
+fn fleet(ns: &str) -> Fleet<'_> {
+    Fleet { manager: MANAGER, label: LABEL, ns }
+}
+
+/// Applies targets `range` (CRDs, then configs once the CRDs are Established), 8 at a time.
+async fn create_targets(client: &Client, ns: &str, range: std::ops::Range<usize>) -> Result<()> {
+    fleet(ns).apply_targets(client, range, 8, WAIT, |i| (group(ns, i), config(ns, i))).await
 }
 
 /// One config as a poll saw it, with its target.
@@ -324,71 +331,6 @@ fn load(targets: Vec<Loaded>, stop: Arc<AtomicBool>, counts: Arc<Load>) -> tokio
     })
 }
 
-fn crd_json(ns: &str, i: usize) -> Value {
-    let schema = |field: &str| {
-        json!({"openAPIV3Schema": {"type": "object", "properties": {
-            "spec": {"type": "object", "properties": {field: {"type": "string"}}}}}})
-    };
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": target(ns, i), "labels": {LABEL: ns}},
-        "spec": {"group": group(ns, i), "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [
-                {"name": "v1", "served": true, "storage": false, "schema": schema("foo")},
-                {"name": "v2", "served": true, "storage": true, "schema": schema("bar")}]}})
-}
-
-fn config_json(ns: &str, i: usize) -> Value {
-    json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "CRDConversionConfig",
-        "metadata": {"name": config(ns, i), "labels": {LABEL: ns}},
-        "spec": {"targetCRD": {"name": target(ns, i)}, "hubVersion": "v2", "spokes": [{"version": "v1",
-            "rules": [{"strategy": "FieldRename", "fieldRename": {"hubPath": "spec.bar", "spokePath": "spec.foo"}}]}]}})
-}
-
-fn server_json(ns: &str, name: &str, default: bool) -> Value {
-    json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
-        "metadata": {"name": name, "labels": {LABEL: ns}},
-        "spec": {"namespace": ns, "replicas": 2, "default": default, "sharding": {"enabled": true}}})
-}
-
-/// Waits until `server` has 2 ready replicas, is Available and both replicas publish a live
-/// served-target Lease.
-async fn wait_server_up(client: &Client, name: &str) -> Result<()> {
-    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    wait_for(&format!("server {name}: 2 ready, Available, 2 reporting"), WAIT, || async {
-        let st = servers.get(name).await?.status.unwrap_or_default();
-        let available = st.conditions.iter().any(|c| c.type_ == "Available" && c.status == "True");
-        Ok((available && st.ready_replicas == 2 && st.reporting_replicas == 2).then_some(()))
-    })
-    .await
-}
-
-/// Applies targets `range` (CRDs, then configs once the CRDs are Established), 8 at a time.
-async fn create_targets(client: &Client, ns: &str, range: std::ops::Range<usize>) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
-    stream::iter(range.clone())
-        .map(|i| {
-            let crds = crds.clone();
-            async move { MANAGER.apply(&crds, &target(ns, i), crd_json(ns, i)).await.map(|_| ()) }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<_>>()
-        .await?;
-    for i in range.clone() {
-        dco_tests::wait_crd_established(&crds, &target(ns, i), WAIT).await?;
-    }
-    stream::iter(range)
-        .map(|i| {
-            let cfgs = cfgs.clone();
-            async move { MANAGER.apply(&cfgs, &config(ns, i), config_json(ns, i)).await.map(|_| ()) }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<_>>()
-        .await?;
-    Ok(())
-}
-
 fn secs(d: SignedDuration) -> f64 {
     d.as_secs_f64()
 }
@@ -407,10 +349,10 @@ async fn run(client: Client, ns: String) -> Result<()> {
     let names: Vec<String> = (0..TARGETS).map(|i| target(ns, i)).collect();
     let (a, b, c) = (format!("{ns}-a"), format!("{ns}-b"), format!("{ns}-c"));
     let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    MANAGER.apply(&servers, &a, server_json(ns, &a, true)).await?;
-    MANAGER.apply(&servers, &b, server_json(ns, &b, false)).await?;
-    wait_server_up(&client, &a).await?;
-    wait_server_up(&client, &b).await?;
+    MANAGER.apply(&servers, &a, fleet(ns).server(&a, true, true)).await?;
+    MANAGER.apply(&servers, &b, fleet(ns).server(&b, false, true)).await?;
+    wait_server_up(&client, &a, WAIT).await?;
+    wait_server_up(&client, &b, WAIT).await?;
     let mem0 = report_memory(&client, ns, &[&a, &b], "with 0 targets").await?;
 
     let (pool, before) = expected(&client, ns, &names).await?;
@@ -494,14 +436,14 @@ async fn run(client: Client, ns: String) -> Result<()> {
     // C joins.
     let c_applied = Timestamp::now();
     let t_join = Instant::now();
-    MANAGER.apply(&servers, &c, server_json(ns, &c, false)).await?;
+    MANAGER.apply(&servers, &c, fleet(ns).server(&c, false, true)).await?;
     eprintln!("C ({c}) applied at {c_applied}");
     let (pool3, after) = expected(&client, ns, &names).await?;
     ensure!(pool3.pool_members().count() == 3, "the pool is {:?}", pool3.pool_members().collect::<Vec<_>>());
     let c_up = {
         let client = client.clone();
         let c = c.clone();
-        tokio::spawn(async move { wait_server_up(&client, &c).await.map(|()| t_join.elapsed()) })
+        tokio::spawn(async move { wait_server_up(&client, &c, WAIT).await.map(|()| t_join.elapsed()) })
     };
     let moved: BTreeSet<String> = names.iter().filter(|t| before[*t] != after[*t]).cloned().collect();
     let stays: BTreeSet<String> = names.iter().filter(|t| !moved.contains(*t)).cloned().collect();
@@ -652,35 +594,6 @@ async fn run(client: Client, ns: String) -> Result<()> {
     Ok(())
 }
 
-/// Deletes everything cluster-scoped the test labelled, finalizers first (the operators are
-/// stopped by then, so none would be handled or added again).
-async fn cleanup(client: &Client, ns: &str) {
-    let lp = ListParams::default().labels(&format!("{LABEL}={ns}"));
-    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
-    if let Ok(list) = cfgs.list(&lp).await {
-        stream::iter(list.items)
-            .for_each_concurrent(8, |c| {
-                let (cfgs, strip) = (cfgs.clone(), &strip);
-                async move {
-                    let _ =
-                        cfgs.patch(&kube::ResourceExt::name_any(&c), &PatchParams::default(), strip).await;
-                }
-            })
-            .await;
-    }
-    let _ = cfgs.delete_collection(&DeleteParams::background(), &lp).await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let _ = crds.delete_collection(&DeleteParams::background(), &lp).await;
-    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    if let Ok(list) = servers.list(&lp).await {
-        for s in list.items {
-            let _ = servers.patch(&kube::ResourceExt::name_any(&s), &PatchParams::default(), &strip).await;
-        }
-    }
-    let _ = servers.delete_collection(&DeleteParams::background(), &lp).await;
-}
-
 #[tokio::test]
 async fn a_third_sharded_server_takes_only_what_it_wins_with_no_failed_request() -> Result<()> {
     dco_tests::map_image("dco-webhook", dco_tests::workspace_binary("dco-webhook")?)?;
@@ -700,7 +613,7 @@ async fn a_third_sharded_server_takes_only_what_it_wins_with_no_failed_request()
         Err(e) => Err(anyhow::anyhow!("the test panicked: {e}")),
     };
     drop(operators);
-    cleanup(&client, &t.ns).await;
+    fleet(&t.ns).delete_all(&client).await;
     t.cleanup().await;
     result
 }

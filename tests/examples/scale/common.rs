@@ -9,11 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use dco_api::{CRDConversionConfig, ConversionWebhookServer};
-use futures::StreamExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use dco_tests::TestEnv;
 
@@ -150,35 +146,6 @@ pub fn audit_counts(
 /// Now as the audit log writes it (RFC 3339, microseconds, UTC).
 pub fn audit_now() -> String {
     k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
-}
-
-/// Deletes everything cluster-scoped labelled `label=value`, finalizers first (the operators
-/// are stopped by then, so none would be added again).
-pub async fn delete_labelled(client: &kube::Client, label: &str, value: &str) {
-    let lp = ListParams::default().labels(&format!("{label}={value}"));
-    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
-    if let Ok(list) = cfgs.list_metadata(&lp).await {
-        futures::stream::iter(list.items)
-            .for_each_concurrent(16, |c| {
-                let (cfgs, strip) = (cfgs.clone(), &strip);
-                async move {
-                    let _ =
-                        cfgs.patch(&kube::ResourceExt::name_any(&c), &PatchParams::default(), strip).await;
-                }
-            })
-            .await;
-    }
-    let _ = cfgs.delete_collection(&DeleteParams::background(), &lp).await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let _ = crds.delete_collection(&DeleteParams::background(), &lp).await;
-    let servers: Api<ConversionWebhookServer> = Api::all(client.clone());
-    if let Ok(list) = servers.list_metadata(&lp).await {
-        for s in list.items {
-            let _ = servers.patch(&kube::ResourceExt::name_any(&s), &PatchParams::default(), &strip).await;
-        }
-    }
-    let _ = servers.delete_collection(&DeleteParams::background(), &lp).await;
 }
 
 pub fn secs(d: Duration) -> String {
