@@ -537,9 +537,6 @@ fn server_spec(spec: &mut Value, cx: &mut Ctx) {
 /// Why a reference-only field has no dco counterpart, and what to do: the fix of its finding.
 fn reference_only(path: &str) -> Option<&'static str> {
     Some(match path {
-        "spec.image.digest" => {
-            "dco's image is repository:tag; pin by giving the digest's tag, or set the image in the chart's values"
-        }
         "spec.startupProbe" => {
             "dco-webhook's probes are fixed: /readyz turns true once every assigned plan compiled; remove the field"
         }
