@@ -97,13 +97,21 @@ async fn revert_failed<K: ConfigKind>(
     let target = format!("{} {}", cfg.target_kind().kind_name(), cfg.target_name());
     let msg = revert_failed_message(&target, server, &e);
     let news = note_revert_failed(&mut st, &msg, cfg.meta().generation, Timestamp::now());
-    if let Err(w) = write_status::<ConfigWing<K>>(ctx, cfg, &st).await {
+    let recorded = write_status::<ConfigWing<K>>(ctx, cfg, &st).await;
+    if let Err(w) = &recorded {
         tracing::warn!("{w}");
     }
-    if news {
+    if news && !retold(&recorded) {
         ctx.event(cfg, true, REVERT_FAILED, "Delete", msg).await;
     }
     e
+}
+
+/// Whether the next attempt tells the news again because this status write did not record it:
+/// a newer config (409) or the fence. Its Event waits for that attempt, so there is one per
+/// message, not one per attempt.
+pub(crate) fn retold(recorded: &Result<(), Error>) -> bool {
+    recorded.as_ref().is_err_and(|w| w.is_conflict() || w.fenced().is_some())
 }
 
 /// The most an Event's note may hold (events.k8s.io/v1 refuses more): the message is the

@@ -522,4 +522,22 @@ fn a_failed_revert_is_news_once_per_message() {
     // An Event's note holds at most 1024 bytes: the answer is cut, the ways out stay.
     assert_eq!(msg.len(), 1024, "{msg}");
     assert!(msg.ends_with("which no longer converts it"), "{msg}");
+    // A status write that did not record the news leaves its Event to the attempt that does:
+    // a newer config (409) or the fence; any other failure does not hold the Event back.
+    use crate::config::deletion::retold;
+    let conflict = crate::error::Error::Kube {
+        action: "write status of",
+        kind: "CRDConversionConfig",
+        name: "c".into(),
+        source: kube::Error::Api(Box::new(
+            serde_json::from_value(
+                json!({"status": "Failure", "reason": "Conflict", "code": 409, "message": "modified"}),
+            )
+            .unwrap(),
+        )),
+    };
+    assert!(retold(&Err(conflict)));
+    assert!(retold(&Err(crate::error::Error::Fenced { write: "status", paused: false })));
+    assert!(!retold(&Err(refused("no"))));
+    assert!(!retold(&Ok(())));
 }
