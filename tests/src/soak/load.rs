@@ -45,7 +45,9 @@ pub struct Req {
 /// One failed request or wrong answer.
 #[derive(Clone, Debug)]
 pub struct Failure {
+    /// When the request began and when its answer (or error) came.
     pub at: Instant,
+    pub ended: Instant,
     pub at_ms: u32,
     pub what: String,
     /// A read that answered with another value than the last write (never excused).
@@ -65,6 +67,12 @@ impl Failure {
             "closed network connection",
         ];
         !self.wrong && TRANSPORT.iter().any(|t| self.what.contains(t))
+    }
+
+    /// The SIGKILL's, not dco's: a broken or refused connection of a request in flight at
+    /// some moment of a window (one begun before the signal dies with the process too).
+    pub fn excused(&self, windows: &[super::Window]) -> bool {
+        self.transport() && windows.iter().any(|w| self.at <= w.to && self.ended >= w.from)
     }
 }
 
@@ -101,8 +109,13 @@ impl Recorder {
         }
         drop(reqs);
         if let Err((wrong, what)) = result {
-            let f =
-                Failure { at: began, at_ms: self.ms(began), what: what.chars().take(600).collect(), wrong };
+            let f = Failure {
+                at: began,
+                ended: Instant::now(),
+                at_ms: self.ms(began),
+                what: what.chars().take(600).collect(),
+                wrong,
+            };
             self.failures.lock().unwrap_or_else(PoisonError::into_inner).push(f);
         }
     }
@@ -296,5 +309,34 @@ async fn admission_loop(
         rec.record(began, op, result);
         k += 1;
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soak::Window;
+
+    #[test]
+    fn a_broken_connection_of_a_request_in_flight_during_a_window_is_the_kills() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let windows = [Window { from: at(1000), to: at(1400) }];
+        let failure = |began: u64, ended: u64, what: &str| Failure {
+            at: at(began),
+            ended: at(ended),
+            at_ms: began as u32,
+            what: what.into(),
+            wrong: false,
+        };
+        let reset = "read: connection reset by peer";
+        assert!(failure(900, 1010, reset).excused(&windows), "begun before the signal, reset by it");
+        assert!(failure(1100, 1200, reset).excused(&windows));
+        assert!(failure(1350, 1600, reset).excused(&windows));
+        assert!(!failure(500, 900, reset).excused(&windows), "over before the signal");
+        assert!(!failure(1500, 1600, reset).excused(&windows), "begun after the window");
+        assert!(!failure(1100, 1200, "HTTP 503 no conversion plan").excused(&windows), "not the connection");
+        let wrong = Failure { wrong: true, ..failure(1100, 1200, reset) };
+        assert!(!wrong.excused(&windows), "a wrong value is never the kill's");
     }
 }

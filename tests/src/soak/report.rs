@@ -206,7 +206,6 @@ pub fn write(
     let reqs = rec.reqs();
     let failures = rec.failures();
     let end_s = reqs.iter().map(|r| r.at_ms).max().unwrap_or(0).max(1000) as f64 / 1000.0;
-    let excused = |at: std::time::Instant| windows.iter().any(|w| at >= w.from && at <= w.to);
 
     // Rate per second, latency and failures per 5 s.
     let mut per_s: BTreeMap<u32, [f64; 3]> = BTreeMap::new();
@@ -236,7 +235,7 @@ pub fn write(
     for f in &failures {
         let i = if f.wrong {
             2
-        } else if f.transport() && excused(f.at) {
+        } else if f.excused(windows) {
             1
         } else {
             0
@@ -304,7 +303,7 @@ pub fn write(
     for (name, svg) in &plots {
         std::fs::write(dir.join(name), svg)?;
     }
-    let md = markdown(opts, &reqs, &failures, events, windows, checks, excused);
+    let md = markdown(opts, &reqs, &failures, events, windows, checks);
     std::fs::write(dir.join("report.md"), &md)?;
     let mut html = String::from(
         "<!doctype html><meta charset=\"utf-8\"><title>dco soak</title><body style=\"font-family:sans-serif;max-width:1000px\">\n<pre style=\"white-space:pre-wrap\">",
@@ -341,7 +340,6 @@ fn markdown(
     events: &[Event],
     windows: &[Window],
     checks: &[(String, bool, String)],
-    excused: impl Fn(std::time::Instant) -> bool,
 ) -> String {
     let passed = checks.iter().all(|c| c.1);
     let mut s = format!(
@@ -395,7 +393,7 @@ fn markdown(
     }
     let _ = writeln!(
         s,
-        "\n{} SIGKILL windows (from the signal until {} ms after the Pod was seen unready).",
+        "\n{} SIGKILL windows (from the signal until {} ms after the Pod was seen unready; a failure counts in one when its request was in flight at some moment of it).",
         windows.len(),
         super::NOT_READY_PROPAGATION.as_millis()
     );
@@ -404,7 +402,7 @@ fn markdown(
         for f in failures.iter().take(50) {
             let counted = if f.wrong {
                 "wrong"
-            } else if f.transport() && excused(f.at) {
+            } else if f.excused(windows) {
                 "in a window"
             } else {
                 "**outside**"

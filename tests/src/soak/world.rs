@@ -323,8 +323,7 @@ impl<'a> World<'a> {
 
     fn judge(&self, samples: &[memory::Sample], end_ms: u32) -> Vec<(String, bool, String)> {
         let failures = self.rec.failures();
-        let in_window =
-            |f: &load::Failure| f.transport() && self.windows.iter().any(|w| f.at >= w.from && f.at <= w.to);
+        let in_window = |f: &load::Failure| f.excused(&self.windows);
         let wrong = failures.iter().filter(|f| f.wrong).count();
         let excused = failures.iter().filter(|f| in_window(f)).count();
         let outside: Vec<&load::Failure> = failures.iter().filter(|f| !f.wrong && !in_window(f)).collect();
