@@ -22,6 +22,7 @@ pub mod cert_manager;
 pub mod chart;
 pub mod crossplane;
 pub mod crossplane_world;
+pub mod expect;
 pub mod fleet;
 pub mod load;
 pub mod monitoring;

@@ -4,12 +4,12 @@
 //! the webhook) or a GET (read from etcd and converted by the webhook: one review per GET,
 //! docs/operations.md "Where conversion load comes from") — and now and then a GET at the
 //! hub to check what the write stored. Every answer is compared whole with the spec of the
-//! last write of that object; counted in [`Counts`] (failed: an error; wrong: a value).
+//! last write of that object (after a failed write, that or the one before: [`Expect`]);
+//! counted in [`Counts`] (failed: an error; wrong: a value).
 //! [`Load::start_shaped`] names the objects with a prefix of its own (several loads on one
 //! kind) and compares only a view of the spec (a controller such as Crossplane writes the
 //! rest: tests/tests/e2e_crossplane.rs); a [`Target`] with an empty `ns` is cluster-scoped.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,6 +17,7 @@ use std::time::Duration;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::expect::Expect;
 use crate::moves::{Counts, Tally};
 
 /// The converted target the load writes and reads.
@@ -89,21 +90,20 @@ impl Load {
         let (s, c) = (stop.clone(), counts.clone());
         let task = tokio::spawn(async move {
             let (spoke, hub) = (target.api(&target.spoke), target.api(&target.hub));
-            let mut written: BTreeMap<String, i64> = BTreeMap::new();
+            let mut expect = Expect::default();
             let mut k = 0i64;
             while !s.load(Ordering::SeqCst) {
                 let name = format!("{}{}", shape.prefix, k as usize % objects);
-                let at = written.get(&name).copied();
+                let at = expect.known(&name);
                 let (version, api) = match (at, k % 8) {
                     (None, _) | (Some(_), 0 | 4) => (target.spoke.as_str(), None),
                     (Some(_), 7) => (target.hub.as_str(), Some(&hub)),
                     (Some(_), _) => (target.spoke.as_str(), Some(&spoke)),
                 };
-                match (api, at) {
-                    (Some(api), Some(at)) => match api.get(&name).await {
-                        Ok(o)
-                            if (shape.view)(&o.data["spec"]) == (shape.view)(&(target.spec)(version, at)) =>
-                        {
+                let spec = |k: i64| (shape.view)(&(target.spec)(version, k));
+                match api {
+                    Some(api) => match api.get(&name).await {
+                        Ok(o) if expect.check(&name, &(shape.view)(&o.data["spec"]), spec) => {
                             c.ok.fetch_add(1, Ordering::SeqCst);
                         }
                         Ok(o) => c.fail(
@@ -111,12 +111,12 @@ impl Load {
                             format!(
                                 "{name} at {version}: {} (wrote {})",
                                 o.data["spec"],
-                                (target.spec)(version, at)
+                                expect.want(&name, spec)
                             ),
                         ),
                         Err(e) => c.fail(false, format!("read {name} at {version}: {e}")),
                     },
-                    _ => {
+                    None => {
                         let obj = json!({"apiVersion": format!("{}/{version}", target.group),
                             "kind": target.kind, "metadata": {"name": name}, "spec": (target.spec)(version, k)});
                         match spoke
@@ -124,10 +124,13 @@ impl Load {
                             .await
                         {
                             Ok(_) => {
-                                written.insert(name.clone(), k);
+                                expect.written(&name, k);
                                 c.ok.fetch_add(1, Ordering::SeqCst);
                             }
-                            Err(e) => c.fail(false, format!("write {name} at {version}: {e}")),
+                            Err(e) => {
+                                expect.unsure(&name, k);
+                                c.fail(false, format!("write {name} at {version}: {e}"))
+                            }
                         }
                     }
                 }

@@ -324,12 +324,15 @@ impl<'a> World<'a> {
     fn judge(&self, samples: &[memory::Sample], end_ms: u32) -> Vec<(String, bool, String)> {
         let failures = self.rec.failures();
         let in_window = |f: &load::Failure| f.excused(&self.windows);
-        let wrong = failures.iter().filter(|f| f.wrong).count();
+        let first5 = |fs: &[&load::Failure]| -> Vec<String> {
+            fs.iter().take(5).map(|f| format!("+{:.1}s {}", f.at_ms as f64 / 1000.0, f.what)).collect()
+        };
+        let wrong: Vec<&load::Failure> = failures.iter().filter(|f| f.wrong).collect();
+        let first_wrong = first5(&wrong);
         let excused = failures.iter().filter(|f| in_window(f)).count();
         let outside: Vec<&load::Failure> = failures.iter().filter(|f| !f.wrong && !in_window(f)).collect();
         let reqs = self.rec.reqs().len();
-        let first: Vec<String> =
-            outside.iter().take(5).map(|f| format!("+{:.1}s {}", f.at_ms as f64 / 1000.0, f.what)).collect();
+        let first = first5(&outside);
         let warm = self.opts.warmup.as_millis() as u32;
         let span = 30_000.min(end_ms.saturating_sub(warm) / 4);
         let levels = memory::levels(samples, warm, end_ms, span);
@@ -361,7 +364,11 @@ impl<'a> World<'a> {
                     self.windows.len()
                 ),
             ),
-            ("0 wrong answers".into(), wrong == 0, format!("{wrong} wrong")),
+            (
+                "0 wrong answers".into(),
+                wrong.is_empty(),
+                format!("{} wrong; first: {first_wrong:?}", wrong.len()),
+            ),
             (
                 "every event ran".into(),
                 self.event_errors.is_empty(),
