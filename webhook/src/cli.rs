@@ -79,12 +79,15 @@ pub struct Args {
     /// another connection when a connection is full).
     #[arg(long, env = "DCO_HTTP2_MAX_STREAMS", default_value_t = 100)]
     pub http2_max_streams: u32,
-    /// HTTP/1.1: request headers must arrive within it, and a kept-alive connection must
-    /// start its next request within it.
+    /// HTTP/1.1: a request's headers must arrive within it of their first byte (a new
+    /// connection's first request, of the accept). A kept-alive connection waiting for its
+    /// next request is bounded by `--idle-timeout` instead.
     #[arg(long, env = "DCO_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
-    /// A connection with no request in flight for this long is closed.
-    #[arg(long, env = "DCO_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    /// A connection with no request in flight for this long is closed. Keep it above the
+    /// apiserver's idle timeout for webhook connections (90 s): a connection must be closed by
+    /// the apiserver, which does not retry a review sent on one closing under it.
+    #[arg(long, env = "DCO_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// A connection whose answer made no progress for this long (the client stopped
     /// reading) is closed.

@@ -15,6 +15,7 @@
 //! answer's buffer alive.
 
 use std::collections::HashMap;
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,12 +24,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Largest piece of an answer handed to hyper at once.
 pub const CHUNK: usize = 1 << 20;
 /// Largest last piece: what may outlive the body in the codec (per stream, until the
 /// connection's idle timeout).
 pub const TAIL: usize = 4 << 10;
+
+/// [`ConnState::head_since_ms`] when no request's headers are being read.
+const NO_HEAD: u64 = u64::MAX;
 
 /// Shared by a connection's task, its requests and its response bodies.
 #[derive(Debug)]
@@ -38,6 +43,12 @@ pub struct ConnState {
     active: AtomicUsize,
     /// Milliseconds since `born` when `active` last dropped to zero.
     idle_since_ms: AtomicU64,
+    /// Milliseconds since `born` when the next request's first byte arrived (0 for a new
+    /// connection: its first request is timed from the accept), [`NO_HEAD`] while a request
+    /// is in flight or none has begun arriving.
+    head_since_ms: AtomicU64,
+    /// A request came as HTTP/2.
+    http2: std::sync::atomic::AtomicBool,
     next_body: AtomicU64,
     /// Per unfinished response body: when hyper last took a chunk (ms since `born`).
     bodies: Mutex<HashMap<u64, u64>>,
@@ -49,6 +60,8 @@ impl Default for ConnState {
             born: Instant::now(),
             active: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(0),
+            head_since_ms: AtomicU64::new(0),
+            http2: std::sync::atomic::AtomicBool::new(false),
             next_body: AtomicU64::new(0),
             bodies: Mutex::new(HashMap::new()),
         }
@@ -63,7 +76,37 @@ impl ConnState {
     /// A request started; the guard ends it (hand it to [`Tracked`] with the response).
     pub fn begin(self: &Arc<Self>) -> Active {
         self.active.fetch_add(1, Ordering::SeqCst);
+        // Its headers are complete.
+        self.head_since_ms.store(NO_HEAD, Ordering::SeqCst);
         Active(self.clone())
+    }
+
+    pub fn mark_http2(&self) {
+        self.http2.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_http2(&self) -> bool {
+        self.http2.load(Ordering::Relaxed)
+    }
+
+    /// Bytes arrived: with no request in flight they begin the next one's headers.
+    fn received(&self) {
+        if self.active.load(Ordering::SeqCst) == 0 {
+            let now = self.now_ms();
+            let _ = self.head_since_ms.compare_exchange(NO_HEAD, now, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+
+    /// How long the headers of a request that has begun arriving have taken so far (zero
+    /// while a request is in flight, or while the connection is idle with nothing sent).
+    pub fn head_wait(&self) -> Duration {
+        if self.active.load(Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        match self.head_since_ms.load(Ordering::SeqCst) {
+            NO_HEAD => Duration::ZERO,
+            since => Duration::from_millis(self.now_ms().saturating_sub(since)),
+        }
     }
 
     /// How long the connection has had no request in flight (zero while it has one).
@@ -90,6 +133,59 @@ impl ConnState {
 
     fn forget(&self, id: u64) {
         self.bodies.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+}
+
+/// A connection's stream, telling its [`ConnState`] when bytes arrive.
+pub struct Watched<S> {
+    inner: S,
+    state: Arc<ConnState>,
+}
+
+impl<S> Watched<S> {
+    pub fn new(inner: S, state: Arc<ConnState>) -> Self {
+        Watched { inner, state }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.state.received();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -229,6 +325,41 @@ mod tests {
         assert_eq!((first.len(), last.len()), (TAIL * 2, TAIL));
         assert_eq!(first.as_ptr(), whole.as_ptr(), "the body is sliced, not copied");
         assert!(!whole.as_ptr_range().contains(&last.as_ptr()), "the last piece is a copy");
+    }
+
+    #[tokio::test]
+    async fn headers_are_timed_from_their_first_byte_not_from_the_last_answer() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let state = Arc::new(ConnState::default());
+        let (client, server) = tokio::io::duplex(1024);
+        let (mut client, mut server) = (client, Watched::new(server, state.clone()));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(state.head_wait() >= Duration::from_millis(20), "a new connection's first request is timed");
+        client.write_all(b"POST / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        assert!(server.read(&mut buf).await.unwrap() > 0);
+        let answer = Tracked::new(Full::new(Bytes::from_static(b"ok")), state.begin());
+        assert_eq!(state.head_wait(), Duration::ZERO, "a request in flight");
+        drop(answer);
+        // Kept alive and idle: no clock runs but the idle timeout's.
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(
+            state.head_wait(),
+            Duration::ZERO,
+            "an idle kept-alive connection is not waiting for headers"
+        );
+        assert!(state.idle_for() >= Duration::from_millis(30));
+        // The next request's first bytes start its clock.
+        client.write_all(b"POST / HT").await.unwrap();
+        assert!(server.read(&mut buf).await.unwrap() > 0);
+        std::thread::sleep(Duration::from_millis(20));
+        let w = state.head_wait();
+        assert!(
+            w >= Duration::from_millis(20) && w < state.idle_for(),
+            "from the first byte, not the idle start: {w:?}"
+        );
+        let _next = state.begin();
+        assert_eq!(state.head_wait(), Duration::ZERO);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The served-target Lease publisher (`docs/webhook.md`): `dco-served-<pod>` in the replica's
 //! namespace, labelled with the instance and `app.kubernetes.io/managed-by`, owned by the
 //! Pod (garbage-collected with it), carrying the sorted set of targets this replica holds a
-//! servable plan for, renewed every heartbeat and republished at once on any registry change.
+//! servable plan for, renewed every heartbeat and republished on any registry change (at once,
+//! or with the others of a burst: at most one write per [`COALESCE`]).
 //!
 //! Publishing is best effort: a replica that cannot write its Lease still serves; what it
 //! loses is the operator's proof that work can be moved onto it, which the operator reports.
@@ -156,31 +157,82 @@ impl LeasePublisher {
         Ok(())
     }
 
-    /// Publish on every registry change and every heartbeat until `stop` resolves. Failures
-    /// are retried after a short backoff, never fatal.
-    pub async fn run(mut self, stop: impl std::future::Future<Output = ()>) {
-        let mut changes = self.registry.subscribe();
-        let mut stop = std::pin::pin!(stop);
-        let retry = Duration::from_secs(5).min(self.settings.renew_interval);
-        loop {
-            changes.mark_unchanged();
-            let wait = match self.publish().await {
-                Ok(()) => {
-                    self.metrics.lease_publishes.get_or_create(&ResultLabel { result: "ok".into() }).inc();
-                    self.health.mark_lease_published();
-                    self.settings.renew_interval
-                }
-                Err(e) => {
-                    self.metrics.lease_publishes.get_or_create(&ResultLabel { result: "error".into() }).inc();
-                    tracing::warn!(error = %e, "cannot publish served targets; work cannot be moved onto this instance until this succeeds");
-                    retry
-                }
-            };
-            tokio::select! {
-                () = &mut stop => return,
-                () = tokio::time::sleep(wait) => {}
-                changed = changes.changed() => if changed.is_err() { return },
+    /// Publish on every registry change and every heartbeat until `stop` resolves, at most one
+    /// write per [`COALESCE`]. Failures are retried after a short backoff, never fatal.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        let changes = self.registry.subscribe();
+        let timing = Timing {
+            renew: self.settings.renew_interval,
+            retry: Duration::from_secs(5).min(self.settings.renew_interval),
+            coalesce: COALESCE,
+        };
+        drive(self, changes, stop, timing).await;
+    }
+}
+
+/// The shortest time between two writes of the Lease. A change is published at once when the
+/// last write is older than this, else with everything else that changed by then: during a
+/// rebalance a source's sync passes drain its moving targets pass after pass, and a burst of
+/// 150 moves must not become 150 writes per replica. The operator reads the set to finish each
+/// move (`docs/operations.md`, "What a move costs the cluster"), so it must not wait longer.
+pub const COALESCE: Duration = Duration::from_millis(250);
+
+/// When the publisher writes.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// The heartbeat with nothing changed.
+    pub renew: Duration,
+    /// After a failed write.
+    pub retry: Duration,
+    pub coalesce: Duration,
+}
+
+/// One write of the Lease, as [`drive`] sees it.
+pub trait Publish {
+    /// Writes the current set; whether it succeeded.
+    fn publish_once(&mut self) -> impl std::future::Future<Output = bool> + Send;
+}
+
+impl Publish for LeasePublisher {
+    async fn publish_once(&mut self) -> bool {
+        match self.publish().await {
+            Ok(()) => {
+                self.metrics.lease_publishes.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+                self.health.mark_lease_published();
+                true
             }
+            Err(e) => {
+                self.metrics.lease_publishes.get_or_create(&ResultLabel { result: "error".into() }).inc();
+                tracing::warn!(error = %e, "cannot publish served targets; work cannot be moved onto this instance until this succeeds");
+                false
+            }
+        }
+    }
+}
+
+/// Writes at once, then on every change of `changes` (coalesced, [`COALESCE`]) and every
+/// heartbeat, until `stop` resolves or the registry is gone. The first write is not delayed:
+/// a new replica's first set (its share, read whole) is what lets moves onto it begin.
+pub async fn drive<P: Publish>(
+    mut publisher: P,
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    stop: impl std::future::Future<Output = ()>,
+    timing: Timing,
+) {
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        changes.mark_unchanged();
+        let wrote = tokio::time::Instant::now();
+        let wait = if publisher.publish_once().await { timing.renew } else { timing.retry };
+        tokio::select! {
+            () = &mut stop => return,
+            () = tokio::time::sleep(wait) => continue,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+        // Changed: written with whatever else changes until a gap after the last write.
+        tokio::select! {
+            () = &mut stop => return,
+            () = tokio::time::sleep_until(wrote + timing.coalesce) => {}
         }
     }
 }
@@ -224,6 +276,89 @@ mod tests {
         assert_eq!(spec.renew_time, Some(now));
         assert_eq!(spec.lease_duration_seconds, Some(90));
         assert_eq!(spec.holder_identity.as_deref(), Some("pool-a-7d9f-x2k"));
+    }
+
+    /// When each write happened and which registry version it carried.
+    type Writes = Arc<std::sync::Mutex<Vec<(std::time::Instant, u64)>>>;
+
+    struct Recorder {
+        changes: tokio::sync::watch::Receiver<u64>,
+        writes: Writes,
+    }
+
+    impl Publish for Recorder {
+        async fn publish_once(&mut self) -> bool {
+            let seen = *self.changes.borrow();
+            self.writes.lock().unwrap().push((std::time::Instant::now(), seen));
+            true
+        }
+    }
+
+    fn recorder() -> (tokio::sync::watch::Sender<u64>, Recorder, tokio::sync::watch::Receiver<u64>, Writes) {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let writes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        (tx, Recorder { changes: rx.clone(), writes: writes.clone() }, rx, writes)
+    }
+
+    const TIMING: Timing =
+        Timing { renew: Duration::from_secs(60), retry: Duration::from_secs(5), coalesce: COALESCE };
+
+    #[tokio::test]
+    async fn a_burst_of_changes_is_written_a_few_times_and_the_last_one_within_the_gap() {
+        let (tx, rec, rx, writes) = recorder();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(drive(rec, rx, async move { drop(stop_rx.await) }, TIMING));
+        // 150 moves drained one pass after another over 1.5 s.
+        for v in 1..=150u64 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            tx.send_replace(v);
+        }
+        let last_change = std::time::Instant::now();
+        tokio::time::sleep(COALESCE * 2).await;
+        let _ = stop_tx.send(());
+        task.await.unwrap();
+        let writes = writes.lock().unwrap().clone();
+        // The first write, then at most one per gap over the burst (1.5 s / 250 ms) and one
+        // more for its end; a real write's round trip only spaces them further.
+        assert!(writes.len() <= 1 + 7 + 1, "{} writes for 150 changes", writes.len());
+        assert!(writes.len() >= 3, "the burst was not written as it went: {} writes", writes.len());
+        for w in writes.windows(2) {
+            let gap = w[1].0 - w[0].0;
+            assert!(gap >= COALESCE - Duration::from_millis(5), "two writes {gap:?} apart");
+        }
+        let (at, version) = *writes.last().unwrap();
+        assert_eq!(version, 150, "the last write carries the last change");
+        assert!(at.saturating_duration_since(last_change) <= COALESCE + Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn a_change_after_a_quiet_spell_is_written_at_once() {
+        let (tx, rec, rx, writes) = recorder();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(drive(rec, rx, async move { drop(stop_rx.await) }, TIMING));
+        tokio::time::sleep(COALESCE + Duration::from_millis(50)).await;
+        let changed = std::time::Instant::now();
+        tx.send_replace(1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = stop_tx.send(());
+        task.await.unwrap();
+        let writes = writes.lock().unwrap().clone();
+        assert_eq!(writes.len(), 2, "the first write and the change");
+        assert_eq!(writes[1].1, 1);
+        assert!(writes[1].0 - changed < Duration::from_millis(50), "waited {:?}", writes[1].0 - changed);
+    }
+
+    #[tokio::test]
+    async fn with_nothing_changed_it_writes_at_each_heartbeat() {
+        let (_tx, rec, rx, writes) = recorder();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let timing = Timing { renew: Duration::from_millis(100), ..TIMING };
+        let task = tokio::spawn(drive(rec, rx, async move { drop(stop_rx.await) }, timing));
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        let _ = stop_tx.send(());
+        task.await.unwrap();
+        let n = writes.lock().unwrap().len();
+        assert!((4..=6).contains(&n), "{n} writes in 450 ms at a 100 ms heartbeat");
     }
 
     #[test]

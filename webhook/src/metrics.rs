@@ -165,8 +165,8 @@ pub struct Metrics {
     /// Times the accept loop stopped at `--max-connections` (new connections wait in the
     /// kernel's backlog meanwhile).
     pub connection_limit_reached: Counter,
-    /// Connections the server closed, by reason (`idle`, `stalled_write`, `handshake_timeout`,
-    /// `handshake_failed`, `error`, `shutdown`).
+    /// Connections the server closed, by reason (`idle`, `header_timeout`, `stalled_write`,
+    /// `handshake_timeout`, `handshake_failed`, `error`, `shutdown`).
     pub connections_closed: Family<ReasonLabel, Counter>,
     /// Peak heap growth of each conversion, against `--conversion-memory-factor`'s budget.
     pub conversion_memory: Histogram,

@@ -28,7 +28,7 @@ use tower::ServiceExt;
 
 use dco_api::stop::Shutdown;
 
-use crate::conn::{ConnState, Tracked};
+use crate::conn::{ConnState, Tracked, Watched};
 use crate::metrics::{Metrics, ReasonLabel};
 
 /// A client that has not finished its TLS handshake by then is not going to.
@@ -63,10 +63,12 @@ pub struct Transport {
     /// HTTP/2 flow-control window, per stream and per connection: the most a connection can
     /// have buffered that no handler has read yet.
     pub window: u32,
-    /// HTTP/1.1: headers must arrive within it, and a kept-alive connection must start its
-    /// next request within it.
+    /// HTTP/1.1: a request's headers must arrive within it of their first byte (a new
+    /// connection's, of the accept).
     pub header_read_timeout: Duration,
-    /// A connection without a request in flight this long is closed.
+    /// A connection without a request in flight this long is closed. Longer than the
+    /// apiserver's own idle timeout (Go's `IdleConnTimeout`, 90 s), so the apiserver closes an
+    /// idle connection first and never sends a review on one closing under it.
     pub idle_timeout: Duration,
     /// An answer that hyper could not hand on for this long (the peer stopped reading)
     /// closes its connection.
@@ -91,7 +93,7 @@ impl Transport {
             max_streams: 100,
             window,
             header_read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(120),
             write_timeout: Duration::from_secs(10),
         }
     }
@@ -107,7 +109,9 @@ impl Transport {
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(self.header_read_timeout)
+            // Timed from the headers' first byte by the connection's task instead
+            // (`conn.rs`): hyper's clock also runs while a kept-alive connection waits.
+            .header_read_timeout(None)
             .max_buf_size(MAX_HEADER_BYTES);
         // Reviews are megabytes: HTTP/2's default 64 KiB windows would turn one large body
         // into hundreds of WINDOW_UPDATE round trips.
@@ -262,7 +266,11 @@ impl Conn {
                 return closed(metrics, "handshake_timeout");
             }
         };
+        // The apiserver speaks HTTP/1.1 to webhooks; an HTTP/2 peer's pings and settings
+        // between requests are not headers, and hyper bounds its streams' headers itself.
+        let http1 = tls.get_ref().1.alpn_protocol() != Some(b"h2".as_slice());
         let state = Arc::new(ConnState::default());
+        let tls = Watched::new(tls, state.clone());
         let goaway = Arc::new(Notify::new());
         let service = {
             let (state, router, shutdown) = (state.clone(), self.router.clone(), self.shutdown.clone());
@@ -270,6 +278,9 @@ impl Conn {
             hyper::service::service_fn(move |req: http::Request<Incoming>| {
                 let active = state.begin();
                 let version = req.version();
+                if version == http::Version::HTTP_2 {
+                    state.mark_http2();
+                }
                 let call = router.clone().oneshot(req.map(axum::body::Body::new));
                 let (shutdown, goaway) = (shutdown.clone(), goaway.clone());
                 async move {
@@ -315,6 +326,11 @@ impl Conn {
                     closed(metrics, "shutdown");
                 }
                 _ = tick.tick() => {
+                    // Not from an HTTP/2 request (prior knowledge without ALPN).
+                    if http1 && state.head_wait() >= transport.header_read_timeout && !state.is_http2() {
+                        tracing::debug!(%peer, "closing a connection whose request headers did not arrive in time (--header-read-timeout)");
+                        return closed(metrics, "header_timeout");
+                    }
                     let stall = state.longest_write_stall();
                     if stall >= transport.write_timeout {
                         tracing::info!(%peer, ?stall, "closing a connection whose peer stopped reading its answer (--write-timeout)");

@@ -59,6 +59,10 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
 
 impl Server {
     async fn start(name: &str) -> Server {
+        Server::start_with(name, IDLE_TIMEOUT).await
+    }
+
+    async fn start_with(name: &str, idle_timeout: Duration) -> Server {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = std::env::temp_dir().join(format!("dco-hostile-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -85,7 +89,7 @@ impl Server {
             .args(["--http2-max-streams", &MAX_STREAMS.to_string()])
             .args(["--request-timeout", &secs(REQUEST_TIMEOUT)])
             .args(["--header-read-timeout", &secs(HEADER_TIMEOUT)])
-            .args(["--idle-timeout", &secs(IDLE_TIMEOUT)])
+            .args(["--idle-timeout", &secs(idle_timeout)])
             .args(["--write-timeout", &secs(WRITE_TIMEOUT)])
             .args(["--shutdown-delay", "0s", "--shutdown-timeout", "1s"])
             .env("RUST_LOG", "info")
@@ -302,6 +306,76 @@ async fn slowloris_headers_are_cut_off_by_the_header_read_timeout() {
     assert!(big_closed.is_some(), "256 KiB of headers were not refused");
     assert!(ok >= 1 && slowest < REQUEST_TIMEOUT, "{ok} valid reviews, slowest {slowest:?}");
     server.assert_memory_bounded("slowloris");
+}
+
+/// One review on a kept-alive HTTP/1.1 connection, as the apiserver sends them: its status,
+/// or `None` when the connection was closed under it.
+async fn kept_alive_review(s: &mut TlsStream<TcpStream>, body: &[u8]) -> Option<u16> {
+    let head = format!(
+        "POST /convert/{TARGET} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.ok()?;
+    s.write_all(body).await.ok()?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16 << 10];
+    let end = loop {
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .unwrap_or_else(|| panic!("an answer without content-length: {head}"))
+        .trim()
+        .parse()
+        .unwrap();
+    while got.len() < end + length {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    head.get(9..12).and_then(|c| c.parse().ok())
+}
+
+/// The apiserver keeps an idle webhook connection for 90 s (Go's `IdleConnTimeout`) and sends
+/// its next review on it without retrying if the server closed it meanwhile. hyper's header
+/// timeout ran while a kept-alive connection waited for its next request, so the server closed
+/// every connection idle for `--header-read-timeout` (10 s), silently: a review sent on one as
+/// it closed failed with `write: broken pipe` (the sixth-server join of docs/performance.md).
+/// Now the headers are timed from their first byte and an idle connection lasts
+/// `--idle-timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_waits_for_its_next_request_until_the_idle_timeout() {
+    let idle = HEADER_TIMEOUT * 4;
+    let server = Server::start_with("keepalive", idle).await;
+    let body = review_body(2);
+    let mut s = server.tls(&[b"http/1.1"]).await.unwrap();
+    assert_eq!(kept_alive_review(&mut s, &body).await, Some(200), "{}", server.log());
+    // Idle for twice the header timeout, then the next review on the same connection.
+    tokio::time::sleep(HEADER_TIMEOUT * 2).await;
+    assert_eq!(
+        kept_alive_review(&mut s, &body).await,
+        Some(200),
+        "a kept-alive connection idle for {:?} (header timeout {HEADER_TIMEOUT:?}) was closed under the next review: {}",
+        HEADER_TIMEOUT * 2,
+        server.log()
+    );
+    // Idle from there on: closed by the idle timeout, not before.
+    let open = closed_within(&mut s, idle * 2 + SLACK).await.expect("an idle connection never closed");
+    eprintln!("kept-alive connection closed {open:?} after its last answer (idle timeout {idle:?})");
+    assert!(
+        open >= idle - Duration::from_millis(200),
+        "closed after {open:?}, before the idle timeout {idle:?}"
+    );
+    assert!(open <= idle + SLACK, "closed after {open:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
