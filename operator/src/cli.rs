@@ -106,6 +106,12 @@ pub struct Args {
     /// while no replica answers) or `Ignore` (it goes through unchecked).
     #[arg(long, env = "DCO_ADMISSION_FAILURE_POLICY", value_enum, default_value = "Fail")]
     pub admission_failure_policy: FailurePolicy,
+    /// Serve the key pair of this Secret (`tls.crt`, `tls.key`; in the --admission-service
+    /// namespace) and register its `ca.crt` as the webhooks' caBundle, instead of issuing a
+    /// certificate: one issued by cert-manager (the chart's admission.certManager), renewed
+    /// there and served on every change without a restart (docs/admission.md).
+    #[arg(long, env = "DCO_ADMISSION_TLS_SECRET")]
+    pub admission_tls_secret: Option<String>,
     /// Serve and register the XRD guard (docs/admission.md, "The XRD guard"): a mutating
     /// webhook (`failurePolicy: Ignore`) that keeps dco's spec.conversion on XRD updates by
     /// other writers, such as Crossplane's package manager. Needs --admission-service. Off:

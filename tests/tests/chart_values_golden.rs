@@ -2,11 +2,13 @@
 //!
 //! * `each_value_renders_what_it_says`: `helm template` with each value set alone (registry and
 //!   digests, commonLabels, podAnnotations/podLabels, admission.failurePolicy, extraVolumes,
-//!   priorityClassName/topologySpreadConstraints, the defaults) renders what the value promises
-//!   (asserted here) and exactly what `tests/golden/chart/<case>.yaml` holds: the operator Pod
-//!   template's metadata, its container's image, args, mounts and resources, the Pod's volumes
-//!   and scheduling, the CRD Job's image and every object's commonLabels. `UPDATE_GOLDEN=1`
-//!   rewrites the files.
+//!   priorityClassName/topologySpreadConstraints, admission.certManager, the defaults) renders
+//!   what the value promises (asserted here) and exactly what `tests/golden/chart/<case>.yaml`
+//!   holds: the operator Pod template's metadata, its container's image, args, mounts and
+//!   resources, the Pod's volumes and scheduling, the CRD Job's image and every object's
+//!   commonLabels (with admission.certManager also the Certificate's spec and the admission
+//!   Role's Secret rules). What the schema and the templates refuse fails with the fix.
+//!   `UPDATE_GOLDEN=1` rewrites the files.
 //! * `the_readme_lists_every_value`: the table of `charts/dco/README.md` between its
 //!   `values:begin`/`values:end` markers is generated from `values.schema.json` (every property,
 //!   with its description) and `values.yaml` (its default), so the two cannot drift; every
@@ -109,8 +111,13 @@ fn args(docs: &[Value]) -> Result<Vec<String>> {
 
 /// The render of `values` against `tests/golden/chart/<case>.yaml`.
 fn golden(case: &str, docs: &[Value]) -> Result<()> {
+    golden_value(case, &summary(docs)?)
+}
+
+/// `got` (a summary, with what else a case renders) against `tests/golden/chart/<case>.yaml`.
+fn golden_value(case: &str, got: &Value) -> Result<()> {
     let path = golden_dir().join(format!("{case}.yaml"));
-    let got = serde_yaml::to_string(&summary(docs)?)?;
+    let got = serde_yaml::to_string(got)?;
     if update() {
         std::fs::create_dir_all(golden_dir())?;
         std::fs::write(&path, &got)?;
@@ -215,12 +222,57 @@ fn each_value_renders_what_it_says() -> Result<()> {
     ensure!(s["pod"]["priorityClassName"] == "system-cluster-critical", "{s}");
     ensure!(s["pod"]["topologySpreadConstraints"] == spread, "{s}");
 
+    // The admission certificate from cert-manager: a Certificate for the admission Service's
+    // names into the Secret the operator serves, whose read and watch are all the Role grants.
+    let docs = render(&json!({"admission": {"certManager": {"enabled": true,
+        "issuerRef": {"name": "dco-ca", "kind": "Issuer", "group": "cert-manager.io"}, "renewBefore": "720h"}}}))?;
+    let cert = find(&docs, "Certificate", "dco-admission-cert-manager")?;
+    let role = find(&docs, "Role", "dco-operator-admission")?;
+    let mut s = summary(&docs)?;
+    s["admissionCertificate"] = cert["spec"].clone();
+    s["admissionSecretRules"] = json!(
+        role["rules"]
+            .as_array()
+            .context("rules")?
+            .iter()
+            .filter(|r| r["resources"] == json!(["secrets"]))
+            .collect::<Vec<_>>()
+    );
+    golden_value("cert-manager", &s)?;
+    ensure!(
+        args(&docs)?.contains(&"--admission-tls-secret=dco-admission-cert-manager".to_string()),
+        "the operator serves the Certificate's Secret: {s}"
+    );
+    ensure!(cert["spec"]["secretName"] == "dco-admission-cert-manager", "{cert}");
+    ensure!(cert["spec"]["dnsNames"][0] == "dco-admission.dco-system.svc", "{cert}");
+    ensure!(
+        cert["spec"]["issuerRef"] == json!({"name": "dco-ca", "kind": "Issuer", "group": "cert-manager.io"}),
+        "{cert}"
+    );
+    ensure!(
+        s["admissionSecretRules"]
+            == json!([{"apiGroups": [""], "resources": ["secrets"],
+            "resourceNames": ["dco-admission-cert-manager"], "verbs": ["get", "list", "watch"]}]),
+        "with cert-manager the operator writes no Secret: {s}"
+    );
+    // An external issuer: its group is carried; the default renders no Certificate.
+    let docs = render(&json!({"admission": {"certManager": {"enabled": true,
+        "issuerRef": {"name": "pca", "kind": "AWSPCAClusterIssuer", "group": "awspca.cert-manager.io"}}}}))?;
+    let cert = find(&docs, "Certificate", "dco-admission-cert-manager")?;
+    ensure!(cert["spec"]["issuerRef"]["group"] == "awspca.cert-manager.io", "{cert}");
+    ensure!(!render(&json!({}))?.iter().any(|d| d["kind"] == "Certificate"), "a Certificate by default");
+    ensure!(
+        !args(&render(&json!({}))?)?.iter().any(|a| a.starts_with("--admission-tls-secret")),
+        "by default"
+    );
+
     // What the schema refuses: a digest that is not one, the chart's own label keys.
     let cluster = ensure_cluster()?;
     for (bad, why) in [
         (json!({"image": {"digest": "latest"}}), "image.digest"),
         (json!({"commonLabels": {"app.kubernetes.io/name": "x"}}), "commonLabels"),
         (json!({"admission": {"failurePolicy": "Maybe"}}), "admission.failurePolicy"),
+        (json!({"admission": {"certManager": {"duration": "90d"}}}), "admission.certManager.duration"),
     ] {
         let file = cluster.dir.join("tmp").join(format!("{}.yaml", unique_name("bad-values")));
         std::fs::create_dir_all(cluster.dir.join("tmp"))?;
@@ -235,6 +287,23 @@ fn each_value_renders_what_it_says() -> Result<()> {
             Err(e) => format!("{e:#}"),
         };
         ensure!(e.contains("values don't meet the specifications of the schema"), "{why}: {e}");
+    }
+    // What the templates refuse, with the fix: no issuer named, a kind cert-manager lacks.
+    for (bad, fix) in [
+        (
+            json!({"admission": {"certManager": {"enabled": true}}}),
+            "admission.certManager.issuerRef.name: name the Issuer",
+        ),
+        (
+            json!({"admission": {"certManager": {"enabled": true, "issuerRef": {"name": "x", "kind": "AWSPCAClusterIssuer"}}}}),
+            "for an external issuer set admission.certManager.issuerRef.group",
+        ),
+    ] {
+        let e = match render(&bad) {
+            Ok(_) => bail!("the chart rendered {bad}"),
+            Err(e) => format!("{e:#}"),
+        };
+        ensure!(e.contains(fix), "{bad}: {e}");
     }
     Ok(())
 }

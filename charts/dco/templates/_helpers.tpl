@@ -124,6 +124,14 @@ only, and refuses a server whose namespace is not among them; the RBAC below gra
 {{- end -}}
 
 {{/*
+The cert-manager Certificate of the admission certificate and its Secret (one name), with
+admission.certManager.enabled: the operator serves it (--admission-tls-secret).
+*/}}
+{{- define "dco.admissionCertManagerSecret" -}}
+{{- printf "%s-cert-manager" (include "dco.admissionService" .) -}}
+{{- end -}}
+
+{{/*
 The ValidatingWebhookConfiguration's name, as the operator derives it by default
 (registration.rs `default_webhook_name`: dco-operator-admission, then the first 4 bytes of
 the SHA-256 of --selector in hex). The chart passes it explicitly, and limits the operator's

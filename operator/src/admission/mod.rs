@@ -6,7 +6,8 @@
 //! - [`config`] and [`server`]: the rules, pure functions of (object, old object, what it
 //!   depends on) → [`Verdict`], unit-tested without a cluster.
 //! - [`serve`]: `POST /validate` over HTTPS, taking `admission.k8s.io/v1` AdmissionReviews.
-//! - [`registration`]: the serving certificate (a Secret in the operator's namespace), the
+//! - [`registration`]: the serving certificate (a Secret in the operator's namespace, issued by
+//!   the operator or, [`issued`], by cert-manager), the
 //!   Service and the `ValidatingWebhookConfiguration`, kept current by every replica; with
 //!   `--xrd-guard` also the `MutatingWebhookConfiguration` of [`xrd_guard`].
 //! - [`xrd_guard`]: `POST /mutate-xrd`, the optional guard that keeps dco's `spec.conversion`
@@ -16,6 +17,7 @@
 //! here also surfaces as a condition when it slips through.
 
 pub mod config;
+pub mod issued;
 pub mod metrics;
 pub mod registration;
 pub mod serve;

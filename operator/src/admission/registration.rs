@@ -2,7 +2,9 @@
 //! [`INTERVAL`], makes sure that
 //! 1. the serving certificate exists in two Secrets in the operator's namespace (the CA and
 //!    the leaf for `<service>.<namespace>.svc`, issued and rotated by pki.rs, the code
-//!    that serves the webhook servers) and serves what they hold ([`CertResolver`]);
+//!    that serves the webhook servers) and serves what they hold ([`CertResolver`]); or, with
+//!    `--admission-tls-secret`, serves the key pair someone else (cert-manager) issued into
+//!    that Secret, watched so a renewal is served at once (issued.rs);
 //! 2. the Service selecting the operator Pods exists, when `--admission-pod-selector` is set;
 //! 3. once a replica can answer (a Ready operator Pod behind the Service, [`answering`]), the
 //!    `ValidatingWebhookConfiguration` holds dco's two webhooks with the current `caBundle`;
@@ -38,6 +40,7 @@ use serde_json::{Value, json};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
+use super::issued;
 use super::metrics::RegistrationLabels;
 use super::serve::{CertResolver, certified_key};
 use crate::cli::Owner;
@@ -72,6 +75,9 @@ pub struct Registration {
     pub xrd_guard: bool,
     /// `--admission-failure-policy` of the validating webhooks (the guard's is always Ignore).
     pub failure_policy: crate::cli::FailurePolicy,
+    /// `--admission-tls-secret`: serve this Secret's key pair, issued by someone else
+    /// (cert-manager), instead of issuing one (issued.rs).
+    pub tls_secret: Option<String>,
 }
 
 /// `dco-operator-admission`, suffixed with a hash of `--selector` so operators that share a
@@ -138,10 +144,15 @@ impl Registration {
         format!("{}.{}.svc", self.service, self.service_namespace)
     }
 
-    /// The CA and serving Secrets (also the `secret` label of the admission certificate's
-    /// expiry metric, status_metrics.rs).
+    /// The self-managed CA and serving Secrets.
     pub fn secret_names(&self) -> (String, String) {
         (format!("{}-ca", self.service), format!("{}-tls", self.service))
+    }
+
+    /// The Secret whose key pair is served (also the `secret` label of the admission
+    /// certificate's expiry metric, status_metrics.rs).
+    pub fn serving_secret(&self) -> String {
+        self.tls_secret.clone().unwrap_or_else(|| self.secret_names().1)
     }
 
     /// The configuration as this operator wants it.
@@ -408,14 +419,14 @@ async fn write(
     }
 }
 
-/// One pass: the Secrets, the served certificate, the Service, the configuration. Returns
-/// whether everything is in place.
-pub async fn reconcile(
+/// Step 1 with the self-managed certificate: the CA and leaf Secrets issued and rotated by
+/// pki.rs, the leaf served. Returns the `caBundle` (PEM).
+async fn self_managed(
     client: &Client,
     reg: &Registration,
     certs_now: &CertResolver,
     life: &Lifetimes,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &reg.service_namespace);
     let (ca_name, tls_name) = reg.secret_names();
     let (ca, tls) = (secrets.get_opt(&ca_name).await?, secrets.get_opt(&tls_name).await?);
@@ -446,7 +457,53 @@ pub async fn reconcile(
     let text = |k: &str| tls_now.get(k).and_then(|v| String::from_utf8(v.clone()).ok()).unwrap_or_default();
     let key = certified_key(&text(pki::TLS_CRT), &text(pki::TLS_KEY)).map_err(anyhow::Error::msg)?;
     certs_now.set(Arc::new(key));
+    Ok(out.ca_bundle)
+}
 
+/// Step 1 with `--admission-tls-secret`: the Secret's key pair served (swapped in when it
+/// changed), its `ca.crt` the `caBundle`. An error leaves what is served and registered as is.
+async fn issued_elsewhere(
+    client: &Client,
+    reg: &Registration,
+    name: &str,
+    certs_now: &CertResolver,
+) -> anyhow::Result<String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &reg.service_namespace);
+    let named = format!("{}/{name}", reg.service_namespace);
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot read Secret {named} ({e}): the operator needs get on it"))?;
+    let got = issued::read(secret.as_ref(), &named, &reg.host()).map_err(anyhow::Error::msg)?;
+    let unchanged = certs_now.current().is_some_and(|k| {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let served: Vec<&[u8]> = k.cert.iter().map(|c| c.as_ref()).collect();
+        let read: Vec<CertificateDer<'_>> =
+            CertificateDer::pem_slice_iter(got.cert_pem.as_bytes()).filter_map(Result::ok).collect();
+        served == read.iter().map(|c| c.as_ref()).collect::<Vec<_>>()
+    });
+    if !unchanged {
+        let key =
+            certified_key(&got.cert_pem, &got.key_pem).map_err(|e| anyhow::anyhow!("Secret {named}: {e}"))?;
+        certs_now.set(Arc::new(key));
+        tracing::info!(secret = %named, "serving the admission certificate of the Secret");
+    }
+    Ok(got.ca_pem)
+}
+
+/// One pass: the certificate served, the Service, the configuration. Returns whether
+/// everything is in place.
+pub async fn reconcile(
+    client: &Client,
+    reg: &Registration,
+    certs_now: &CertResolver,
+    life: &Lifetimes,
+) -> anyhow::Result<()> {
+    let ca_bundle = match &reg.tls_secret {
+        None => self_managed(client, reg, certs_now, life).await?,
+        Some(name) => issued_elsewhere(client, reg, name, certs_now).await?,
+    };
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     if let Some(pods) = &reg.pod_selector {
         let services: Api<Service> = Api::namespaced(client.clone(), &reg.service_namespace);
@@ -458,17 +515,14 @@ pub async fn reconcile(
     let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     match reg.owner {
         Owner::Operator => {
-            vwcs.patch(&reg.webhook_name, &pp, &Patch::Apply(reg.webhook_configuration(&out.ca_bundle)))
-                .await?;
+            vwcs.patch(&reg.webhook_name, &pp, &Patch::Apply(reg.webhook_configuration(&ca_bundle))).await?;
         }
         Owner::Installer => {
             // A merge patch, not an apply: it fails while the object is missing instead of
             // creating it, so helm's create never finds it there first, and a replica
             // running after `helm uninstall` cannot bring it back.
             let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-            match vwcs
-                .patch(&reg.webhook_name, &merge, &Patch::Merge(reg.webhook_content(&out.ca_bundle)))
-                .await
+            match vwcs.patch(&reg.webhook_name, &merge, &Patch::Merge(reg.webhook_content(&ca_bundle))).await
             {
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     return Err(Waiting::NoConfiguration(format!(
@@ -484,7 +538,7 @@ pub async fn reconcile(
             }
         }
     }
-    reconcile_guard(client, reg, &out.ca_bundle).await
+    reconcile_guard(client, reg, &ca_bundle).await
 }
 
 /// Step 4: the XRD guard's configuration, written like the validating one (apply when the
@@ -559,6 +613,12 @@ pub async fn run(
 ) {
     // Not yet registered: the first success is logged too.
     let mut last: Option<String> = Some(String::new());
+    // A Secret issued by someone else is watched: its change starts a pass at once.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    if let Some(name) = &reg.tls_secret {
+        let api = Api::<Secret>::namespaced(client.clone(), &reg.service_namespace);
+        tokio::spawn(issued::watch(api, name.clone(), wake.clone()));
+    }
     loop {
         let result = reconcile(&client, &reg, &certs, &life).await;
         passes.get_or_create(&RegistrationLabels { outcome: outcome(&result) }).inc();
@@ -578,7 +638,10 @@ pub async fn run(
                 RETRY
             }
         };
-        tokio::time::sleep(wait).await;
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = wake.notified() => {}
+        }
     }
 }
 
@@ -615,6 +678,7 @@ mod tests {
             owner: Owner::Installer,
             xrd_guard: true,
             failure_policy: crate::cli::FailurePolicy::default(),
+            tls_secret: None,
         };
         let ignoring = Registration { failure_policy: crate::cli::FailurePolicy::Ignore, ..reg.clone() };
         let v = ignoring.webhook_configuration("PEM");

@@ -41,7 +41,7 @@ pub async fn start(
     let certs = Arc::new(CertResolver::default());
     let reg = registration(args, svc_ns, svc)?;
     metrics.status.set_admission(AdmissionCertificate {
-        secret: format!("{svc_ns}/{}", reg.secret_names().1),
+        secret: format!("{svc_ns}/{}", reg.serving_secret()),
         certs: certs.clone(),
     });
     let adm = serve::Admission {
@@ -103,6 +103,7 @@ fn registration(args: &Args, svc_ns: &str, svc: &str) -> anyhow::Result<Registra
         owner: args.admission_configuration,
         xrd_guard: args.xrd_guard,
         failure_policy: args.admission_failure_policy,
+        tls_secret: args.admission_tls_secret.clone().filter(|s| !s.is_empty()),
     })
 }
 
