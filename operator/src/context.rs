@@ -6,13 +6,15 @@ use std::time::Duration;
 use dco_api::assign::{ServerInfo, Servers};
 use dco_api::crossplane::{XrdApi, XrdApiReceiver};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, XRDConversionConfig};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use std::future::Future;
 
+use crate::config_refs::ConfigRefs;
 use crate::error::Error;
 use crate::sharding::gate::{Gate, Lapse, Pass};
 use kube::{Client, Resource};
@@ -98,6 +100,45 @@ pub struct Stores {
     pub cccs: Store<CRDConversionConfig>,
 }
 
+/// What the server wing reads besides [`Stores`]: every config of both kinds as the
+/// assignment rules see them (unsharded, `crate::config_refs`), and the Deployments and
+/// Services the servers own, whose watches also wake their servers (runtime/controllers.rs).
+/// Empty until `Context::with_watched`; the Deployments and Services fill as the server
+/// controller drives their watches, so a reconcile reads an object absent there as one to apply.
+#[derive(Clone)]
+pub struct Watched {
+    pub config_refs: ConfigRefs,
+    pub deployments: NamespacedStore<Deployment>,
+    pub services: NamespacedStore<Service>,
+}
+
+impl Default for Watched {
+    fn default() -> Self {
+        Watched {
+            config_refs: ConfigRefs::new(0),
+            deployments: kube::runtime::reflector::store().0.into(),
+            services: kube::runtime::reflector::store().0.into(),
+        }
+    }
+}
+
+/// What a wing remembers of its last reconciles, one value per type its users choose
+/// (server/idle.rs keeps what each server's last apply left), so this module names none of
+/// their types.
+#[derive(Default)]
+pub struct Memos(std::sync::Mutex<http::Extensions>);
+
+impl Memos {
+    /// `f` on the memo of type `T` (its default the first time).
+    pub fn with<T: Default + Clone + Send + Sync + 'static, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut ext = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ext.get::<T>().is_none() {
+            ext.insert(T::default());
+        }
+        f(ext.get_mut::<T>().expect("inserted above"))
+    }
+}
+
 pub struct Context {
     pub client: Client,
     pub settings: OperatorSettings,
@@ -109,6 +150,8 @@ pub struct Context {
     /// The XRD API the cluster serves, as `dco_api::crossplane::Detector` follows it: XRDs are
     /// read and written through it (`config/target.rs`).
     pub crossplane: XrdApiReceiver,
+    pub watched: Watched,
+    pub memos: Memos,
 }
 
 impl Context {
@@ -133,7 +176,14 @@ impl Context {
             metrics,
             gate,
             crossplane,
+            watched: Watched::default(),
+            memos: Memos::default(),
         }
+    }
+
+    /// Reads every config's `ConfigRef` and the owned Deployments and Services from `watched`.
+    pub fn with_watched(self, watched: Watched) -> Self {
+        Context { watched, ..self }
     }
 
     /// Reads and writes XRDs through the API `crossplane` publishes.
@@ -242,7 +292,11 @@ pub(crate) mod testing {
     use kube::runtime::reflector::{self, store::Writer};
     use kube::runtime::watcher;
 
-    use super::{Context, OperatorSettings, Stores};
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Service;
+
+    use super::{Context, OperatorSettings, Stores, Watched};
+    use crate::config_refs::ConfigRefs;
     use crate::observability::metrics::Metrics;
     use crate::sharding::gate::Gate;
     use crate::testing::{ApiServerVerifier, mock_client};
@@ -253,6 +307,9 @@ pub(crate) mod testing {
         pub secrets: Writer<Secret>,
         #[allow(dead_code)]
         pub cccs: Writer<CRDConversionConfig>,
+        pub deployments: Writer<Deployment>,
+        #[allow(dead_code)]
+        pub services: Writer<Service>,
     }
 
     impl Writers {
@@ -275,17 +332,29 @@ pub(crate) mod testing {
         let (cccs, cccs_w) = reflector::store();
         let (xccs, _) = reflector::store();
         let stores = Stores { servers, leases: leases.into(), secrets: secrets.into(), xccs, cccs };
+        let (deployments, deployments_w) = reflector::store();
+        let (services, services_w) = reflector::store();
+        let watched = Watched {
+            config_refs: ConfigRefs::new(2),
+            deployments: deployments.into(),
+            services: services.into(),
+        };
         let ctx = Context::new(
             client,
             OperatorSettings::default(),
             stores,
             Arc::new(Metrics::default()),
             Gate::everything(),
-        );
-        (
-            Arc::new(ctx),
-            api,
-            Writers { servers: servers_w, leases: leases_w, secrets: secrets_w, cccs: cccs_w },
         )
+        .with_watched(watched);
+        let writers = Writers {
+            servers: servers_w,
+            leases: leases_w,
+            secrets: secrets_w,
+            cccs: cccs_w,
+            deployments: deployments_w,
+            services: services_w,
+        };
+        (Arc::new(ctx), api, writers)
     }
 }

@@ -9,6 +9,7 @@
 pub(crate) mod admission;
 pub mod cli;
 pub(crate) mod config;
+pub(crate) mod config_refs;
 pub(crate) mod context;
 pub mod crds;
 pub(crate) mod error;

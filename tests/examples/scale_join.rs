@@ -10,6 +10,8 @@
 //!    `--rebalance-qps` QPS), the time until all are settled after its Pods are Ready, and a
 //!    load (`dco_tests::load`) over SAMPLE moving and SAMPLE staying targets throughout.
 //!
+//! JOIN=0 stops after the idle window (no sixth server).
+//!
 //! Not a test: nothing is asserted but that the run completes; it prints what it measured.
 //! Needs debug builds of dco-operator and dco-webhook and a cluster of its own (the script
 //! starts one with the audit log on).
@@ -187,6 +189,11 @@ async fn run(t: &TestEnv, audit_log: Option<String>) -> Result<()> {
             let sum: u64 = counts.iter().filter(|((c, ..), _)| c == who).map(|(_, k)| k).sum();
             println!("{who}: {sum} requests, {:.2}/s", sum as f64 / idle as f64);
         }
+    }
+
+    if knob("JOIN", 1) == 0 {
+        eprintln!("JOIN=0: the join is skipped");
+        return Ok(());
     }
 
     // 2. The sample, and the load on it.

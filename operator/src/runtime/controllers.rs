@@ -19,10 +19,10 @@ use tokio::sync::mpsc;
 use super::health::Instruments;
 use super::queued;
 use super::wakes::Queues;
-use super::watches::{Primaries, Primary, managed};
+use super::watches::{Primaries, Primary};
 use crate::config::{self, ConfigWing};
 use crate::context::Context;
-use crate::namespaces;
+use crate::namespaces::Events;
 use crate::observability::queue::Queue;
 use crate::observability::watch_metrics::{WatchErrorLabels, WatchMetrics};
 use crate::server::ServerWing;
@@ -46,7 +46,8 @@ pub async fn run(
     let server_q = queued::queue::<ServerWing>(waits, ctx.stores.servers.clone());
     let ccc_q = queued::queue::<ConfigWing<CRDConversionConfig>>(waits, ctx.stores.cccs.clone());
     let xcc_q = queued::queue::<ConfigWing<XRDConversionConfig>>(waits, ctx.stores.xccs.clone());
-    let servers = servers(ctx, primaries.servers, queues.servers, errors, stop, &server_q);
+    let owned = (primaries.deployments, primaries.services);
+    let servers = servers(ctx, primaries.servers, owned, queues.servers, errors, stop, &server_q);
     // One budget for both config controllers, divided among the live members.
     let pacer = Arc::new(Pacer::new(rebalance_qps, move || membership.borrow().live.len()));
     // The one CRD watch also wakes the XRDConversionConfigs of the XRDs whose generated CRDs
@@ -79,24 +80,26 @@ pub fn crossplane(client: &Client, errors: &WatchMetrics) -> dco_api::crossplane
     })
 }
 
-/// The server controller, also woken by the Deployments and Services it owns. Their watches
-/// are kube-runtime's `watches` (a watcher's touched objects), with their errors counted.
+/// The server controller, also woken by the Deployments and Services it owns: their watches
+/// (runtime/watches.rs, one per namespace, reflected into `Context::watched`) are driven here
+/// as kube-runtime's `watches` (touched objects, deletions included), with their errors counted.
 fn servers(
     ctx: &Arc<Context>,
     primary: Primary<ConversionWebhookServer>,
+    (deployments, services): (Vec<Events<Deployment>>, Vec<Events<Service>>),
     queue: mpsc::Receiver<ObjectRef<ConversionWebhookServer>>,
     errors: &WatchMetrics,
     stop: &Shutdown,
     q: &Arc<Queue<ConversionWebhookServer>>,
 ) -> impl Future<Output = ()> {
-    let client = &ctx.client;
     let mut ctl = Controller::for_shared_stream(queued::primary(q, primary), ctx.stores.servers.clone());
-    for scope in ctx.settings.server_namespaces.scopes() {
-        let deployments = watcher(namespaces::api::<Deployment>(client, &scope), managed()).touched_objects();
-        let services = watcher(namespaces::api::<Service>(client, &scope), managed()).touched_objects();
-        ctl = ctl
-            .watches_stream(errors.counted("Deployment", deployments), queued::mapped(q, |d| owner_of(&d)))
-            .watches_stream(errors.counted("Service", services), queued::mapped(q, |s| owner_of(&s)));
+    for events in deployments {
+        let touched = errors.counted("Deployment", events).touched_objects();
+        ctl = ctl.watches_stream(touched, queued::mapped(q, |d| owner_of(&d)));
+    }
+    for events in services {
+        let touched = errors.counted("Service", events).touched_objects();
+        ctl = ctl.watches_stream(touched, queued::mapped(q, |s| owner_of(&s)));
     }
     let woken = stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) });
     ctl.reconcile_on(queued::stamped(q, woken))

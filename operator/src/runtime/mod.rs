@@ -50,12 +50,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let crossplane = controllers::crossplane(&clients.client, &metrics.watches);
     let ctx = Arc::new(
         Context::new(clients.client, settings, stores, metrics.registry.clone(), sharding.gate())
-            .with_crossplane(crossplane.subscribe()),
+            .with_crossplane(crossplane.subscribe())
+            .with_watched(watches.watched.clone()),
     );
     let queues = wakes::start(watches.roots, ctx.clone(), &mut sharding);
     // A replica that cannot list (no rights yet, no apiserver) must still stop on SIGTERM.
     tokio::select! {
-        synced = watches::synced(&ctx.stores) => synced?,
+        synced = watches::synced(&ctx.stores, &ctx.watched) => synced?,
         () = lifecycle.stop.stopping() => {
             tracing::info!("termination signal before the caches synced: stopping without starting the controllers");
             sharding.coordinator.stop().await;

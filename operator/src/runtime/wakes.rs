@@ -44,21 +44,27 @@ pub fn start(roots: Roots, ctx: Arc<Context>, sharding: &mut Sharding) -> Queues
     let (xcc_tx, xccs) = mpsc::channel(4096);
     let (cws_tx, servers) = mpsc::channel::<ObjectRef<ConversionWebhookServer>>(4096);
     let fanout = Fanout::new(ctx, ccc_tx, xcc_tx, cws_tx);
-    let Roots { servers: server_root, cccs: ccc_root, xccs: xcc_root, secrets, leases } = roots;
+    let Roots { servers: server_root, cccs: ccc_root, xccs: xcc_root, secrets, leases, ccc_refs, xcc_refs } =
+        roots;
+    // The shard-scoped config watches feed their controllers only; a config's change wakes
+    // its servers from the unsharded watch of every config, so a change in a shard another
+    // replica owns reaches the replica that owns the server.
     tokio::spawn(dispatch(
         "CRDConversionConfig",
         ccc_root.events,
         Some((ccc_root.triggers, gate.clone())),
-        config_changes(),
+        |_| Vec::new(),
         fanout.clone(),
     ));
     tokio::spawn(dispatch(
         "XRDConversionConfig",
         xcc_root.events,
         Some((xcc_root.triggers, gate.clone())),
-        config_changes(),
+        |_| Vec::new(),
         fanout.clone(),
     ));
+    tokio::spawn(dispatch("CRDConversionConfig", ccc_refs, None, config_changes(), fanout.clone()));
+    tokio::spawn(dispatch("XRDConversionConfig", xcc_refs, None, config_changes(), fanout.clone()));
     tokio::spawn(dispatch(
         "ConversionWebhookServer",
         server_root.events,

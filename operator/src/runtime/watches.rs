@@ -9,8 +9,9 @@ use dco_api::{
 };
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, future, stream};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -19,7 +20,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use super::sharding::Sharding;
-use crate::context::Stores;
+use crate::config_refs::ConfigRefs;
+use crate::context::{Stores, Watched};
+use crate::kinds::ConfigKind;
 use crate::namespaces::{self, Events, ServerNamespaces};
 use crate::observability::watch_metrics::WatchMetrics;
 use crate::sharding::gate::Gate;
@@ -50,11 +53,15 @@ pub struct Root<K: Resource<DynamicType = ()>> {
     pub triggers: mpsc::UnboundedSender<ObjectRef<K>>,
 }
 
-/// The primary streams of the three controllers.
+/// The primary streams of the three controllers, and the event streams of the Deployments
+/// and Services the server controller drives (one per watched namespace): they fill
+/// `Watched`'s stores and wake each object's server.
 pub struct Primaries {
     pub servers: Primary<ConversionWebhookServer>,
     pub cccs: Primary<CRDConversionConfig>,
     pub xccs: Primary<XRDConversionConfig>,
+    pub deployments: Vec<Events<Deployment>>,
+    pub services: Vec<Events<Service>>,
 }
 
 /// The root event streams: the dco kinds' each with its controller's sender, and the
@@ -65,10 +72,15 @@ pub struct Roots {
     pub xccs: Root<XRDConversionConfig>,
     pub secrets: Vec<Events<Secret>>,
     pub leases: Vec<Events<Lease>>,
+    /// The unsharded watches of every config (`Watched::config_refs`), already reflected
+    /// into the index: they wake the servers a config's `ConfigRef` change concerns.
+    pub ccc_refs: Events<CRDConversionConfig>,
+    pub xcc_refs: Events<XRDConversionConfig>,
 }
 
 pub struct Watches {
     pub stores: Stores,
+    pub watched: Watched,
     pub primaries: Primaries,
     pub roots: Roots,
 }
@@ -101,18 +113,49 @@ pub fn open(
     let lease_ns = server_ns.with(&sharding.lease_namespace);
     let (leases, lease_events) = namespaces::watch::<Lease>(client, &lease_ns, managed());
     let lease_events = lease_events.into_iter().map(|e| errors.counted("Lease", e).boxed()).collect();
+    let (deployments, deployment_events) = namespaces::watch::<Deployment>(client, server_ns, managed());
+    let (services, service_events) = namespaces::watch::<Service>(client, server_ns, managed());
     tracing::info!(namespaces = %server_ns.render(), "watching Secrets, Deployments, Services and Leases");
+    let config_refs = ConfigRefs::new(2);
+    let ccc_refs =
+        errors.counted("CRDConversionConfig", every::<CRDConversionConfig>(selector, client, &config_refs));
+    let xcc_refs =
+        errors.counted("XRDConversionConfig", every::<XRDConversionConfig>(selector, client, &config_refs));
     Watches {
         stores: Stores { servers, leases, secrets, xccs, cccs },
-        primaries: Primaries { servers: server_primary, cccs: ccc_primary, xccs: xcc_primary },
+        watched: Watched { config_refs, deployments, services },
+        primaries: Primaries {
+            servers: server_primary,
+            cccs: ccc_primary,
+            xccs: xcc_primary,
+            deployments: deployment_events,
+            services: service_events,
+        },
         roots: Roots {
             servers: server_root,
             cccs: ccc_root,
             xccs: xcc_root,
             secrets: secret_events,
             leases: lease_events,
+            ccc_refs: ccc_refs.boxed(),
+            xcc_refs: xcc_refs.boxed(),
         },
     }
+}
+
+/// Every config of kind `K` under `--selector`, unsharded, each event reduced into `refs`
+/// as it passes (the objects themselves are not kept: crate::config_refs).
+fn every<K: ConfigKind>(
+    selector: &Option<String>,
+    client: &Client,
+    refs: &ConfigRefs,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static {
+    let refs = refs.clone();
+    watcher(Api::<K>::all(client.clone()), scoped(selector)).default_backoff().inspect(move |ev| {
+        if let Ok(ev) = ev {
+            refs.apply(ev);
+        }
+    })
 }
 
 /// The watch of config kind `K`, on this replica's shards (sharding/sharded_watch.rs).
@@ -134,7 +177,7 @@ where
 
 /// Reconciles must not start on empty caches (an empty server cache reads as "no server",
 /// an empty config cache as "nothing assigned").
-pub async fn synced(stores: &Stores) -> anyhow::Result<()> {
+pub async fn synced(stores: &Stores, watched: &Watched) -> anyhow::Result<()> {
     tokio::try_join!(
         async { stores.servers.wait_until_ready().await.context("server cache") },
         async { stores.secrets.wait_until_ready().await.context("secret cache") },
@@ -142,6 +185,7 @@ pub async fn synced(stores: &Stores) -> anyhow::Result<()> {
         async { stores.cccs.wait_until_ready().await.context("CRDConversionConfig cache") },
         async { stores.xccs.wait_until_ready().await.context("XRDConversionConfig cache") },
     )?;
+    watched.config_refs.wait_until_ready().await;
     Ok(())
 }
 

@@ -2,20 +2,23 @@
 //! Service, RBAC, serving certificate, HPA/PDB), aggregates its replicas' served-target
 //! Leases into status, and holds its deletion while configs still need it.
 //!
-//! An apply reads as: the desired objects (`desired`, pure) → apply-and-prune of what the
-//! server owns (`owned`) with the certificate step (`crate::pki`) among the applies → the Lease
-//! aggregate and assignments from the caches (and, while replicas are missing, one page of
-//! the server's Pods) → the status (`status::render`, pure) → one status write.
+//! An apply reads as: the desired objects (`desired`, pure) → whether anything changed since
+//! the last apply (`idle`, pure) → if so, apply-and-prune of what the server owns (`owned`)
+//! with the certificate step (`crate::pki`) among the applies → the Lease aggregate and
+//! assignments from the caches (and, while replicas are missing, one page of the server's
+//! Pods) → the status (`status::render`, pure) → one status write, if it changed.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dco_api::{ANNOTATION_ALLOW_FORCE_DELETE, ConversionWebhookServer, FINALIZER_IN_USE, ServerStatus};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use self::owned::OwnedObjects;
@@ -31,6 +34,7 @@ pub const CONTROLLER: &str = "conversionwebhookserver";
 
 pub mod cert_manager;
 pub mod desired;
+pub mod idle;
 pub mod owned;
 pub mod status;
 #[cfg(test)]
@@ -43,11 +47,6 @@ pub mod condition {
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
     pub const DEFAULT_CONFLICT: &str = "DefaultConflict";
 }
-
-/// How long a server's `assignedConfigs` may lag a config change made on another replica
-/// (that replica's change cannot wake this one's queue): the server's reconcile recurs at
-/// least this often.
-const ASSIGNED_RECHECK: Duration = Duration::from_secs(60);
 
 /// The server wing in the one reconcile shape (`crate::reconcile`): runtime/controllers.rs
 /// runs `reconcile::<ServerWing>`.
@@ -103,7 +102,124 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     if let Some(message) = ctx.settings.server_namespaces.refusal(&server, &names.namespace) {
         return refuse_namespace(cws, ctx, &names, now, message).await;
     }
+    let objects = desired::objects(cws, &names, &ctx.settings, &owner);
+    let desired = fingerprint(cws, &objects);
+    let last = ctx.memos.with(|m: &mut idle::Memo| m.0.get(&owner.uid).cloned());
+    let clock = Instant::now();
+    let seen = seen_versions(ctx, &names);
+    let applied = match (idle::plan(last.as_ref(), desired, &seen, clock), last) {
+        (idle::Plan::Quiet, Some(last)) => match quiet(ctx, &names, &last) {
+            Some(applied) => applied,
+            None => apply_objects(cws, ctx, &names, &owner, &objects, (desired, true), now).await?,
+        },
+        (idle::Plan::Apply { prune, why }, _) => {
+            tracing::debug!(server = %server, prune, "applying the server's objects: {why}");
+            apply_objects(cws, ctx, &names, &owner, &objects, (desired, prune), now).await?
+        }
+        (idle::Plan::Quiet, None) => unreachable!("a quiet plan needs a last apply"),
+    };
+    let pod_failures = if applied.workload.missing() { failing_pods(ctx, &names).await } else { Vec::new() };
+    let configs = ctx.watched.config_refs.all();
+    let mut f = facts(cws, ctx, &names, now, &configs, Some(applied), None);
+    f.pod_failures = pod_failures;
+    let rendered = status::render(cws.status.as_ref(), &f);
+    // An unchanged status is not written again: an idle server costs no request.
+    if cws.status.as_ref() != Some(&rendered.status) {
+        write_status::<ServerWing>(ctx, cws, &rendered.status).await?;
+    }
+    // After the status write: a failed write sends nothing, and the retry says it then.
+    for f in &rendered.events {
+        pod_failing_event(ctx, cws, f).await;
+    }
+    let due =
+        ctx.memos.with(|m: &mut idle::Memo| m.0.get(&owner.uid).map(|a| a.certificate_due.min(a.resync_due)));
+    let until_due = due.map_or(idle::FULL_RESYNC, |d| d.saturating_duration_since(Instant::now()));
+    let wait = rendered
+        .lease_recheck
+        .unwrap_or(until_due)
+        .min(rendered.pods_recheck.unwrap_or(until_due))
+        .min(until_due)
+        // Never a busy loop on a due time just passed.
+        .max(Duration::from_secs(1));
+    Ok(Action::requeue(wait))
+}
 
+/// The fingerprint of what a full apply would write: the desired objects and the
+/// certificate's spec (`idle::plan` compares it with the last apply's).
+fn fingerprint(cws: &ConversionWebhookServer, o: &desired::Objects) -> u64 {
+    let v = |x: serde_json::Result<serde_json::Value>| x.unwrap_or_default();
+    idle::fingerprint(&[
+        v(serde_json::to_value(&o.service_account)),
+        v(serde_json::to_value(&o.role)),
+        v(serde_json::to_value(&o.role_binding)),
+        v(serde_json::to_value(&o.cluster_role)),
+        v(serde_json::to_value(&o.cluster_role_binding)),
+        v(serde_json::to_value(&o.service)),
+        v(serde_json::to_value(&o.deployment)),
+        v(serde_json::to_value(&o.hpa)),
+        v(serde_json::to_value(&o.pdb)),
+        v(serde_json::to_value(&cws.spec.certificate)),
+    ])
+}
+
+/// The resourceVersions of the server's Deployment, Service and Secrets as their watches
+/// show them now.
+fn seen_versions(ctx: &Context, names: &ServerNames) -> idle::Versions {
+    let ns = &names.namespace;
+    let rv = |m: &kube::api::ObjectMeta| m.resource_version.clone();
+    let secret =
+        |name: &str| ctx.stores.secrets.get(&ObjectRef::new(name).within(ns)).and_then(|s| rv(s.meta()));
+    idle::Versions {
+        deployment: ctx
+            .watched
+            .deployments
+            .get(&ObjectRef::new(&names.workload).within(ns))
+            .and_then(|d| rv(d.meta())),
+        service: ctx
+            .watched
+            .services
+            .get(&ObjectRef::new(names.service()).within(ns))
+            .and_then(|s| rv(s.meta())),
+        ca: secret(&names.ca_secret),
+        tls: secret(&names.tls_secret),
+    }
+}
+
+/// What the status reads of the workload, from the cached Deployment and the last apply:
+/// `None` if the Deployment is not cached (then the reconcile applies after all).
+fn quiet(ctx: &Context, names: &ServerNames, last: &idle::Applied) -> Option<status::Applied> {
+    let key = ObjectRef::new(&names.workload).within(&names.namespace);
+    let deploy = ctx.watched.deployments.get(&key)?;
+    Some(status::Applied {
+        workload: workload(&deploy),
+        service_port: last.service_port,
+        certificate: last.certificate.clone(),
+    })
+}
+
+fn workload(deploy: &Deployment) -> status::Workload {
+    let ds = deploy.status.clone().unwrap_or_default();
+    let replicas = ds.replicas.unwrap_or(0);
+    status::Workload {
+        replicas,
+        ready: ds.ready_replicas.unwrap_or(0),
+        desired: deploy.spec.replicas.unwrap_or(replicas),
+    }
+}
+
+/// The full apply: every desired object (RBAC first, then the certificate, the Service and
+/// the Deployment), the prune when `prune`, and the memo of what it left
+/// (`idle::Applied`, keyed by the server's uid).
+async fn apply_objects(
+    cws: &ConversionWebhookServer,
+    ctx: &Context,
+    names: &ServerNames,
+    owner: &OwnerReference,
+    objects: &desired::Objects,
+    (desired, prune): (u64, bool),
+    now: Timestamp,
+) -> Result<status::Applied> {
+    let server = cws.name_any();
     let (_, refused) = desired::split_extra_args(&cws.spec.extra_args);
     if !refused.is_empty() {
         ctx.event(
@@ -118,9 +234,7 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
         )
         .await;
     }
-
-    let objects = desired::objects(cws, &names, &ctx.settings, &owner);
-    let mut owned = OwnedObjects::new(ctx.client.clone(), &names, &owner);
+    let mut owned = OwnedObjects::new(ctx.client.clone(), names, owner);
     // RBAC first: Pods that start before their Role exist fail their first Lease writes.
     if let Some(sa) = &objects.service_account {
         owned.add(sa).await?;
@@ -130,7 +244,7 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     owned.add(&objects.cluster_role).await?;
     owned.add(&objects.cluster_role_binding).await?;
     // Then the serving Secret, before the Deployment whose Pods mount it.
-    let (certificate, cert_recheck) = certificate(cws, ctx, &names, &owner, &mut owned, now).await?;
+    let (certificate, cert_recheck) = certificate(cws, ctx, names, owner, &mut owned, now).await?;
     let svc = owned.add(&objects.service).await?;
     let deploy = owned.add(&objects.deployment).await?;
     if let Some(h) = &objects.hpa {
@@ -139,44 +253,29 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     if let Some(p) = &objects.pdb {
         owned.add(p).await?;
     }
-    for gone in owned.prune().await? {
-        tracing::info!(server = %server, "pruned {gone}: no longer in the desired objects");
+    if prune {
+        for gone in owned.prune().await? {
+            tracing::info!(server = %server, "pruned {gone}: no longer in the desired objects");
+        }
     }
-
-    let ds = deploy.status.unwrap_or_default();
-    let replicas = ds.replicas.unwrap_or(0);
-    let applied = status::Applied {
-        workload: status::Workload {
-            replicas,
-            ready: ds.ready_replicas.unwrap_or(0),
-            desired: deploy.spec.replicas.unwrap_or(replicas),
-        },
-        service_port: svc
-            .spec
-            .as_ref()
-            .and_then(|s| s.ports.as_ref())
-            .and_then(|p| p.first())
-            .map_or(443, |p| p.port),
-        certificate,
+    let service_port =
+        svc.spec.as_ref().and_then(|s| s.ports.as_ref()).and_then(|p| p.first()).map_or(443, |p| p.port);
+    let clock = Instant::now();
+    // The Secrets as their watch shows them: a write just made reaches it a moment later and
+    // costs one more apply then, which finds nothing to write.
+    let mut versions = seen_versions(ctx, names);
+    versions.deployment = deploy.metadata.resource_version.clone();
+    versions.service = svc.metadata.resource_version.clone();
+    let applied = idle::Applied {
+        desired,
+        versions,
+        certificate: certificate.clone(),
+        service_port,
+        certificate_due: clock + cert_recheck,
+        resync_due: clock + idle::jittered(idle::FULL_RESYNC),
     };
-    let pod_failures = if applied.workload.missing() { failing_pods(ctx, &names).await } else { Vec::new() };
-    let configs = config_refs(ctx).await?;
-    let mut f = facts(cws, ctx, &names, now, &configs, Some(applied), None);
-    f.pod_failures = pod_failures;
-    let rendered = status::render(cws.status.as_ref(), &f);
-    write_status::<ServerWing>(ctx, cws, &rendered.status).await?;
-    // After the status write: a failed write sends nothing, and the retry says it then.
-    for f in &rendered.events {
-        pod_failing_event(ctx, cws, f).await;
-    }
-    let wait = rendered
-        .lease_recheck
-        .unwrap_or(ctx.settings.resync)
-        .min(rendered.pods_recheck.unwrap_or(ctx.settings.resync))
-        .min(cert_recheck)
-        .min(ctx.settings.resync)
-        .min(ASSIGNED_RECHECK);
-    Ok(Action::requeue(wait))
+    ctx.memos.with(|m: &mut idle::Memo| m.0.insert(owner.uid.clone(), applied));
+    Ok(status::Applied { workload: workload(&deploy), service_port, certificate })
 }
 
 /// A Warning Event about the server that relates the failing Pod: the recorder folds Events
@@ -238,7 +337,7 @@ async fn refuse_namespace(
         dco_state::conditions::find(&s.conditions, condition::AVAILABLE)
             .filter(|c| c.reason == NAMESPACE_NOT_WATCHED && c.message == message)
     });
-    let configs = config_refs(ctx).await?;
+    let configs = ctx.watched.config_refs.all();
     let mut rendered =
         status::render(cws.status.as_ref(), &facts(cws, ctx, names, now, &configs, None, None));
     rendered.status.observed_generation = cws.metadata.generation;

@@ -95,6 +95,7 @@ async fn play(
             Method::PATCH if x.path.ends_with("/deployments/dco-webhook-a") => {
                 assert!(x.is_apply_by_operator());
                 let mut d = x.body.clone();
+                d["metadata"]["resourceVersion"] = json!("5");
                 d["status"] = json!({"replicas": 2, "readyReplicas": 2});
                 x.ok(&d);
             }
@@ -605,6 +606,10 @@ async fn server_reconcile_applies_the_workload_issues_certs_and_aggregates_lease
     w.lease(lease("a-1", "a", &["t1", "t2"]));
     w.lease(lease("a-2", "a", &["t2", "t3"]));
     w.lease(lease("b-1", "b", &["t9"]));
+    // The assignments come from the index of every config (crate::config_refs), not from
+    // this replica's config cache, which holds only its own shards (empty here), nor from a
+    // list of every config.
+    ctx.watched.config_refs.apply(&kube::runtime::watcher::Event::Apply(config(Some("a"), json!({}))));
     let task = tokio::spawn(crate::reconcile::reconcile::<ServerWing>(Arc::new(cws.clone()), ctx));
 
     let ns = "/api/v1/namespaces/dco-system";
@@ -647,15 +652,6 @@ async fn server_reconcile_applies_the_workload_issues_certs_and_aggregates_lease
         assert!(list.query.contains("labelSelector="), "{path}?{}", list.query);
         list.ok(&metadata_list(Vec::new()));
     }
-    // The assignments come from a list of every config, not from this replica's config
-    // cache, which holds only its own shards (the store here is empty).
-    let cccs = api.expect(Method::GET, "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs").await;
-    assert!(cccs.query.contains("limit=500"), "{}", cccs.query);
-    let pinned = serde_json::to_value(config(Some("a"), json!({}))).unwrap();
-    cccs.ok(&config_list(vec![pinned]));
-    api.expect(Method::GET, "/apis/conversion.dco.rs/v1alpha1/xrdconversionconfigs")
-        .await
-        .ok(&config_list(Vec::new()));
     let status =
         api.expect(Method::PATCH, "/apis/conversion.dco.rs/v1alpha1/conversionwebhookservers/a/status").await;
     let st = &status.body["status"];
@@ -679,4 +675,91 @@ async fn server_reconcile_applies_the_workload_issues_certs_and_aggregates_lease
     status.with_status(&cws);
     let action = task.await.unwrap();
     assert!(action.is_ok(), "{action:?}");
+}
+
+/// Plays one full reconcile of server `a` on `ctx` (`play`: the Deployment answered at
+/// resourceVersion 5); returns the status it wrote.
+async fn full_reconcile(
+    ctx: &Arc<Context>,
+    api: &mut ApiServerVerifier,
+    cws: &ConversionWebhookServer,
+) -> Value {
+    let task = tokio::spawn(crate::reconcile::reconcile::<ServerWing>(Arc::new(cws.clone()), ctx.clone()));
+    let played = play(api, cws, &BTreeMap::new()).await;
+    assert!(played.requests.len() > 10, "a full apply and prune: {:?}", played.requests);
+    assert!(task.await.unwrap().is_ok());
+    played.status
+}
+
+/// The Deployment `play` answers an apply with, as its watch would show it.
+fn applied_deployment(rv: &str) -> k8s_openapi::api::apps::v1::Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": "dco-webhook-a", "namespace": "dco-system", "resourceVersion": rv},
+        "spec": {"replicas": 2, "selector": {}, "template": {}},
+        "status": {"replicas": 2, "readyReplicas": 2},
+    }))
+    .unwrap()
+}
+
+/// A reconcile of `cws` that must make no request at all: it returns within 2 s (a request
+/// would wait for the mock's answer, which never comes).
+async fn quiet_reconcile(
+    ctx: &Arc<Context>,
+    cws: &ConversionWebhookServer,
+) -> kube::runtime::controller::Action {
+    let task = crate::reconcile::reconcile::<ServerWing>(Arc::new(cws.clone()), ctx.clone());
+    match tokio::time::timeout(Duration::from_secs(2), task).await {
+        Ok(res) => res.expect("a quiet reconcile succeeds"),
+        Err(_) => panic!("the reconcile sent a request although nothing changed"),
+    }
+}
+
+#[tokio::test]
+async fn a_server_whose_objects_and_status_are_as_applied_costs_no_request_and_a_change_applies_again() {
+    let (ctx, mut api, mut w) = test_context();
+    let mut cws = server("a", true, 2, &[]);
+    w.server(cws.clone());
+    // The first reconcile applies every object, issues the certificate, prunes and writes status;
+    // the Deployment comes back at resourceVersion 5.
+    let status = full_reconcile(&ctx, &mut api, &cws).await;
+    // The watches show what it applied, and the server carries the status it wrote.
+    w.deployments.apply_watcher_event(&kube::runtime::watcher::Event::Apply(applied_deployment("5")));
+    cws.status = Some(serde_json::from_value(status).unwrap());
+    let action = quiet_reconcile(&ctx, &cws).await;
+    assert!(action != kube::runtime::controller::Action::await_change(), "it still looks again: {action:?}");
+    // A Deployment edited by hand (a new resourceVersion) is applied again, without a prune.
+    w.deployments.apply_watcher_event(&kube::runtime::watcher::Event::Apply(applied_deployment("9")));
+    let task = tokio::spawn(crate::reconcile::reconcile::<ServerWing>(Arc::new(cws.clone()), ctx.clone()));
+    let mut requests = Vec::new();
+    let mut events = Vec::new();
+    loop {
+        let x = api.events_then(&mut events).await;
+        requests.push(format!("{} {}", x.method, x.path));
+        assert!(!x.query.contains("labelSelector="), "no prune for an edit: {requests:?}");
+        match x.method {
+            Method::PATCH if x.path.ends_with("/deployments/dco-webhook-a") => {
+                let mut d = x.body.clone();
+                d["metadata"]["resourceVersion"] = json!("5");
+                d["status"] = json!({"replicas": 2, "readyReplicas": 2});
+                x.ok(&d);
+                break;
+            }
+            Method::PATCH => x.echo(),
+            Method::GET => x.not_found(),
+            _ => panic!("unexpected request {} {}", x.method, x.path),
+        }
+    }
+    assert!(task.await.unwrap().is_ok());
+    assert!(requests.iter().any(|r| r.ends_with("/services/dco-webhook-a")), "{requests:?}");
+    // Healed: the watch shows the apply's answer again, and nothing is sent.
+    w.deployments.apply_watcher_event(&kube::runtime::watcher::Event::Apply(applied_deployment("5")));
+    quiet_reconcile(&ctx, &cws).await;
+    // A Deployment gone from the watch (deleted by hand) is applied again too.
+    w.deployments.apply_watcher_event(&kube::runtime::watcher::Event::Delete(applied_deployment("5")));
+    let task = tokio::spawn(crate::reconcile::reconcile::<ServerWing>(Arc::new(cws.clone()), ctx.clone()));
+    let first = api.events_then(&mut events).await;
+    assert_eq!(first.method, Method::PATCH, "an apply first: {}", first.path);
+    drop(first);
+    drop(api);
+    let _ = task.await;
 }
