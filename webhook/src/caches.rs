@@ -25,6 +25,7 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::kept;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::share::{Candidate, Share};
@@ -67,19 +68,21 @@ impl Scope {
     }
 }
 
-/// Run a reflector for `api` into a new store, waking `notify` on every event.
+/// Run a reflector for `api` into a new store, waking `notify` on every event; `keep`
+/// narrows each object as it arrives, before it is stored (`kept.rs`).
 fn reflect<K>(
     api: Api<K>,
     cfg: watcher::Config,
     notify: Arc<Notify>,
     what: &'static str,
+    keep: fn(&mut K),
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, cfg).modify(slim::<K>).default_backoff());
+    let stream = reflector::reflector(writer, watcher(api, cfg).modify(keep).default_backoff());
     (reader, tokio::spawn(drive(stream, notify, what)))
 }
 
@@ -399,10 +402,20 @@ impl Caches {
         crossplane: XrdApiReceiver,
     ) -> Caches {
         let wake = Arc::new(Notify::new());
-        let (xccs, t1) =
-            reflect(Api::all(client.clone()), scope.config(), wake.clone(), "XRDConversionConfigs");
-        let (cccs, t2) =
-            reflect(Api::all(client.clone()), scope.config(), wake.clone(), "CRDConversionConfigs");
+        let (xccs, t1) = reflect(
+            Api::all(client.clone()),
+            scope.config(),
+            wake.clone(),
+            "XRDConversionConfigs",
+            kept::config,
+        );
+        let (cccs, t2) = reflect(
+            Api::all(client.clone()),
+            scope.config(),
+            wake.clone(),
+            "CRDConversionConfigs",
+            kept::config,
+        );
         let (crds, events) = target_metadata(Api::all(client.clone()), (), scope.targets());
         let t3 = tokio::spawn(drive(events, wake.clone(), "CustomResourceDefinitions"));
         let xrds: XrdSlot = Arc::new(Mutex::new(None));
@@ -491,7 +504,7 @@ fn fingerprint<K: Resource>(o: &K) -> String {
     format!("{}@{}", o.meta().uid.as_deref().unwrap_or(""), o.meta().generation.unwrap_or(0))
 }
 
-fn config_view<C: ConversionConfig + Resource>(kind: &str, c: &C) -> ConfigView {
+pub(crate) fn config_view<C: ConversionConfig + Resource>(kind: &str, c: &C) -> ConfigView {
     ConfigView {
         kind: kind.to_string(),
         name: c.name_any(),

@@ -15,6 +15,7 @@ pub mod conn;
 pub mod engine;
 pub mod health;
 pub mod hold;
+pub mod kept;
 pub mod large;
 pub mod lease;
 pub mod metrics;
