@@ -2,8 +2,8 @@
 //! replica watches every config in scope, its own server's share or not, so what it stores of
 //! one is paid once per config in the cluster, not per target it serves. It keeps what the
 //! share (`share.rs`), the hold rule (`sync::MovedFrom`) and the sync pass (`caches::world`)
-//! read: the metadata's name, uid and generation (and resourceVersion), the spec, `status.assignedWebhookServer` and
-//! the handover's state, ends, start and trace. The rest of the status (spoke statuses, rule
+//! read: the metadata's name, uid and generation (and resourceVersion), the spec,
+//! `status.assignedWebhookServer` and the handover's state, ends, start and trace. The rest of the status (spoke statuses, rule
 //! results, conditions, messages: most of a settled config's bytes), the annotations (a
 //! client-side `kubectl apply` copies the whole spec into one), the labels (the watch's
 //! selector is the apiserver's to apply), finalizers, owner references and `managedFields`
@@ -30,7 +30,8 @@ impl WithStatus for XRDConversionConfig {
     }
 }
 
-/// Narrows `c` to what a replica reads (the reflector's `modify`).
+/// Narrows `c` to what a replica reads (the reflector's `modify`). A field a replica starts
+/// to read must be kept here: the stores never see the rest.
 pub fn config<C: WithStatus>(c: &mut C) {
     let meta = c.meta_mut();
     meta.managed_fields = None;

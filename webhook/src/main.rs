@@ -26,6 +26,7 @@ fn init_logging(format: &str) {
 }
 
 fn main() -> std::process::ExitCode {
+    dco_webhook::alloc::limit_arenas();
     let args = Args::parse();
     init_logging(&args.log_format);
     // rustls needs one process-wide provider; installing it explicitly avoids depending on
