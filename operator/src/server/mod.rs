@@ -125,6 +125,7 @@ async fn apply(cws: &ConversionWebhookServer, ctx: &Context) -> Result<Action> {
     let rendered = status::render(cws.status.as_ref(), &f);
     // An unchanged status is not written again: an idle server costs no request.
     if cws.status.as_ref() != Some(&rendered.status) {
+        tracing::debug!(server = %server, "writing the status: it changed");
         write_status::<ServerWing>(ctx, cws, &rendered.status).await?;
     }
     // After the status write: a failed write sends nothing, and the retry says it then.
@@ -414,7 +415,9 @@ async fn certificate(
     let renew_at = outcome.leaf_not_after
         - ctx.settings.cert_lifetimes.leaf_renew_before_days * 86_400
         - now.as_second();
-    let recheck = ctx.settings.resync.min(Duration::from_secs(u64::try_from(renew_at.max(60)).unwrap_or(60)));
+    // Not capped by --resync: the Secrets are watched (a change wakes the server and shows in
+    // `idle::Versions`), and the slow resync applies everything anyway.
+    let recheck = Duration::from_secs(u64::try_from(renew_at.max(60)).unwrap_or(60));
     Ok((status::Certificate::SelfManaged { leaf_not_after: outcome.leaf_not_after }, recheck))
 }
 
