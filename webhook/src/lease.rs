@@ -328,7 +328,7 @@ mod tests {
         }
         let (at, version) = *writes.last().unwrap();
         assert_eq!(version, 150, "the last write carries the last change");
-        assert!(at.saturating_duration_since(last_change) <= COALESCE + Duration::from_millis(100));
+        assert!(at.saturating_duration_since(last_change) <= COALESCE + Duration::from_millis(200));
     }
 
     #[tokio::test]
@@ -339,13 +339,13 @@ mod tests {
         tokio::time::sleep(COALESCE + Duration::from_millis(50)).await;
         let changed = std::time::Instant::now();
         tx.send_replace(1);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let _ = stop_tx.send(());
         task.await.unwrap();
         let writes = writes.lock().unwrap().clone();
         assert_eq!(writes.len(), 2, "the first write and the change");
         assert_eq!(writes[1].1, 1);
-        assert!(writes[1].0 - changed < Duration::from_millis(50), "waited {:?}", writes[1].0 - changed);
+        assert!(writes[1].0 - changed < Duration::from_millis(150), "waited {:?}", writes[1].0 - changed);
     }
 
     #[tokio::test]
@@ -358,7 +358,7 @@ mod tests {
         let _ = stop_tx.send(());
         task.await.unwrap();
         let n = writes.lock().unwrap().len();
-        assert!((4..=6).contains(&n), "{n} writes in 450 ms at a 100 ms heartbeat");
+        assert!((3..=6).contains(&n), "{n} writes in 450 ms at a 100 ms heartbeat");
     }
 
     #[test]
