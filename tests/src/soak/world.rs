@@ -521,8 +521,10 @@ impl<'a> World<'a> {
         let Some((pod, pid)) = victims.get((pick % victims.len().max(1) as u64) as usize).cloned() else {
             return Ok("skipped: no replica with a Ready peer".into());
         };
-        signal(pid, "KILL")?;
+        // The window opens before the signal: `kill` is a process of its own, and the victim
+        // dies (resetting what it had in flight) before that process returns.
         let at = Instant::now();
+        signal(pid, "KILL")?;
         let pods = self.pods();
         wait_for(&format!("{pod} unready after SIGKILL"), Duration::from_secs(60), || async {
             let p = pods.get(&pod).await?;
