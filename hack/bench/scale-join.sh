@@ -17,7 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . hack/bench/lib.sh
 DIR=$PWD/target/testenv-scale
-cargo build -q -p dco-operator -p dco-webhook -p dco-tests --example scale_join
+# Two builds: `--example` would narrow the first to the example and leave stale binaries.
+cargo build -q -p dco-operator -p dco-webhook
+cargo build -q -p dco-tests --example scale_join
 mkdir -p "$DIR"
 cat >"$DIR/audit-policy.yaml" <<'POLICY'
 apiVersion: audit.k8s.io/v1
