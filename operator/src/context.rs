@@ -17,6 +17,7 @@ use std::future::Future;
 use crate::config_refs::ConfigRefs;
 use crate::error::Error;
 use crate::sharding::gate::{Gate, Lapse, Pass};
+use crate::target_versions::TargetVersions;
 use kube::{Client, Resource};
 
 /// The gate's pass of the reconcile running in this task, and the gate to ask again.
@@ -100,14 +101,16 @@ pub struct Stores {
     pub cccs: Store<CRDConversionConfig>,
 }
 
-/// What the server wing reads besides [`Stores`]: every config of both kinds as the
-/// assignment rules see them (unsharded, `crate::config_refs`), and the Deployments and
+/// What the wings read besides [`Stores`]: every config of both kinds as the
+/// assignment rules see them (unsharded, `crate::config_refs`), the resourceVersion of every
+/// CRD and XRD (`crate::target_versions`, for the config wing's idle wakes), and the Deployments and
 /// Services the servers own, whose watches also wake their servers (runtime/controllers.rs).
 /// Empty until `Context::with_watched`; the Deployments and Services fill as the server
 /// controller drives their watches, so a reconcile reads an object absent there as one to apply.
 #[derive(Clone)]
 pub struct Watched {
     pub config_refs: ConfigRefs,
+    pub targets: TargetVersions,
     pub deployments: NamespacedStore<Deployment>,
     pub services: NamespacedStore<Service>,
 }
@@ -116,6 +119,7 @@ impl Default for Watched {
     fn default() -> Self {
         Watched {
             config_refs: ConfigRefs::new(0),
+            targets: TargetVersions::default(),
             deployments: kube::runtime::reflector::store().0.into(),
             services: kube::runtime::reflector::store().0.into(),
         }
@@ -336,6 +340,7 @@ pub(crate) mod testing {
         let (services, services_w) = reflector::store();
         let watched = Watched {
             config_refs: ConfigRefs::new(2),
+            targets: Default::default(),
             deployments: deployments.into(),
             services: services.into(),
         };

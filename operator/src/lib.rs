@@ -25,6 +25,7 @@ pub(crate) mod server;
 pub(crate) mod sharding;
 pub(crate) mod shutdown;
 pub(crate) mod status_metrics;
+pub(crate) mod target_versions;
 pub(crate) mod wake;
 
 #[cfg(test)]

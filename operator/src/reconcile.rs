@@ -121,7 +121,7 @@ pub(crate) fn error_policy<W: Wing>(obj: Arc<W::Object>, error: &Error, ctx: Arc
 /// overwritten: 409) and fenced (docs/sharding.md, "After a pause").
 pub(crate) async fn write_status<W: Wing>(ctx: &Context, obj: &W::Object, status: &W::Status) -> Result<()> {
     ctx.fence("status")?;
-    dco_state::status::apply(&ctx.client, obj, status, FIELD_MANAGER).await.map_err(Error::kube(
+    dco_state::status::apply(&ctx.client, obj, status, FIELD_MANAGER).await.map(drop).map_err(Error::kube(
         "write status of",
         W::KIND,
         obj.name_any(),

@@ -88,6 +88,12 @@ pub trait Driver: Send {
 
     fn status_failed(&self, obj: &Self::Object, error: kube::Error) -> Self::Error;
 
+    /// Whether `status` is what the object carries already: then it is not written (an idle
+    /// look costs no write). Every status is written by default.
+    fn status_unchanged(&self, _obj: &Self::Object, _status: &Self::Status) -> bool {
+        false
+    }
+
     /// Asked before each round of actions and before the Events and the status write: an
     /// `Err` stops the drive there, writing nothing more (the operator's shard fence: a
     /// replica paused mid-reconcile must not write for a shard it no longer owns). Nothing is
@@ -105,6 +111,9 @@ pub struct Driven<S, A> {
     pub requeue: Duration,
     /// Rounds of actions executed.
     pub rounds: usize,
+    /// The object's resourceVersion after the status write; `None` when the status was
+    /// unchanged and not written (or the apiserver answered without one).
+    pub written: Option<String>,
 }
 
 /// Runs one reconcile of `obj` through its machine. Fails before anything is persisted when an
@@ -144,11 +153,15 @@ pub async fn drive<D: Driver>(
         publish(driver.recorder(), obj, note.warning, note.reason, note.reason, note.note.clone()).await;
     }
     let status = driver.render(obj, &observed, &settled);
-    crate::status::apply(driver.client(), obj, &status, driver.field_manager())
-        .await
-        .map_err(|e| driver.status_failed(obj, e))?;
+    let written = if driver.status_unchanged(obj, &status) {
+        None
+    } else {
+        crate::status::apply(driver.client(), obj, &status, driver.field_manager())
+            .await
+            .map_err(|e| driver.status_failed(obj, e))?
+    };
     let requeue = driver.requeue(&observed, &settled);
-    Ok(Driven { settled, requeue, rounds })
+    Ok(Driven { settled, requeue, rounds, written })
 }
 
 /// Publishes an Event about `obj`; failing to record one never fails a reconcile. Every
@@ -242,6 +255,8 @@ mod tests {
         log: Arc<Mutex<Log>>,
         /// How many fences pass before one stops the drive (`None`: all).
         fences: Option<Arc<Mutex<usize>>>,
+        /// The status the object carries already, as the driver compares it.
+        carried: Option<serde_json::Value>,
     }
 
     impl Driver for LampDriver {
@@ -303,6 +318,9 @@ mod tests {
         fn status_failed(&self, _: &CRDConversionConfig, e: kube::Error) -> String {
             e.to_string()
         }
+        fn status_unchanged(&self, _: &CRDConversionConfig, status: &serde_json::Value) -> bool {
+            self.carried.as_ref() == Some(status)
+        }
         fn fence(&self, _: &CRDConversionConfig, write: &'static str) -> Result<(), String> {
             let Some(left) = &self.fences else { return Ok(()) };
             let mut left = left.lock().unwrap();
@@ -337,7 +355,16 @@ mod tests {
         let client = Client::new(service, "default");
         let recorder = Recorder::new(client.clone(), Reporter { controller: "lamp".into(), instance: None });
         let log = Arc::new(Mutex::new(Log::default()));
-        (LampDriver { client, recorder, lit: false, broken, log: log.clone(), fences: None }, requests, log)
+        let d = LampDriver {
+            client,
+            recorder,
+            lit: false,
+            broken,
+            log: log.clone(),
+            fences: None,
+            carried: None,
+        };
+        (d, requests, log)
     }
 
     fn lamp_object() -> CRDConversionConfig {
@@ -382,6 +409,21 @@ mod tests {
         // Conditioned on the object as read: a status written since is not overwritten (409).
         assert_eq!(body["metadata"]["resourceVersion"], "17");
         assert_eq!(requests.iter().filter(|(_, p, _)| p.ends_with("/status")).count(), 1);
+        assert_eq!(driven.written.as_deref(), Some("17"), "the object's version after the write");
+    }
+
+    #[tokio::test]
+    async fn a_status_the_object_carries_already_is_not_written() {
+        let (mut d, requests, _) = driver(false);
+        d.lit = true;
+        d.carried = Some(serde_json::json!({"lamp": "On", "lit": true, "transitions": 2}));
+        let driven = drive(&mut d, &lamp_object()).await.unwrap();
+        assert_eq!(driven.settled.state, Lamp::On);
+        assert_eq!(driven.written, None);
+        let requests = requests.lock().unwrap();
+        assert_eq!(requests.iter().filter(|(_, p, _)| p.ends_with("/status")).count(), 0, "{requests:?}");
+        // The Events of the transitions are still published.
+        assert_eq!(requests.iter().filter(|(_, p, _)| p.ends_with("/events")).count(), 2);
     }
 
     #[tokio::test]

@@ -11,8 +11,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// Server-side apply `status` to `obj`'s status subresource (dco's three kinds are
-/// cluster-scoped); the error is kube's, for the caller to name.
-pub async fn apply<K, S>(client: &Client, obj: &K, status: &S, field_manager: &str) -> Result<(), kube::Error>
+/// cluster-scoped); the object's resourceVersion after the write (what a later wake compares
+/// with its cache to tell that nothing changed since); the error is kube's, for the caller to
+/// name.
+pub async fn apply<K, S>(
+    client: &Client,
+    obj: &K,
+    status: &S,
+    field_manager: &str,
+) -> Result<Option<String>, kube::Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
         + Clone
@@ -31,5 +38,5 @@ where
     }
     api.patch_status(&obj.name_any(), &PatchParams::apply(field_manager).force(), &Patch::Apply(&patch))
         .await
-        .map(drop)
+        .map(|after| after.meta().resource_version.clone())
 }

@@ -4,6 +4,7 @@
 //! (`status.rs`) and reports each transition.
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dco_api::HandoverStatus;
@@ -42,6 +43,12 @@ pub struct ConfigDriver<'a, K> {
     revert: Option<Option<Revert>>,
     /// The propagation lag was recorded in this reconcile (once at most).
     lag_recorded: bool,
+    /// What the last observation read, as the idle wakes compare it (config/idle.rs): the
+    /// target's resourceVersion, and an XRD's generated CRDs' by name.
+    pub seen_target: Option<String>,
+    pub seen_generated: Vec<(String, Option<String>)>,
+    /// The reconcile left the config at rest (`status::at_rest`), set when the requeue is.
+    pub at_rest: AtomicBool,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -54,6 +61,9 @@ impl<'a, K: ConfigKind> ConfigDriver<'a, K> {
             configs: None,
             revert: None,
             lag_recorded: false,
+            seen_target: None,
+            seen_generated: Vec::new(),
+            at_rest: AtomicBool::new(false),
             kind: PhantomData,
         }
     }
@@ -90,6 +100,8 @@ impl<K: ConfigKind> ConfigDriver<'_, K> {
     async fn observe_xrd(&mut self, cfg: &K, observed: &mut Observed) -> Result<()> {
         let Some(xrd) = observed.target.as_ref() else { return Ok(()) };
         let read = propagation::read(&self.ctx.client, xrd).await?;
+        self.seen_generated =
+            read.iter().map(|r| (r.name.clone(), resource_version(r.crd.as_ref()))).collect();
         let p = propagation::judge(xrd, observed.facts.wired_to.is_some(), &read);
         observed.facts.propagated = p.fact();
         let package = reverts::package_owner(xrd);
@@ -201,6 +213,7 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
                 .await?
             }
         };
+        self.seen_target = resource_version(live.as_ref());
         let mut observed = facts::observe(self.ctx, cfg, live, state, &self.traceparent, &configs);
         self.configs = Some(configs);
         if cfg.target_kind() == TargetKind::Xrd {
@@ -248,6 +261,7 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
     }
 
     fn requeue(&self, observed: &Observed, settled: &Settled<HandoverStatus, Action>) -> Duration {
+        self.at_rest.store(status::at_rest(observed, settled), Ordering::Relaxed);
         status::requeue(observed, settled, self.ctx.settings.resync)
     }
 
@@ -289,6 +303,11 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
         });
     }
 
+    /// The rendered status starts from the persisted one: equal, nothing changed.
+    fn status_unchanged(&self, cfg: &K, status: &Self::Status) -> bool {
+        cfg.config_status() == Some(status)
+    }
+
     fn status_failed(&self, cfg: &K, e: kube::Error) -> Error {
         Error::kube("write status of", K::KIND, cfg.name_any())(e)
     }
@@ -296,6 +315,11 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
     fn fence(&self, _cfg: &K, write: &'static str) -> Result<()> {
         self.ctx.fence(write)
     }
+}
+
+/// `metadata.resourceVersion` of an object as read.
+fn resource_version(o: Option<&Value>) -> Option<String> {
+    o?.pointer("/metadata/resourceVersion")?.as_str().map(str::to_string)
 }
 
 /// The XRD's spec.conversion names no webhook Service.

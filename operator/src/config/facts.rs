@@ -177,7 +177,7 @@ pub fn gone_wiring(wired: Option<(&str, &str)>, owned: bool, known: &[Option<&st
 }
 
 /// The wiring to the resolved server when it is Available and its CA is issued.
-fn destination_wiring<K: ConversionConfig>(
+pub fn destination_wiring<K: ConversionConfig>(
     ctx: &Context,
     cfg: &K,
     resolved: &Result<Assignment, String>,

@@ -2,13 +2,16 @@
 //! reconciler). A config's reconcile is one `dco_state::drive` of the handover machine
 //! through [`driver::ConfigDriver`]: observe (`facts.rs`) → settle → execute the wiring
 //! (`target.rs`) → render status (`status.rs`). Deletion reverts the target (`deletion.rs`).
+//! A wake of a config at rest with nothing changed does none of it (`idle.rs`).
 
 use std::marker::PhantomData;
+use std::time::Instant;
 
+use dco_api::config::TargetKind;
 use dco_api::{ConfigStatus, FINALIZER_SAFE_REVERT};
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -19,6 +22,7 @@ pub mod conflict;
 pub mod deletion;
 pub mod driver;
 pub mod facts;
+pub mod idle;
 pub mod propagation;
 pub mod reverts;
 pub mod status;
@@ -66,31 +70,102 @@ impl<K: ConfigKind> Wing for ConfigWing<K> {
     }
 
     async fn apply(cached: &K, ctx: &Context) -> Result<Action> {
-        // The persisted handover state must be the latest: a reconcile woken by our own target
-        // patch may run before the cache has our last status write, and stepping the machine
-        // from a stale state would start a bogus move (with the new server as its "source").
-        let api: Api<K> = Api::all(ctx.client.clone());
-        let name = cached.name_any();
-        let mut conflicts = 0;
-        loop {
-            let Some(fresh) = api.get_opt(&name).await.map_err(Error::kube("read", K::KIND, &name))? else {
-                return Ok(Action::await_change());
-            };
-            match dco_state::drive::drive(&mut driver::ConfigDriver::<K>::new(ctx), &fresh).await {
-                Ok(driven) => return Ok(Action::requeue(driven.requeue)),
-                // A write's precondition failed: the target or the config changed since this
-                // reconcile read them (docs/sharding.md, "After a pause"). Read both again and
-                // decide again, fenced like the first time; a few times at most.
-                Err(e) if e.is_conflict() && conflicts < MAX_CONFLICTS => {
-                    conflicts += 1;
-                    tracing::info!("{e}; reading the config and its target again");
-                }
-                Err(e) => return Err(e),
-            }
+        let uid = cached.uid().unwrap_or_default();
+        let last = ctx.memos.with(|m: &mut idle::Memo| m.0.get(&uid).cloned());
+        let seen = seen(cached, ctx, last.as_ref()).await;
+        match idle::plan(last.as_ref(), &seen, Instant::now()) {
+            idle::Plan::Quiet { requeue } => return Ok(Action::requeue(requeue)),
+            idle::Plan::Look { why } => tracing::debug!(why, "looking at the config and its target"),
         }
+        let looked = look(cached, ctx, seen).await;
+        // A look that left the config at rest is remembered; any other, or a failure, is
+        // not: the next wake looks again.
+        ctx.memos.with(|m: &mut idle::Memo| match &looked {
+            Ok((_, Some(rest))) => m.0.insert(uid, rest.clone()),
+            _ => m.0.remove(&uid),
+        });
+        looked.map(|(action, _)| action)
     }
 
     async fn cleanup(cfg: &K, ctx: &Context) -> Result<Action> {
+        let uid = cfg.uid().unwrap_or_default();
+        ctx.memos.with(|m: &mut idle::Memo| m.0.remove(&uid));
         deletion::revert(cfg, ctx).await
+    }
+}
+
+/// One full look at config `cached`'s world: a drive of its handover machine on the config
+/// read fresh, and what to remember of it when it left the config at rest (`seen`: what the
+/// index and the caches showed before it).
+async fn look<K: ConfigKind>(
+    cached: &K,
+    ctx: &Context,
+    seen: idle::Inputs,
+) -> Result<(Action, Option<idle::Looked>)> {
+    // The persisted handover state must be the latest: a reconcile woken by our own target
+    // patch may run before the cache has our last status write, and stepping the machine
+    // from a stale state would start a bogus move (with the new server as its "source").
+    let api: Api<K> = Api::all(ctx.client.clone());
+    let name = cached.name_any();
+    let mut conflicts = 0;
+    loop {
+        let Some(fresh) = api.get_opt(&name).await.map_err(Error::kube("read", K::KIND, &name))? else {
+            return Ok((Action::await_change(), None));
+        };
+        let mut driver = driver::ConfigDriver::<K>::new(ctx);
+        match dco_state::drive::drive(&mut driver, &fresh).await {
+            Ok(driven) => {
+                let rest = driver.at_rest.load(std::sync::atomic::Ordering::Relaxed).then(|| idle::Looked {
+                    inputs: idle::Inputs {
+                        config: driven.written.clone().or_else(|| fresh.resource_version()),
+                        target: driver.seen_target.take(),
+                        generated: std::mem::take(&mut driver.seen_generated),
+                        ..seen.clone()
+                    },
+                    requeue: driven.requeue,
+                    resync_due: Instant::now() + idle::jittered(idle::FULL_RESYNC),
+                });
+                return Ok((Action::requeue(driven.requeue), rest));
+            }
+            // A write's precondition failed: the target or the config changed since this
+            // reconcile read them (docs/sharding.md, "After a pause"). Read both again and
+            // decide again, fenced like the first time; a few times at most.
+            Err(e) if e.is_conflict() && conflicts < MAX_CONFLICTS => {
+                conflicts += 1;
+                tracing::info!("{e}; reading the config and its target again");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What the watches and caches show now of config `cfg`'s inputs (`idle.rs`), an XRD's
+/// generated CRDs by the names `last` read: no request.
+async fn seen<K: ConfigKind>(cfg: &K, ctx: &Context, last: Option<&idle::Looked>) -> idle::Inputs {
+    let (kind, tname) = (cfg.target_kind(), cfg.target_name());
+    let targets = &ctx.watched.targets;
+    let generated = last.map_or_else(Vec::new, |l| {
+        l.inputs.generated.iter().map(|(n, _)| (n.clone(), targets.get(TargetKind::Crd, n))).collect()
+    });
+    let naming = ctx.watched.config_refs.naming(tname);
+    // What the caches say of the servers, as the look's observation reads it (facts.rs): the
+    // resolver's answer, the destination's wiring (its Service, CA, availability), the server
+    // the config settled on (gone or made again), and for an XRD the API it is read through.
+    let pin = cfg.conversion().webhook_server_ref.as_ref().map(|r| r.name.as_str());
+    let resolved = ctx.servers().resolve(tname, pin).map_err(|e| e.to_string());
+    let wiring = facts::destination_wiring(ctx, cfg, &resolved);
+    let settled_on =
+        cfg.config_status().and_then(|s| s.handover.as_ref()).and_then(|h| h.destination.as_deref());
+    let settled_server = settled_on.and_then(|s| ctx.server(s)).and_then(|s| s.meta().uid.clone());
+    let xrds = match kind {
+        TargetKind::Xrd => Some(ctx.xrd_api().await),
+        TargetKind::Crd => None,
+    };
+    idle::Inputs {
+        config: cfg.resource_version(),
+        target: targets.get(kind, tname),
+        generated,
+        naming: idle::fingerprint(&[&naming]),
+        servers: idle::fingerprint(&[&resolved, &wiring, &settled_server, &xrds]),
     }
 }

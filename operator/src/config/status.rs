@@ -275,9 +275,16 @@ pub fn requeue(o: &Observed, settled: &Settled<HandoverStatus, Action>, resync: 
     if o.target.is_none() {
         return MISSING_TARGET_REQUEUE;
     }
+    if at_rest(o, settled) { resync } else { UNSETTLED_REQUEUE }
+}
+
+/// Settled on the resolved server, alone on its target, nothing in the way: what only a
+/// change wakes, and the `--resync` timer (config/idle.rs: a timer wake with nothing changed
+/// makes no request).
+pub fn at_rest(o: &Observed, settled: &Settled<HandoverStatus, Action>) -> bool {
     let compile_failed = o.facts.compiled.is_err();
     let unblocked = o.established && (o.dest_wiring.is_ok() || compile_failed);
-    if is_settled(o, settled) && unblocked { resync } else { UNSETTLED_REQUEUE }
+    o.conflict == ConflictStanding::Alone && o.target.is_some() && is_settled(o, settled) && unblocked
 }
 
 #[cfg(test)]

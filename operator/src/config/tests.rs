@@ -541,3 +541,63 @@ fn a_failed_revert_is_news_once_per_message() {
     assert!(!retold(&Err(refused("no"))));
     assert!(!retold(&Ok(())));
 }
+
+/// The CRD watch's view of the target at resourceVersion `rv` (`Watched::targets`).
+fn watched_target(ctx: &Context, rv: &str) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let mut meta = kube::api::PartialObjectMeta::<CustomResourceDefinition>::default();
+    meta.metadata.name = Some(TARGET.into());
+    meta.metadata.resource_version = Some(rv.into());
+    let ev = kube::runtime::watcher::Event::Apply(meta);
+    ctx.watched.targets.apply(dco_api::config::TargetKind::Crd, &ev);
+}
+
+/// A wake of a config at rest with nothing changed since its last look makes no request
+/// (config/idle.rs); the watch showing its target edited makes the next wake look again,
+/// and a look whose status is what the config carries writes none.
+#[tokio::test]
+async fn a_wake_of_a_config_at_rest_with_nothing_changed_makes_no_request() {
+    use std::time::Duration;
+    let (ctx, mut api, mut w) = test_context();
+    w.server(server("a", true, 2, &[TARGET]));
+    w.secret(tls_secret("a"));
+    let cfg = config(None, settled_on("a"));
+    let mut target = crd(wired_to("a"));
+    target["metadata"]["resourceVersion"] = json!("20");
+    watched_target(&ctx, "20");
+
+    // The first wake looks: the config, its target, the configs naming it, the status.
+    let task = run_config(ctx.clone(), cfg.clone()).await;
+    api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
+    api.expect(Method::GET, CCC_PATH).await.ok(&target);
+    api.configs_listed(vec![], vec![]).await;
+    let status = api.events_then(&mut Vec::new()).await;
+    assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH));
+    let mut written = cfg.clone();
+    written.meta_mut().resource_version = Some("8".into());
+    written.status = serde_json::from_value(status.body["status"].clone()).ok();
+    status.with_status(&written);
+    let resync = kube::runtime::controller::Action::requeue(Duration::from_secs(300));
+    assert_eq!(task.await.unwrap().ok(), Some(resync.clone()));
+
+    // The timer's wake, the cache holding the config as written: no request (the mocked
+    // apiserver answers none, so a request would hang the reconcile).
+    let quiet = run_config(ctx.clone(), written.clone()).await;
+    let res = tokio::time::timeout(Duration::from_secs(5), quiet).await.expect("no request");
+    assert_eq!(res.unwrap().ok(), Some(resync.clone()), "woken again at the next --resync");
+
+    // Someone edits the target: the watch shows it, and the wake looks again. Its status is
+    // what the config carries: nothing is written.
+    watched_target(&ctx, "21");
+    target["metadata"]["resourceVersion"] = json!("21");
+    let task = run_config(ctx.clone(), written.clone()).await;
+    api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&written).unwrap_or_default());
+    api.expect(Method::GET, CCC_PATH).await.ok(&target);
+    api.configs_listed(vec![], vec![]).await;
+    let res = tokio::time::timeout(Duration::from_secs(5), task).await.expect("no status write");
+    assert_eq!(res.unwrap().ok(), Some(resync));
+
+    // Quiet again at the new version.
+    let quiet = run_config(ctx, written).await;
+    assert!(tokio::time::timeout(Duration::from_secs(5), quiet).await.is_ok(), "no request");
+}

@@ -4,9 +4,11 @@
 //! it is removed, each event enqueueing the configs naming that XRD. Crossplane coming, going
 //! or changing the preferred version (an upgrade adding `v2`) enqueues every
 //! XRDConversionConfig, so each re-reads its target at once (found, or gone) instead of at
-//! the next `--resync`; a changed version also restarts the watch there.
+//! the next `--resync`; a changed version also restarts the watch there. Each event's
+//! resourceVersion goes to the index a config's idle wake compares (`crate::target_versions`).
 
 use dco_api::XRDConversionConfig;
+use dco_api::config::TargetKind;
 use dco_api::crossplane::{XrdApi, XrdApiReceiver, XrdVersion};
 use dco_api::target::TARGET_PAGE;
 use futures::{Stream, StreamExt};
@@ -18,6 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::kinds::configs_of_target;
 use crate::observability::watch_metrics::WatchMetrics;
+use crate::target_versions::TargetVersions;
 
 /// The configs to reconcile because of XRDs or of Crossplane itself; ends when the returned
 /// stream is dropped.
@@ -25,10 +28,11 @@ pub fn triggers(
     client: Client,
     crossplane: XrdApiReceiver,
     configs: Store<XRDConversionConfig>,
+    versions: TargetVersions,
     errors: WatchMetrics,
 ) -> impl Stream<Item = ObjectRef<XRDConversionConfig>> + Send + 'static {
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(follow(client, crossplane, configs, tx, errors));
+    tokio::spawn(follow(client, crossplane, configs, versions, tx, errors));
     futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|r| (r, rx)) })
 }
 
@@ -36,6 +40,7 @@ async fn follow(
     client: Client,
     mut crossplane: XrdApiReceiver,
     configs: Store<XRDConversionConfig>,
+    versions: TargetVersions,
     tx: mpsc::UnboundedSender<ObjectRef<XRDConversionConfig>>,
     errors: WatchMetrics,
 ) {
@@ -50,6 +55,8 @@ async fn follow(
             return;
         }
         known = Some(at);
+        // A watch through another version (or none) starts from nothing.
+        versions.clear(TargetKind::Xrd);
         let Some(at) = at else {
             tracing::info!("XRDConversionConfigs wait for Crossplane: XRDs are watched once it is installed");
             if crossplane.wait_for(|a| a.is_some_and(XrdApi::installed)).await.is_err() {
@@ -63,7 +70,16 @@ async fn follow(
         );
         let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &at.resource());
         let xrds = watcher(api, watcher::Config::default().page_size(TARGET_PAGE));
-        let events = errors.counted("CompositeResourceDefinition", xrds).default_backoff().touched_objects();
+        let index = versions.clone();
+        let events = errors
+            .counted("CompositeResourceDefinition", xrds)
+            .default_backoff()
+            .inspect(move |ev| {
+                if let Ok(ev) = ev {
+                    index.apply(TargetKind::Xrd, ev);
+                }
+            })
+            .touched_objects();
         let mut events = std::pin::pin!(events);
         // Crossplane removed, or another version preferred (upgraded to serve v2, or v2 no
         // longer served): watch again through what is served now.

@@ -112,7 +112,8 @@ fn servers(
 /// The CRDConversionConfig controller, also woken by its target CRDs. Targets are watched as
 /// metadata only: an event names the CRD, and the reconcile reads the one it needs
 /// (config/driver.rs), so the schemas of every CRD in the cluster never reach the operator;
-/// the list is read in small pages (`TARGET_PAGE`).
+/// the list is read in small pages (`TARGET_PAGE`). Each event's resourceVersion goes to
+/// `Watched::targets` first, which a config's idle wake compares (config/idle.rs).
 fn crd_configs(
     ctx: &Arc<Context>,
     primary: Primary<CRDConversionConfig>,
@@ -124,10 +125,16 @@ fn crd_configs(
 ) -> impl Future<Output = ()> {
     let store = ctx.stores.cccs.clone();
     let xccs = ctx.stores.xccs.clone();
+    let targets = ctx.watched.targets.clone();
     let crds = watcher(
         Api::<PartialObjectMeta<CustomResourceDefinition>>::all(ctx.client.clone()),
         watcher::Config::default().page_size(TARGET_PAGE),
     )
+    .inspect(move |ev| {
+        if let Ok(ev) = ev {
+            targets.apply(dco_api::config::TargetKind::Crd, ev);
+        }
+    })
     .touched_objects();
     Controller::for_shared_stream(queued::primary(q, primary), ctx.stores.cccs.clone())
         .watches_stream(
@@ -172,6 +179,7 @@ fn xrd_configs(
         ctx.client.clone(),
         ctx.crossplane.clone(),
         ctx.stores.xccs.clone(),
+        ctx.watched.targets.clone(),
         errors.clone(),
     )
     .inspect(|_| crate::observability::memory::touched());

@@ -123,7 +123,7 @@ pub fn open(
         errors.counted("XRDConversionConfig", every::<XRDConversionConfig>(selector, client, &config_refs));
     Watches {
         stores: Stores { servers, leases, secrets, xccs, cccs },
-        watched: Watched { config_refs, deployments, services },
+        watched: Watched { config_refs, targets: Default::default(), deployments, services },
         primaries: Primaries {
             servers: server_primary,
             cccs: ccc_primary,
