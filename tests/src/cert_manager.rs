@@ -49,6 +49,49 @@ pub fn api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicOb
     Api::namespaced_with(client.clone(), ns, &resource(kind, plural))
 }
 
+/// The issuers of a CA chain: SelfSigned `{prefix}selfsigned` issues the CA Certificate
+/// `{prefix}root` (its key pair in the Secret `{prefix}root` of `ns`), and the CA issuer
+/// `{prefix}ca` signs every leaf with it, so leaves verify against one CA across renewals.
+pub struct CaChain {
+    /// The CA issuer's name.
+    pub issuer: String,
+    /// The root Certificate's Secret, in `ns`.
+    pub root_secret: String,
+}
+
+/// Applies a [`CaChain`] of `kind` (`Issuer` in `ns`, or `ClusterIssuer`, whose CA Secret must
+/// then be in cert-manager's cluster resource namespace, `ns` here). Nothing is issued until
+/// cert-manager runs; the caller waits for what it needs.
+pub async fn apply_ca_chain(client: &Client, ns: &str, kind: &str, prefix: &str) -> Result<CaChain> {
+    let plural = match kind {
+        "Issuer" => "issuers",
+        "ClusterIssuer" => "clusterissuers",
+        other => bail!("an issuer kind is Issuer or ClusterIssuer, not {other}"),
+    };
+    let issuers: Api<DynamicObject> = if kind == "Issuer" {
+        api(client, ns, kind, plural)
+    } else {
+        Api::all_with(client.clone(), &resource(kind, plural))
+    };
+    let certificates = api(client, ns, "Certificate", "certificates");
+    let (selfsigned, issuer, root) =
+        (format!("{prefix}selfsigned"), format!("{prefix}ca"), format!("{prefix}root"));
+    let issuer_obj = |name: &str, spec: serde_json::Value| serde_json::json!({"apiVersion": "cert-manager.io/v1", "kind": kind, "metadata": {"name": name}, "spec": spec});
+    MANAGER
+        .apply(&issuers, &selfsigned, issuer_obj(&selfsigned, serde_json::json!({"selfSigned": {}})))
+        .await?;
+    let ca = serde_json::json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+        "metadata": {"name": root},
+        "spec": {"isCA": true, "commonName": format!("dco-tests {prefix}root {ns}"), "secretName": root,
+            "privateKey": {"algorithm": "ECDSA", "size": 256},
+            "issuerRef": {"name": selfsigned, "kind": kind, "group": "cert-manager.io"}}});
+    MANAGER.apply(&certificates, &root, ca).await?;
+    MANAGER
+        .apply(&issuers, &issuer, issuer_obj(&issuer, serde_json::json!({"ca": {"secretName": root}})))
+        .await?;
+    Ok(CaChain { issuer, root_secret: root })
+}
+
 /// The directory of cert-manager's module in the Go module cache (downloaded when missing),
 /// at the version the tool's go.mod requires.
 fn module_dir() -> Result<PathBuf> {

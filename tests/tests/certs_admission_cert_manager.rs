@@ -26,13 +26,12 @@ use dco_api::ConversionWebhookServer;
 use dco_tests::cert_manager::{self, CertManager, ders, serial, served_leaf};
 use dco_tests::chart::{helm, helm_install_dco, release_label};
 use dco_tests::operator_pods::SecondDefaultLoad;
-use dco_tests::{Manager, TestEnv, container_pid, pod_ready, secret_bytes, unique_name, wait_for};
+use dco_tests::{TestEnv, container_pid, pod_ready, secret_bytes, unique_name, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-const MANAGER: Manager = Manager("dco-admission-cert-manager-test");
 const WAIT: Duration = Duration::from_secs(150);
 const RELEASE: &str = "dco";
 /// The chart's names for release `dco`: the admission Service and the Certificate's Secret.
@@ -66,38 +65,9 @@ async fn cert_manager_issues_the_admission_certificate_and_renewals_fail_no_revi
 /// The issuer chain in the test's namespace: SelfSigned → CA Certificate → CA Issuer. Returns
 /// the CA Issuer's name and the CA (PEM).
 async fn issuers(t: &TestEnv) -> Result<(String, Vec<u8>)> {
-    let ns = &t.ns;
-    let issuers = cert_manager::api(&t.client, ns, "Issuer", "issuers");
-    let certificates = cert_manager::api(&t.client, ns, "Certificate", "certificates");
-    let (selfsigned, ca, root) =
-        ("selfsigned".to_string(), "admission-ca".to_string(), "admission-root".to_string());
-    MANAGER
-        .apply(
-            &issuers,
-            &selfsigned,
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
-            "metadata": {"name": selfsigned}, "spec": {"selfSigned": {}}}),
-        )
-        .await?;
-    MANAGER
-        .apply(
-            &certificates,
-            &root,
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
-            "metadata": {"name": root},
-            "spec": {"isCA": true, "commonName": format!("dco-tests admission root {ns}"), "secretName": root,
-                "privateKey": {"algorithm": "ECDSA", "size": 256},
-                "issuerRef": {"name": selfsigned, "kind": "Issuer", "group": "cert-manager.io"}}}),
-        )
-        .await?;
-    MANAGER
-        .apply(
-            &issuers,
-            &ca,
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
-            "metadata": {"name": ca}, "spec": {"ca": {"secretName": root}}}),
-        )
-        .await?;
+    let issuers = cert_manager::api(&t.client, &t.ns, "Issuer", "issuers");
+    let chain = cert_manager::apply_ca_chain(&t.client, &t.ns, "Issuer", "admission-").await?;
+    let (ca, root) = (chain.issuer, chain.root_secret);
     wait_for("the CA Issuer to be Ready", WAIT, || async {
         let i = issuers.get(&ca).await?;
         Ok(condition(&i.data["status"], "Ready").is_some_and(|c| c["status"] == "True").then_some(()))

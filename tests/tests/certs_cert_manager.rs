@@ -156,38 +156,11 @@ async fn scenario(t: &TestEnv) -> Result<()> {
     // SelfSigned → a CA Certificate (its Secret in the cluster resource namespace) → a CA
     // ClusterIssuer: every leaf verifies against that one CA, across renewals. Nothing issues
     // them until cert-manager runs.
+    let chain = cert_manager::apply_ca_chain(&client, &ns, "ClusterIssuer", &format!("{ns}-")).await?;
+    let (ca_issuer, root) = (chain.issuer, chain.root_secret);
     let cluster_issuers: Api<DynamicObject> =
         Api::all_with(client.clone(), &cert_manager::resource("ClusterIssuer", "clusterissuers"));
     let certificates = cert_manager::api(&client, &ns, "Certificate", "certificates");
-    let (selfsigned, ca_issuer, root) =
-        (format!("{ns}-selfsigned"), format!("{ns}-ca"), format!("{ns}-root"));
-    MANAGER
-        .apply(
-            &cluster_issuers,
-            &selfsigned,
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
-        "metadata": {"name": selfsigned}, "spec": {"selfSigned": {}}}),
-        )
-        .await?;
-    MANAGER
-        .apply(
-            &certificates,
-            &root,
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
-        "metadata": {"name": root},
-        "spec": {"isCA": true, "commonName": format!("dco-tests root {ns}"), "secretName": root,
-            "privateKey": {"algorithm": "ECDSA", "size": 256},
-            "issuerRef": {"name": selfsigned, "kind": "ClusterIssuer", "group": "cert-manager.io"}}}),
-        )
-        .await?;
-    MANAGER
-        .apply(
-            &cluster_issuers,
-            &ca_issuer,
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
-        "metadata": {"name": ca_issuer}, "spec": {"ca": {"secretName": root}}}),
-        )
-        .await?;
     let secrets: Api<Secret> = t.api();
     let pods: Api<Pod> = t.api();
 
