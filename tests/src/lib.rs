@@ -29,6 +29,7 @@ pub mod monitoring;
 pub mod moves;
 pub mod object_log;
 pub mod operator_pods;
+pub mod operator_process;
 pub mod otelcol;
 pub mod pinned_move;
 pub mod rbac;
@@ -94,6 +95,20 @@ pub fn signal(pid: u32, sig: &str) -> Result<()> {
     let out = Command::new("kill").args([format!("-{sig}"), pid.to_string()]).output()?;
     anyhow::ensure!(out.status.success(), "kill -{sig} {pid}: {}", String::from_utf8_lossy(&out.stderr));
     Ok(())
+}
+
+/// `work`, or an error once the process gets SIGINT or SIGTERM: a benchmark's `main` runs its
+/// work so, then cleans up, and a stopped run leaves no child process or object behind (the
+/// work's handles drop when it is cut short).
+pub async fn until_signalled<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        r = work => r,
+        _ = int.recv() => anyhow::bail!("interrupted (SIGINT)"),
+        _ = term.recv() => anyhow::bail!("terminated (SIGTERM)"),
+    }
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it).
@@ -278,22 +293,16 @@ pub fn start_operators(env: &TestEnv, selector: &str, ids: &[&str], extra: &[&st
     } else {
         &["--webhook-listen", "$(POD_IP):9443"]
     };
+    let args: Vec<&str> = listen
+        .iter()
+        .copied()
+        .chain(["--webhook-arg=--drain-period=5s"])
+        .chain(["--webhook-arg=--lease-renew-interval=5s", "--webhook-arg=--lease-duration=20s"])
+        .chain(extra.iter().copied())
+        .collect();
     for id in ids {
-        let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
-        let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(workspace_binary("dco-operator")?)
-            .args(["--namespace", &env.ns, "--replica-id", id, "--selector", selector])
-            .args(listen)
-            .args(["--webhook-arg=--drain-period=5s"])
-            .args(["--webhook-arg=--lease-renew-interval=5s", "--webhook-arg=--lease-duration=20s"])
-            .args(["--metrics-listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("KUBECONFIG", &env.cluster.kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(std::process::Stdio::from(file.try_clone()?))
-            .stderr(std::process::Stdio::from(file))
-            .spawn()
-            .context("starting dco-operator")?;
+        let (mut cmd, log) = operator_process::command(env, selector, id, "127.0.0.1:0", &args, &[])?;
+        let child = cmd.spawn().context("starting dco-operator")?;
         eprintln!("dco-operator {id} log: {}", log.display());
         out.0.push(child);
     }

@@ -4,7 +4,6 @@
 //! durations without watches), the server replicas it wants and has ready as the server's
 //! status says, and since when a config whose target does not exist has not been applied.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -13,47 +12,23 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::Api;
 use serde_json::{Value, json};
 
+use dco_tests::operator_process::OperatorProcess;
 use dco_tests::{Manager, TestEnv, wait_for};
 
 const MANAGER: Manager = Manager("dco-signals-test");
 const WAIT: Duration = Duration::from_secs(180);
 
-/// One dco-operator process, killed on drop.
-struct Operator {
-    child: Child,
-    metrics: String,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(env: &TestEnv, selector: &str) -> Result<Operator> {
-    let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_signals.log", env.ns));
-    let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    let metrics = format!("127.0.0.1:{}", dco_tests::free_port()?);
-    let child = Command::new(dco_tests::workspace_binary("dco-operator")?)
-        .args(["--namespace", &env.ns, "--replica-id", "signals-1", "--selector", selector])
-        .args(["--webhook-listen", "$(POD_IP):9443", "--webhook-arg=--drain-period=5s"])
-        .args(["--webhook-arg=--lease-renew-interval=5s", "--webhook-arg=--lease-duration=20s"])
-        .args(["--metrics-listen", &metrics, "--resync", "60s"])
-        .env("KUBECONFIG", &env.cluster.kubeconfig)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::from(out.try_clone()?))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .context("starting dco-operator")?;
-    eprintln!("dco-operator log: {}", log.display());
-    Ok(Operator { child, metrics })
-}
-
-async fn scrape(op: &Operator) -> Result<String> {
-    let (code, body) = dco_tests::http_get(&op.metrics, "/metrics").await?;
-    ensure!(code == 200, "GET {}/metrics: {code}", op.metrics);
-    Ok(body)
+fn start(env: &TestEnv, selector: &str) -> Result<OperatorProcess> {
+    let args = [
+        "--webhook-listen",
+        "$(POD_IP):9443",
+        "--webhook-arg=--drain-period=5s",
+        "--webhook-arg=--lease-renew-interval=5s",
+        "--webhook-arg=--lease-duration=20s",
+        "--resync",
+        "60s",
+    ];
+    OperatorProcess::start(env, selector, "signals-1", &args, &[])
 }
 
 /// The value of `series` (as exposed, labels in their order), 0 when absent.
@@ -98,7 +73,7 @@ async fn the_operator_reports_its_queues_api_requests_servers_and_unapplied_conf
 
 async fn scenario(
     t: &TestEnv,
-    op: &Operator,
+    op: &OperatorProcess,
     label: (&str, &str),
     server: &str,
     (target, missing): (&str, &str),
@@ -132,7 +107,7 @@ async fn scenario(
 
     // The server series equal what the server's status says, once its status is scraped.
     let body = wait_for("the server's replicas on /metrics", WAIT, || async {
-        let body = scrape(op).await?;
+        let body = op.scrape().await?;
         let s = servers.get(server).await?.status.unwrap_or_default();
         let sel = format!("{{server=\"{server}\"}}");
         let desired = value(&body, &format!("dco_operator_server_replicas_desired{sel}"));
@@ -193,7 +168,7 @@ async fn scenario(
         ensure!(waits > 0.0 && sum >= 0.0, "{controller}: no queue wait observed");
     }
     wait_for("every queue to be empty", Duration::from_secs(60), || async {
-        let body = scrape(op).await?;
+        let body = op.scrape().await?;
         let depths: Vec<f64> = ["conversionwebhookserver", "crdconversionconfig", "xrdconversionconfig"]
             .iter()
             .map(|c| value(&body, &format!("dco_operator_queue_depth{{controller=\"{c}\"}}")))
@@ -205,12 +180,12 @@ async fn scenario(
 
     // A change of the config is one more wait of its controller.
     let ccc = "controller=\"crdconversionconfig\"";
-    let before = value(&scrape(op).await?, &format!("dco_operator_queue_wait_seconds_count{{{ccc}}}"));
+    let before = value(&op.scrape().await?, &format!("dco_operator_queue_wait_seconds_count{{{ccc}}}"));
     let mut changed = config(applied, target, label);
     changed["metadata"]["annotations"] = json!({"dco-signals-test/touched": "1"});
     MANAGER.apply(&cfgs, applied, changed).await?;
     wait_for("the change's reconcile to be waited for", Duration::from_secs(60), || async {
-        let after = value(&scrape(op).await?, &format!("dco_operator_queue_wait_seconds_count{{{ccc}}}"));
+        let after = value(&op.scrape().await?, &format!("dco_operator_queue_wait_seconds_count{{{ccc}}}"));
         Ok((after > before).then_some(()))
     })
     .await?;

@@ -18,11 +18,11 @@
 //!
 //! Needs `target/debug/dco-operator` and `target/debug/dco-webhook`.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use dco_tests::load::{Load, Target};
+use dco_tests::operator_process::OperatorProcess;
 use dco_tests::pinned_move::{PinnedMove, WAIT, handover, wired};
 use dco_tests::{TestEnv, wait_for};
 
@@ -34,42 +34,24 @@ const WATCH_AFTER: Duration = Duration::from_secs(20);
 /// The hook's line (operator/src/config/test_hook.rs `LINE`).
 const HOOK_LINE: &str = "test hook: pausing before the spec.conversion write";
 
-struct Replica {
-    child: Child,
-    log: std::path::PathBuf,
-    metrics: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        // A stopped process must be woken to die of SIGKILL's cleanup in order.
-        let _ = dco_tests::signal(self.child.id(), "CONT");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(env: &TestEnv, mv: &PinnedMove, id: &str, hook: bool) -> Result<Replica> {
-    let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
-    let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    let metrics = format!("127.0.0.1:{}", dco_tests::free_port()?);
-    let mut cmd = Command::new(dco_tests::workspace_binary("dco-operator")?);
-    cmd.args(["--namespace", &env.ns, "--replica-id", id, "--selector", &mv.selector])
-        .args(["--webhook-listen", "$(POD_IP):9443", "--webhook-arg=--drain-period=5s"])
-        .args(["--webhook-arg=--lease-renew-interval=5s", "--webhook-arg=--lease-duration=20s"])
-        .args(["--lease-duration", &format!("{LEASE_DURATION_S}s")])
-        .args(["--lease-renew-interval", &format!("{RENEW_S}s")])
-        .args(["--metrics-listen", &metrics, "--resync", "60s"])
-        .env("KUBECONFIG", &env.cluster.kubeconfig)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::from(file.try_clone()?))
-        .stderr(Stdio::from(file));
-    if hook {
-        cmd.env("DCO_TEST_PAUSE_BEFORE", format!("conversion-write:{}", mv.target));
-    }
-    let child = cmd.spawn().context("starting dco-operator")?;
-    eprintln!("dco-operator {id} log: {}", log.display());
-    Ok(Replica { child, log, metrics })
+fn start(env: &TestEnv, mv: &PinnedMove, id: &str, hook: bool) -> Result<OperatorProcess> {
+    let (lease, renew) = (format!("{LEASE_DURATION_S}s"), format!("{RENEW_S}s"));
+    let pause = format!("conversion-write:{}", mv.target);
+    let vars: &[(&str, &str)] = if hook { &[("DCO_TEST_PAUSE_BEFORE", &pause)] } else { &[] };
+    let args = [
+        "--webhook-listen",
+        "$(POD_IP):9443",
+        "--webhook-arg=--drain-period=5s",
+        "--webhook-arg=--lease-renew-interval=5s",
+        "--webhook-arg=--lease-duration=20s",
+        "--lease-duration",
+        &lease,
+        "--lease-renew-interval",
+        &renew,
+        "--resync",
+        "60s",
+    ];
+    OperatorProcess::start(env, &mv.selector, id, &args, vars)
 }
 
 fn widget_spec(version: &str, k: i64) -> serde_json::Value {
@@ -153,9 +135,9 @@ async fn a_replica_resumed_mid_move_writes_nothing_stale() -> Result<()> {
         let series = format!(
             r#"dco_operator_reconciles_fenced_total{{controller="crdconversionconfig",write="target spec.conversion",reason="{reason}"}}"#
         );
-        fenced += dco_tests::metric(&p.metrics, &series).await?.unwrap_or(0.0);
+        fenced += p.metric(&series).await?;
     }
-    let pauses = dco_tests::metric(&p.metrics, "dco_operator_pauses_detected_total").await?.unwrap_or(0.0);
+    let pauses = p.metric("dco_operator_pauses_detected_total").await?;
     eprintln!(
         "{looks} looks in {WATCH_AFTER:?} after SIGCONT: the target stayed on a; p fenced {fenced} write(s), counted {pauses} pause(s)"
     );

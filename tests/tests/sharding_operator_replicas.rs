@@ -12,14 +12,14 @@
 //! writes status.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
+use dco_tests::operator_process::OperatorProcess;
 use dco_tests::{TestEnv, wait_for};
 
 const CONFIGS: usize = 20;
@@ -27,36 +27,21 @@ const SHARDS: usize = 32;
 const LEASE_DURATION_S: u64 = 9;
 const RENEW_S: u64 = 2;
 
-struct Replica {
-    child: Child,
-    /// Its `--metrics-listen` address.
-    metrics: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Replica = OperatorProcess;
 
 fn start(env: &TestEnv, selector: &str, id: &str) -> Result<Replica> {
-    let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_{id}.log", env.ns));
-    let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    let metrics = format!("127.0.0.1:{}", dco_tests::free_port()?);
-    let child = Command::new(dco_tests::workspace_binary("dco-operator")?)
-        .args(["--namespace", &env.ns, "--selector", selector, "--replica-id", id])
-        .args(["--lease-duration", &format!("{LEASE_DURATION_S}s")])
-        .args(["--lease-renew-interval", &format!("{RENEW_S}s")])
-        .args(["--shards", &SHARDS.to_string(), "--metrics-listen", &metrics, "--resync", "300s"])
-        .env("KUBECONFIG", &env.cluster.kubeconfig)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::from(out.try_clone()?))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .context("starting dco-operator")?;
-    eprintln!("dco-operator {id} log: {}", log.display());
-    Ok(Replica { child, metrics })
+    let (lease, renew, shards) = (format!("{LEASE_DURATION_S}s"), format!("{RENEW_S}s"), SHARDS.to_string());
+    let args = [
+        "--lease-duration",
+        &lease,
+        "--lease-renew-interval",
+        &renew,
+        "--shards",
+        &shards,
+        "--resync",
+        "300s",
+    ];
+    OperatorProcess::start(env, selector, id, &args, &[])
 }
 
 /// The shards in which a replica's gate let a config reconcile through since `before` (its
