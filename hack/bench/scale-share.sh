@@ -10,6 +10,7 @@
 # start to /readyz 200 (one replica Pod deleted, its replacement timed).
 #
 #   hack/bench/scale-share.sh                    # TARGETS=1000 LARGE=100 POOL=5 (debug builds)
+#   PROFILE=release hack/bench/scale-share.sh    # dco-operator and dco-webhook built --release
 #   TARGETS=200 LARGE=20 SETTLE=10 hack/bench/scale-share.sh    # the run in docs/performance.md
 #   WRAP="env MALLOC_ARENA_MAX=2" ...   # a prefix to the replicas' command
 #   HEAPTRACK=1 ...   # the first replica to start runs under heaptrack (left out of the
@@ -31,8 +32,14 @@ PORT=${METRICS_PORT:-19183}
 WRAP=${WRAP:-}
 HEAPTRACK=${HEAPTRACK:-0}
 
-cargo build -q -p dco-operator -p dco-webhook -p dco-scale
-bin=$PWD/target/debug
+PROFILE=${PROFILE:-debug}
+case $PROFILE in
+  debug) cargo build -q -p dco-operator -p dco-webhook -p dco-scale ;;
+  release) cargo build -q -p dco-scale && cargo build -q --release -p dco-operator -p dco-webhook ;;
+  *) echo "scale-share.sh: PROFILE is debug or release, not '$PROFILE'" >&2; exit 2 ;;
+esac
+bin=$PWD/target/$PROFILE
+tool=$PWD/target/debug
 DIR=$PWD/target/testenv-share
 own_cluster_up "$DIR" 127.0.9.2-127.0.9.254
 rm -rf "$DIR/heaptrack.lock" "$DIR"/heaptrack-data* "$DIR/heaptrack.txt"
@@ -60,7 +67,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap "exit 130" INT TERM
-echo "conditions: debug builds${WRAP:+, replicas run as: $WRAP}; $(nproc) cores shared with other work, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start" >&2
+echo "conditions: $PROFILE builds${WRAP:+, replicas run as: $WRAP}; $(nproc) cores shared with other work, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start" >&2
 
 kubectl apply --server-side --force-conflicts -f charts/dco/crds/ >/dev/null
 kubectl create ns "$RUN" >/dev/null
@@ -126,7 +133,7 @@ echo "where the memory goes, empty:"
 profile <"$work/empty"
 
 gen() { # gen FROM COUNT BYTES: targets with unpinned configs (the pool decides)
-  "$bin/dco-scale" targets --from "$1" --count "$2" --bytes "$3" --suffix "$SUFFIX" --label "$SEL" --server none \
+  "$tool/dco-scale" targets --from "$1" --count "$2" --bytes "$3" --suffix "$SUFFIX" --label "$SEL" --server none \
     2>>"$work/sizes.txt" | jq 'del(.items[].spec.webhookServerRef)'
 }
 { gen 0 $((TARGETS - LARGE)) "$SMALL_BYTES"; gen $((TARGETS - LARGE)) "$LARGE" "$LARGE_BYTES"; } | jq -s '{apiVersion: "v1", kind: "List", items: (map(.items) | add)}' >"$work/targets.json"

@@ -287,7 +287,7 @@ async fn main() -> Result<()> {
     let t = TestEnv::new("sc").await?;
     dco_tests::install_dco_crds(&t.client, MANAGER.0).await?;
     let selector = format!("{LABEL}={}", t.ns);
-    let result = run(&t, &selector).await;
+    let result = dco_tests::until_signalled(run(&t, &selector)).await;
     Fleet { manager: MANAGER, label: LABEL, ns: &t.ns }.delete_all(&t.client).await;
     t.cleanup().await;
     result

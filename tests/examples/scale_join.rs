@@ -319,7 +319,7 @@ async fn main() -> Result<()> {
     let ids: Vec<String> = (0..knob("OPERATORS", 3usize)).map(|k| format!("op{k}")).collect();
     let qps = knob("QPS", 50u32).to_string();
     let operators = Operators::start(&t, &selector, &ids, &["--rebalance-qps", &qps])?;
-    let result = run(&t, std::env::var("AUDIT_LOG").ok()).await;
+    let result = dco_tests::until_signalled(run(&t, std::env::var("AUDIT_LOG").ok())).await;
     drop(operators);
     fleet(&t.ns).delete_all(&t.client).await;
     t.cleanup().await;

@@ -321,7 +321,7 @@ async fn main() -> Result<()> {
     dco_tests::install_dco_crds(&t.client, MANAGER.0).await?;
     let selector = format!("{LABEL}={}", t.ns);
     let ops = Operators::start(&t, &selector, &["op0".to_string()], &[])?;
-    let result = run(&t).await;
+    let result = dco_tests::until_signalled(run(&t)).await;
     drop(ops);
     fleet(&t.ns).delete_all(&t.client).await;
     t.cleanup().await;
