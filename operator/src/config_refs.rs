@@ -47,6 +47,15 @@ impl ConfigRefs {
         inner.live.values().flat_map(|m| m.values().cloned()).collect()
     }
 
+    /// The configs naming `target`, of both kinds: who else claims a config's target
+    /// (config/conflict.rs). One pass over the index, in memory: a reconcile that listed them
+    /// from the apiserver instead cost it a scan of every config (a field selector on a custom
+    /// resource is applied to each object read), which at 10,000 configs timed the apiserver out.
+    pub fn refs_naming(&self, target: &str) -> Vec<ConfigRef> {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        inner.live.values().flat_map(|m| m.values().filter(|r| r.target == target).cloned()).collect()
+    }
+
     /// The configs naming `target` (kind and name, sorted), as a config's idle wake compares
     /// them (config/idle.rs): one pass over the index, nothing cloned but what matches.
     pub fn naming(&self, target: &str) -> Vec<(&'static str, String)> {

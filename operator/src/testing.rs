@@ -99,8 +99,7 @@ impl ApiServerVerifier {
         Exchange { method, path, query, body, send }
     }
 
-    /// The next request must be `method` on `path`.
-    /// A config reconcile's list of every config (`kinds::config_refs`): `cccs` as the
+    /// A config deletion's list of the configs naming its target (`kinds::configs_naming`): `cccs` as the
     /// CRDConversionConfigs, `xccs` as the XRDConversionConfigs.
     pub async fn configs_listed(&mut self, cccs: Vec<Value>, xccs: Vec<Value>) {
         let l = self.expect(Method::GET, "/apis/conversion.dco.rs/v1alpha1/crdconversionconfigs").await;

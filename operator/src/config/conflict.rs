@@ -3,9 +3,9 @@
 //! controllers decide too, by the rule every webhook replica applies (`dco_api::conflict`:
 //! of the configs naming one target name, across both kinds, the first by (kind, name) is
 //! chosen). The chosen one proceeds; the others never write the target, and both sides say
-//! so in a `Conflict` condition. Pure, over the configs naming the target, read from the
-//! apiserver by their selectable target field (`kinds::configs_naming`; this replica's
-//! caches hold only its shards).
+//! so in a `Conflict` condition. Pure, over the configs naming the target, from the index of
+//! every config (`crate::config_refs`, fed by an unsharded watch: this replica's config caches
+//! hold only its shards).
 
 use crate::kinds::ConfigRef;
 

@@ -200,18 +200,14 @@ impl<K: ConfigKind> Driver for ConfigDriver<'_, K> {
             // the operator's own last write.
             None => target::fetch(self.ctx, cfg.target_kind(), cfg.target_name()).await?,
         };
-        // Read, not cached: a second config for the target may sit in a shard another
-        // replica owns. Once per reconcile; the rounds after an action reuse it.
+        // From the index of every config (unsharded: a second config for the target may sit
+        // in a shard another replica owns), as fresh as the webhook replicas' own view, which
+        // applies the same rule; a config naming the target that appears, goes or changes
+        // target wakes this one (wake/fanout.rs). Once per reconcile; the rounds after an
+        // action reuse it.
         let configs = match self.configs.take() {
             Some(c) => c,
-            None => {
-                crate::kinds::configs_naming(
-                    &self.ctx.client,
-                    self.ctx.settings.selector.as_deref(),
-                    cfg.target_name(),
-                )
-                .await?
-            }
+            None => self.ctx.watched.config_refs.refs_naming(cfg.target_name()),
         };
         self.seen_target = resource_version(live.as_ref());
         let mut observed = facts::observe(self.ctx, cfg, live, state, &self.traceparent, &configs);

@@ -46,7 +46,6 @@ async fn adopting(
     let task = run_config(ctx, cfg.clone()).await;
     api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
     api.expect(Method::GET, CCC_PATH).await.ok(&crd(json!({"strategy": "None"})));
-    api.configs_listed(vec![], vec![]).await;
     (api, cfg, task)
 }
 
@@ -170,7 +169,6 @@ async fn a_move_waits_for_every_replica_of_the_destination_without_touching_the_
 
     api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
     api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
-    api.configs_listed(vec![], vec![]).await;
     let mut reasons = Vec::new();
     let status = api.events_then(&mut reasons).await;
     // No CRD patch: the next request is already the status.
@@ -212,7 +210,6 @@ async fn once_the_destination_reports_the_target_is_rewired_and_waits_for_the_so
 
     api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
     api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("a")));
-    api.configs_listed(vec![], vec![]).await;
     let mut reasons = Vec::new();
     let patch = api.events_then(&mut reasons).await;
     assert_eq!((&patch.method, patch.path.as_str()), (&Method::PATCH, CCC_PATH));
@@ -246,7 +243,6 @@ async fn the_move_settles_once_no_replica_of_the_source_holds_the_target() {
     let task = run_config(ctx, cfg.clone()).await;
     api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
     api.expect(Method::GET, CCC_PATH).await.ok(&crd(wired_to("b")));
-    api.configs_listed(vec![], vec![]).await;
     let mut reasons = Vec::new();
     let status = api.events_then(&mut reasons).await;
     assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH));
@@ -272,7 +268,6 @@ async fn a_rotated_ca_is_pushed_to_a_settled_target_without_a_move() {
     old["webhook"]["clientConfig"]["caBundle"] =
         json!(base64_of("-----BEGIN CERTIFICATE-----\nT0xE\n-----END CERTIFICATE-----\n"));
     api.expect(Method::GET, CCC_PATH).await.ok(&crd(old));
-    api.configs_listed(vec![], vec![]).await;
     let patch = api.expect(Method::PATCH, CCC_PATH).await;
     assert!(patch.is_apply_by_operator());
     assert_eq!(patch.body["spec"]["conversion"], wired_to("a"));
@@ -302,12 +297,15 @@ async fn a_config_another_one_overrides_never_writes_the_target() {
     w.lease(lease("a-1", "a", &[TARGET]));
     w.lease(lease("a-2", "a", &[TARGET]));
     let cfg = config(None, json!({}));
+    // The other config, in the index of every config (fed by the unsharded watch).
+    let mut first = cfg.clone();
+    first.metadata.name = Some("a-first".into());
+    for c in [first, cfg.clone()] {
+        ctx.watched.config_refs.apply(&kube::runtime::watcher::Event::Apply(c));
+    }
     let task = run_config(ctx, cfg.clone()).await;
     api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
     api.expect(Method::GET, CCC_PATH).await.ok(&crd(json!({"strategy": "None"})));
-    let mut first = serde_json::to_value(&cfg).unwrap_or_default();
-    first["metadata"]["name"] = json!("a-first");
-    api.configs_listed(vec![first, serde_json::to_value(&cfg).unwrap_or_default()], vec![]).await;
     // No target patch, no Event: the next request is the status.
     let status = api.next().await;
     assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH), "{}", status.body);
@@ -570,7 +568,6 @@ async fn a_wake_of_a_config_at_rest_with_nothing_changed_makes_no_request() {
     let task = run_config(ctx.clone(), cfg.clone()).await;
     api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&cfg).unwrap_or_default());
     api.expect(Method::GET, CCC_PATH).await.ok(&target);
-    api.configs_listed(vec![], vec![]).await;
     let status = api.events_then(&mut Vec::new()).await;
     assert_eq!((&status.method, status.path.as_str()), (&Method::PATCH, STATUS_PATH));
     let mut written = cfg.clone();
@@ -593,7 +590,6 @@ async fn a_wake_of_a_config_at_rest_with_nothing_changed_makes_no_request() {
     let task = run_config(ctx.clone(), written.clone()).await;
     api.expect(Method::GET, CFG_PATH).await.ok(&serde_json::to_value(&written).unwrap_or_default());
     api.expect(Method::GET, CCC_PATH).await.ok(&target);
-    api.configs_listed(vec![], vec![]).await;
     let res = tokio::time::timeout(Duration::from_secs(5), task).await.expect("no status write");
     assert_eq!(res.unwrap().ok(), Some(resync));
 

@@ -135,7 +135,8 @@ fn config_changes<K: ConfigKind>() -> impl FnMut(&watcher::Event<K>) -> Vec<Wake
     let mut changes = Changes::default();
     move |ev| {
         let changed = changes.observe(ev, |c: &K| Some(ConfigRef::of(c)));
-        fanout::config_servers(&changed).into_iter().map(Wake::Server).collect()
+        let servers = fanout::config_servers(&changed).into_iter().map(Wake::Server);
+        servers.chain(fanout::claimed_targets(&changed).into_iter().map(Wake::Naming)).collect()
     }
 }
 

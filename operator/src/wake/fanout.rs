@@ -54,6 +54,22 @@ pub fn progressing(configs: &[ConfigRef], servers: &Servers, server: &str) -> Ve
         .collect()
 }
 
+/// The targets whose set of claiming configs a config's change altered: both targets of a
+/// config created, deleted or re-targeted (config/conflict.rs decides among them). A status
+/// or rule change keeps the set, so it wakes no other config.
+pub fn claimed_targets(changes: &[Change<ConfigRef>]) -> Vec<String> {
+    let mut out: Vec<String> = changes
+        .iter()
+        .filter(|c| c.before.as_ref().map(|r| &r.target) != c.after.as_ref().map(|r| &r.target))
+        .flat_map(|c| [&c.before, &c.after])
+        .flatten()
+        .map(|r| r.target.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// What one event wakes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Wake {
@@ -62,6 +78,8 @@ pub enum Wake {
     Affected(String),
     /// What a server serves may have changed: the moves it takes part in (`progressing`).
     Progress(String),
+    /// The configs naming a target: another config began or ceased to name it.
+    Naming(String),
     /// A server's reconcile: its child, its Leases, or a config it lists changed.
     Server(ObjectRef<ConversionWebhookServer>),
 }
@@ -96,6 +114,12 @@ impl Fanout {
             Wake::Progress(server) => {
                 let pool = self.ctx.servers();
                 self.configs(|configs| progressing(configs, &pool, &server)).await
+            }
+            Wake::Naming(target) => {
+                self.configs(|configs| {
+                    configs.iter().filter(|c| c.target == target).map(|c| c.name.clone()).collect()
+                })
+                .await
             }
             Wake::Server(r) => self.cws.send(r).await.is_ok(),
         }
@@ -260,6 +284,25 @@ mod tests {
         assert!(changes.observe(&Event::Apply(secret("ca1", "2")), CaView::of).is_empty());
         let rotated = changes.observe(&Event::Apply(secret("ca2", "3")), CaView::of);
         assert_eq!(servers_of(&rotated, |v| &v.server), ["a"]);
+    }
+
+    #[test]
+    fn configs_wake_the_configs_naming_a_target_only_when_its_claimants_change() {
+        let change = |before: Option<&ConfigRef>, after: Option<&ConfigRef>| Change {
+            before: before.cloned(),
+            after: after.cloned(),
+        };
+        let c = cfg("c", "t", None, Some("a"));
+        assert_eq!(claimed_targets(&[change(None, Some(&c))]), ["t"], "created");
+        assert_eq!(claimed_targets(&[change(Some(&c), None)]), ["t"], "deleted");
+        let mut moved = c.clone();
+        moved.target = "u".into();
+        assert_eq!(claimed_targets(&[change(Some(&c), Some(&moved))]), ["t", "u"], "re-targeted");
+        // Its status or its server changed: the set of configs naming `t` did not.
+        let mut progressed = c.clone();
+        progressed.settled = false;
+        progressed.pin = Some("b".into());
+        assert!(claimed_targets(&[change(Some(&c), Some(&progressed))]).is_empty());
     }
 
     #[test]
