@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use dco_api::config::TargetKind;
 use dco_api::{ConfigStatus, FINALIZER_SAFE_REVERT};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -149,14 +149,13 @@ async fn seen<K: ConfigKind>(cfg: &K, ctx: &Context, last: Option<&idle::Looked>
     });
     let naming = ctx.watched.config_refs.naming(tname);
     // What the caches say of the servers, as the look's observation reads it (facts.rs): the
-    // resolver's answer, the destination's wiring (its Service, CA, availability), the server
-    // the config settled on (gone or made again), and for an XRD the API it is read through.
+    // resolver's answer (a config at rest is settled on it, so the server it names exists),
+    // the destination's wiring (its Service, CA, availability; a server made again under
+    // its name has another CA), and for an XRD the API it is read through. Not the config's
+    // own status: that is the config's resourceVersion.
     let pin = cfg.conversion().webhook_server_ref.as_ref().map(|r| r.name.as_str());
     let resolved = ctx.servers().resolve(tname, pin).map_err(|e| e.to_string());
     let wiring = facts::destination_wiring(ctx, cfg, &resolved);
-    let settled_on =
-        cfg.config_status().and_then(|s| s.handover.as_ref()).and_then(|h| h.destination.as_deref());
-    let settled_server = settled_on.and_then(|s| ctx.server(s)).and_then(|s| s.meta().uid.clone());
     let xrds = match kind {
         TargetKind::Xrd => Some(ctx.xrd_api().await),
         TargetKind::Crd => None,
@@ -166,6 +165,6 @@ async fn seen<K: ConfigKind>(cfg: &K, ctx: &Context, last: Option<&idle::Looked>
         target: targets.get(kind, tname),
         generated,
         naming: idle::fingerprint(&[&naming]),
-        servers: idle::fingerprint(&[&resolved, &wiring, &settled_server, &xrds]),
+        servers: idle::fingerprint(&[&resolved, &wiring, &xrds]),
     }
 }
