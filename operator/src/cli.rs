@@ -41,6 +41,11 @@ pub struct Args {
     /// How often settled objects are reconciled without an event.
     #[arg(long, env = "DCO_RESYNC", default_value = "5m", value_parser = parse_duration)]
     pub resync: Duration,
+    /// Reconciles each controller (servers, CRDConversionConfigs, XRDConversionConfigs) runs
+    /// at once in this replica. Without a bound a cold start sends one reconcile's requests
+    /// per object at once: at 10,000 configs the apiserver timed out (docs/operations.md).
+    #[arg(long, env = "DCO_MAX_CONCURRENT_RECONCILES", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_concurrent_reconciles: u16,
     /// Pace of config reconciles fanned out by server changes (rebalancing), per second, for
     /// the whole operator: the live replicas divide it (each paces at qps/N).
     #[arg(long, env = "DCO_REBALANCE_QPS", default_value_t = 50)]

@@ -64,6 +64,8 @@ pub struct OperatorSettings {
     pub cert_lifetimes: Lifetimes,
     /// How often a settled object is looked at again without an event.
     pub resync: Duration,
+    /// Reconciles each controller runs at once (`--max-concurrent-reconciles`).
+    pub max_concurrent: u16,
     /// `--selector`: the label selector of the configs and servers this operator manages.
     pub selector: Option<String>,
     /// `--server-namespaces` with `namespace`: where servers may run (crate::namespaces).
@@ -80,6 +82,7 @@ impl Default for OperatorSettings {
             webhook_args: Vec::new(),
             cert_lifetimes: Lifetimes::default(),
             resync: Duration::from_secs(300),
+            max_concurrent: 16,
             selector: None,
             server_namespaces: ServerNamespaces::All,
         }

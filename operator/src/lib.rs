@@ -19,6 +19,7 @@ pub(crate) mod namespaces;
 pub mod observability;
 pub(crate) mod pki;
 pub(crate) mod reconcile;
+pub(crate) mod retry;
 pub mod runtime;
 pub(crate) mod served;
 pub(crate) mod server;

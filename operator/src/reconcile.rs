@@ -21,6 +21,7 @@ use tracing::Instrument as _;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::names::FIELD_MANAGER;
+use crate::retry::Failures;
 
 /// What one controller brings to [`reconcile`], [`error_policy`] and [`write_status`].
 pub(crate) trait Wing: 'static {
@@ -62,6 +63,7 @@ pub(crate) async fn reconcile<W: Wing>(obj: Arc<W::Object>, ctx: Arc<Context>) -
         let started = Instant::now();
         let api: Api<W::Object> = Api::all(ctx.client.clone());
         let name = obj.name_any();
+        let key = name.clone();
         let out = ctx
             .fenced(
                 pass,
@@ -78,6 +80,9 @@ pub(crate) async fn reconcile<W: Wing>(obj: Arc<W::Object>, ctx: Arc<Context>) -
             .await
             .map_err(|e| Error::Finalizer { kind: W::KIND, name, source: Box::new(e) });
         ctx.metrics.reconciled(&controller, started.elapsed());
+        if out.is_ok() {
+            ctx.memos.with(|f: &mut Failures| f.succeeded(W::KIND, &key));
+        }
         out.or_else(|e| stopped(&ctx, &controller, e))
     }
     .instrument(span)
@@ -101,18 +106,24 @@ fn stopped(ctx: &Context, controller: &str, e: Error) -> Result<Action> {
 }
 
 /// A held deletion (`DeletionBlocked`, the object says how to release it) is looked at again
-/// in 15 s and logged at info; any other failure in 10 s, as a warning.
+/// in 15 s and logged at info; any other failure after a delay that grows with the object's
+/// failures in a row (crate::retry), as a warning.
 pub(crate) fn error_policy<W: Wing>(obj: Arc<W::Object>, error: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(retry_in::<W>(&obj, error, &ctx))
+}
+
+fn retry_in<W: Wing>(obj: &W::Object, error: &Error, ctx: &Context) -> Duration {
     ctx.metrics.failed(&W::controller(), error);
-    let _in = W::span(&obj).entered();
+    let _in = W::span(obj).entered();
     let blocked = matches!(error, Error::Finalizer { source, .. }
         if matches!(source.as_ref(), finalizer::Error::CleanupFailed(Error::DeletionBlocked(_))));
     if blocked {
         tracing::info!("{error}");
-        Action::requeue(Duration::from_secs(15))
+        Duration::from_secs(15)
     } else {
-        tracing::warn!("reconcile failed: {error}");
-        Action::requeue(Duration::from_secs(10))
+        let delay = ctx.memos.with(|f: &mut Failures| f.failed(W::KIND, obj.name_any()));
+        tracing::warn!(retry_in = ?delay, "reconcile failed: {error}");
+        delay
     }
 }
 
@@ -196,25 +207,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_held_deletion_is_looked_at_again_in_15_s_any_other_failure_in_10_s() {
+    async fn a_held_deletion_is_looked_at_again_in_15_s_other_failures_ever_later() {
         let (ctx, _api, _) = test_context();
-        let cfg = Arc::new(config(None, json!({})));
+        let cfg = config(None, json!({}));
         let blocked = in_finalizer(finalizer::Error::CleanupFailed(Error::DeletionBlocked("held".into())));
-        assert_eq!(
-            error_policy::<Probe>(cfg.clone(), &blocked, ctx.clone()),
-            Action::requeue(Duration::from_secs(15))
-        );
+        assert_eq!(retry_in::<Probe>(&cfg, &blocked, &ctx), Duration::from_secs(15));
+        let within = |d: Duration, secs: u64| {
+            d.as_secs_f64() >= secs as f64 * 0.9 && d.as_secs_f64() <= secs as f64 * 1.1
+        };
         let failed = in_finalizer(finalizer::Error::ApplyFailed(Error::NotReady("not yet".into())));
-        assert_eq!(
-            error_policy::<Probe>(cfg.clone(), &failed, ctx.clone()),
-            Action::requeue(Duration::from_secs(10))
-        );
-        // Only the finalizer's cleanup holds a deletion.
+        let first = retry_in::<Probe>(&cfg, &failed, &ctx);
+        assert!(within(first, 10), "{first:?}");
+        // Only the finalizer's cleanup holds a deletion: a bare one is a second failure in a row.
         let bare = Error::DeletionBlocked("held".into());
-        assert_eq!(error_policy::<Probe>(cfg, &bare, ctx.clone()), Action::requeue(Duration::from_secs(10)));
+        let second = retry_in::<Probe>(&cfg, &bare, &ctx);
+        assert!(within(second, 20), "{second:?}");
+        // A success (here, the memo's) starts it again at 10 s.
+        ctx.memos.with(|f: &mut Failures| f.succeeded(<Probe as Wing>::KIND, &cfg.name_any()));
+        let again = retry_in::<Probe>(&cfg, &failed, &ctx);
+        assert!(within(again, 10), "{again:?}");
         // Each counted under its controller and error.
         let metrics = ctx.metrics.encode();
-        for (want, n) in [("deletion_blocked", 2), ("not_ready", 1)] {
+        for (want, n) in [("deletion_blocked", 2), ("not_ready", 2)] {
             let line =
                 format!(r#"dco_operator_reconcile_errors_total{{controller="probe",error="{want}"}} {n}"#);
             assert!(metrics.contains(&line), "no {line} in {metrics}");

@@ -35,6 +35,7 @@ pub fn settings(args: &Args) -> OperatorSettings {
         webhook_admin_port: args.webhook_admin_port,
         webhook_args: args.webhook_args.clone(),
         resync: args.resync,
+        max_concurrent: args.max_concurrent_reconciles,
         selector: args.selector.clone(),
         server_namespaces: args.server_namespaces.with(&args.namespace),
         ..OperatorSettings::default()

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
@@ -61,6 +61,11 @@ pub async fn run(
     tokio::join!(servers, cccs, xccs);
 }
 
+/// At most `--max-concurrent-reconciles` reconciles of a controller at once.
+fn bounded(ctx: &Context) -> controller::Config {
+    controller::Config::default().concurrency(ctx.settings.max_concurrent)
+}
+
 /// A wake's arrival at the pacer stamps its config.
 fn arrived<K>(q: &Arc<Queue<K>>) -> impl FnMut(&ObjectRef<K>) + Send + 'static
 where
@@ -103,6 +108,7 @@ fn servers(
     }
     let woken = stream::unfold(queue, |mut rx| async { rx.recv().await.map(|r| (r, rx)) });
     ctl.reconcile_on(queued::stamped(q, woken))
+        .with_config(bounded(ctx))
         .graceful_shutdown_on(stopped(stop))
         .run(queued::reconcile::<ServerWing>(q), queued::error_policy::<ServerWing>(q), ctx.clone())
         .inspect(queued::forget_missing(q))
@@ -152,6 +158,7 @@ fn crd_configs(
             }),
         )
         .reconcile_on(paced)
+        .with_config(bounded(ctx))
         .graceful_shutdown_on(stopped(stop))
         .run(
             queued::reconcile::<ConfigWing<CRDConversionConfig>>(q),
@@ -187,6 +194,7 @@ fn xrd_configs(
         .reconcile_on(paced)
         .reconcile_on(queued::stamped(q, xrd_events))
         .reconcile_on(queued::stamped(q, generated))
+        .with_config(bounded(ctx))
         .graceful_shutdown_on(stopped(stop))
         .run(
             queued::reconcile::<ConfigWing<XRDConversionConfig>>(q),

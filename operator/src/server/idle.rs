@@ -13,7 +13,7 @@
 //! objects changed, on its first apply and on the slow resync.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -103,13 +103,7 @@ pub fn fingerprint<T: Serialize>(parts: &[T]) -> u64 {
     h.finish()
 }
 
-/// `period` ± 10 %, drawn per call.
-pub fn jittered(period: Duration) -> Duration {
-    let draw = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
-    // 0..=2000 per-mille steps of a tenth of the period each way.
-    let permille = 900 + draw % 201;
-    period * u32::try_from(permille).unwrap_or(1000) / 1000
-}
+pub use crate::retry::jittered;
 
 #[cfg(test)]
 mod tests {
