@@ -78,18 +78,25 @@ fn config_json(ns: &str, i: usize, real: bool) -> Value {
 /// when empty).
 async fn with_status(client: &Client, ns: &str, only: &BTreeSet<String>) -> Result<(usize, usize)> {
     let cfgs: Api<CRDConversionConfig> = Api::all(client.clone());
-    let list = cfgs.list(&ListParams::default().labels(&format!("{LABEL}={ns}"))).await?;
-    let mine =
-        list.items.iter().filter(|c| only.is_empty() || only.contains(&kube::ResourceExt::name_any(*c)));
+    // In pages, as the operator lists: one read of 10,000 whole configs is itself a load.
+    let mut lp = ListParams::default().labels(&format!("{LABEL}={ns}")).limit(500);
     let (mut done, mut all) = (0, 0);
-    for c in mine {
-        all += 1;
-        let st = c.status.as_ref();
-        if st.is_some_and(|s| s.phase.is_some() && s.observed_generation == c.metadata.generation) {
-            done += 1;
+    loop {
+        let page = cfgs.list(&lp).await?;
+        let mine =
+            page.items.iter().filter(|c| only.is_empty() || only.contains(&kube::ResourceExt::name_any(*c)));
+        for c in mine {
+            all += 1;
+            let st = c.status.as_ref();
+            if st.is_some_and(|s| s.phase.is_some() && s.observed_generation == c.metadata.generation) {
+                done += 1;
+            }
+        }
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => return Ok((done, all)),
         }
     }
-    Ok((done, all))
 }
 
 async fn wait_all_status(
