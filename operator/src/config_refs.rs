@@ -56,17 +56,6 @@ impl ConfigRefs {
         inner.live.values().flat_map(|m| m.values().filter(|r| r.target == target).cloned()).collect()
     }
 
-    /// The configs naming `target` (kind and name, sorted), as a config's idle wake compares
-    /// them (config/idle.rs): one pass over the index, nothing cloned but what matches.
-    pub fn naming(&self, target: &str) -> Vec<(&'static str, String)> {
-        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
-        inner
-            .live
-            .iter()
-            .flat_map(|(kind, m)| m.values().filter(|r| r.target == target).map(|r| (*kind, r.name.clone())))
-            .collect()
-    }
-
     /// One event of kind `K`'s watch.
     pub fn apply<K: ConfigKind>(&self, ev: &watcher::Event<K>) {
         let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
@@ -173,11 +162,5 @@ mod tests {
         refs.apply::<XRDConversionConfig>(&watcher::Event::Init);
         refs.apply::<XRDConversionConfig>(&watcher::Event::InitDone);
         assert_eq!(names(&refs), [("CRDConversionConfig/a".to_string(), Some("s2".to_string()))]);
-        refs.apply(&watcher::Event::Apply(xcc("y", "as.example.org")));
-        assert_eq!(
-            refs.naming("as.example.org"),
-            [("CRDConversionConfig", "a".to_string()), ("XRDConversionConfig", "y".to_string())]
-        );
-        assert!(refs.naming("bs.example.org").is_empty());
     }
 }

@@ -2,16 +2,17 @@
 //! config costs"): with `--resync 3s`, each of a few settled configs is woken about ten times
 //! over an idle window, and the operator's own `dco_operator_api_requests_total` shows no
 //! get, patch, create or delete and no more lists than the Coordinator's ticks (a full look
-//! reads the config and its target, lists the configs naming the target twice and may write
-//! status). Then another field manager sets a target's `spec.conversion` to strategy None,
+//! reads the config and its target and writes status if it changed). Then another field manager sets a target's `spec.conversion` to strategy None,
 //! as `kubectl edit` would: the CRD watch wakes the config, which sees the changed target and
-//! wires it back, timed.
+//! wires it back, timed. A fourth config names a target that does not exist yet: held back,
+//! it is woken every 30 s and sends nothing either, and the target's creation wires it, timed.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use dco_api::config::Phase;
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, HandoverState};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
@@ -32,6 +33,9 @@ const RESYNC: Duration = Duration::from_secs(3);
 const IDLE: Duration = Duration::from_secs(30);
 /// How soon a target's edited wiring must be put back: a watch round trip and one look.
 const HEAL_WITHIN: Duration = Duration::from_secs(20);
+/// How soon a created target is wired: a watch round trip, the replicas' next Lease renewal
+/// (`--lease-renew-interval=5s`) naming it, and the looks of a first wiring.
+const CREATED_WITHIN: Duration = Duration::from_secs(60);
 
 /// One dco-operator process, killed on drop.
 struct Operator {
@@ -114,15 +118,16 @@ async fn an_idle_config_sends_nothing_and_an_edited_target_is_wired_back_at_once
     let targets: Vec<String> =
         (0..TARGETS).map(|i| format!("widgets.t{i}.{}.idlecfg.dco.rs", t.ns)).collect();
     let configs: Vec<String> = (0..TARGETS).map(|i| format!("{}-t{i}", t.ns)).collect();
+    let absent = (format!("widgets.absent.{}.idlecfg.dco.rs", t.ns), format!("{}-absent", t.ns));
     let mut scoped = vec![(dco_tests::ar::<ConversionWebhookServer>(), server.clone())];
-    for (target, cfg) in targets.iter().zip(&configs) {
+    for (target, cfg) in targets.iter().zip(&configs).chain([(&absent.0, &absent.1)]) {
         scoped.push((dco_tests::ar::<CRDConversionConfig>(), cfg.clone()));
         scoped.push((dco_tests::ar::<CustomResourceDefinition>(), target.clone()));
     }
     // Configs first, the server last: dropped while the operator still answers finalizers.
     scoped.rotate_left(1);
     let guard = dco_tests::ClusterScoped(scoped);
-    let result = scenario(&t, &op, label, &server, &targets, &configs).await;
+    let result = scenario(&t, &op, label, &server, &targets, &configs, &absent).await;
     drop(guard);
     drop(op);
     t.cleanup().await;
@@ -136,31 +141,52 @@ async fn scenario(
     server: &str,
     targets: &[String],
     configs: &[String],
+    (absent_target, absent): &(String, String),
 ) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
     let cfgs: Api<CRDConversionConfig> = Api::all(t.client.clone());
     for (target, cfg) in targets.iter().zip(configs) {
-        let group = target.trim_start_matches("widgets.");
-        MANAGER.apply(&crds, target, dco_tests::two_version_widget_crd(group)).await?;
+        MANAGER.apply(&crds, target, widgets(target)).await?;
         dco_tests::wait_crd_established(&crds, target, WAIT).await?;
         MANAGER.apply(&cfgs, cfg, config(cfg, target, server, label)).await?;
     }
-    wait_for("every config settled", WAIT, || async {
+    MANAGER.apply(&cfgs, absent, config(absent, absent_target, server, label)).await?;
+    wait_for("every config settled, the one without a target Pending", WAIT, || async {
         for cfg in configs {
-            let st = cfgs.get(cfg).await?.status.unwrap_or_default();
-            let settled = st.handover.as_ref().is_some_and(|h| h.state == HandoverState::SourceDropped);
-            if !settled || !st.conditions.iter().any(|c| c.type_ == "HandoverReady" && c.status == "True") {
+            if !settled(&cfgs, cfg).await? {
                 return Ok(None);
             }
         }
-        Ok(Some(()))
+        let st = cfgs.get(absent).await?.status.unwrap_or_default();
+        Ok((st.phase == Some(Phase::Pending)).then_some(()))
     })
     .await?;
 
     // The settling's last writes land, and each config's first look at rest is remembered.
     tokio::time::sleep(Duration::from_secs(15)).await;
     idle_window(op, configs.len()).await?;
-    heal(&crds, &targets[0], server).await
+    heal(&crds, &targets[0], server).await?;
+
+    // The absent target is created: the CRD watch wakes its config, which wires it.
+    MANAGER.apply(&crds, absent_target, widgets(absent_target)).await?;
+    let created = Instant::now();
+    wait_for(&format!("{absent} settled once its target exists"), CREATED_WITHIN, || async {
+        Ok(settled(&cfgs, absent).await?.then_some(()))
+    })
+    .await?;
+    eprintln!("{absent_target} created: {absent} settled {:.2?} after", created.elapsed());
+    Ok(())
+}
+
+fn widgets(target: &str) -> Value {
+    dco_tests::two_version_widget_crd(target.trim_start_matches("widgets."))
+}
+
+/// Settled on its server, `HandoverReady` True.
+async fn settled(cfgs: &Api<CRDConversionConfig>, cfg: &str) -> Result<bool> {
+    let st = cfgs.get(cfg).await?.status.unwrap_or_default();
+    let settled = st.handover.as_ref().is_some_and(|h| h.state == HandoverState::SourceDropped);
+    Ok(settled && st.conditions.iter().any(|c| c.type_ == "HandoverReady" && c.status == "True"))
 }
 
 /// Over `IDLE`, the configs are woken by their timer and send nothing.
@@ -185,8 +211,8 @@ async fn idle_window(op: &Operator, configs: usize) -> Result<()> {
         ensure!(!sent.contains_key(verb), "{verb} requests while idle: {sent:?}");
     }
     // What is left: the Coordinator's tick (one list of Leases a renew interval), the shard
-    // and member Lease renewals (updates), and watches that restart. One full look of each
-    // wake would have listed twice: 2 x {wakes} lists.
+    // and member Lease renewals (updates), and watches that restart. A full look of each
+    // wake would have read twice: 2 x {wakes} gets.
     let ticks = window.as_secs_f64() / RENEW.as_secs_f64() + 2.0;
     let lists = sent.get("list").copied().unwrap_or(0.0);
     let updates = sent.get("update").copied().unwrap_or(0.0);

@@ -147,7 +147,9 @@ async fn seen<K: ConfigKind>(cfg: &K, ctx: &Context, last: Option<&idle::Looked>
     let generated = last.map_or_else(Vec::new, |l| {
         l.inputs.generated.iter().map(|(n, _)| (n.clone(), targets.get(TargetKind::Crd, n))).collect()
     });
-    let naming = ctx.watched.config_refs.naming(tname);
+    // Who names the target decides the conflict, not what their statuses say.
+    let naming: Vec<(&str, String)> =
+        ctx.watched.config_refs.refs_naming(tname).into_iter().map(|r| (r.kind, r.name)).collect();
     // What the caches say of the servers, as the look's observation reads it (facts.rs): the
     // resolver's answer (a config at rest is settled on it, so the server it names exists),
     // the destination's wiring (its Service, CA, availability; a server made again under

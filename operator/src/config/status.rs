@@ -278,13 +278,18 @@ pub fn requeue(o: &Observed, settled: &Settled<HandoverStatus, Action>, resync: 
     if at_rest(o, settled) { resync } else { UNSETTLED_REQUEUE }
 }
 
-/// Settled on the resolved server, alone on its target, nothing in the way: what only a
-/// change wakes, and the `--resync` timer (config/idle.rs: a timer wake with nothing changed
-/// makes no request).
+/// Nothing can move until an input changes: settled on the resolved server with nothing in
+/// the way, or held back whatever the servers' Leases say (its target missing, or another
+/// config chosen over it). A timer wake of a config at rest with nothing changed makes no
+/// request (config/idle.rs). A move in flight is not at rest: the Leases it waits on are no
+/// input of the idle wake.
 pub fn at_rest(o: &Observed, settled: &Settled<HandoverStatus, Action>) -> bool {
+    if o.target.is_none() || matches!(o.conflict, ConflictStanding::Ignored { .. }) {
+        return true;
+    }
     let compile_failed = o.facts.compiled.is_err();
     let unblocked = o.established && (o.dest_wiring.is_ok() || compile_failed);
-    o.conflict == ConflictStanding::Alone && o.target.is_some() && is_settled(o, settled) && unblocked
+    is_settled(o, settled) && unblocked
 }
 
 #[cfg(test)]
@@ -383,6 +388,7 @@ mod tests {
         assert_eq!(condition(&st, condition::WEBHOOK_SERVER_READY).1, "Available");
         assert_eq!(condition(&st, handover::CONDITION), ("True", "HandoverReady", "served by server a"));
         assert_eq!(requeue(&o, &s, RESYNC), RESYNC);
+        assert!(at_rest(&o, &s));
     }
 
     #[test]
@@ -397,6 +403,7 @@ mod tests {
         assert!(conditions::find(&st.conditions, condition::APPLIED).is_none());
         assert_eq!(st.message.as_deref(), s.state.message.as_deref());
         assert_eq!(requeue(&o, &s, RESYNC), UNSETTLED_REQUEUE);
+        assert!(!at_rest(&o, &s), "a move waits on Leases, which no idle wake compares");
     }
 
     #[test]
@@ -414,6 +421,7 @@ mod tests {
         assert!(msg.contains("create it or fix the config's target name"), "{msg}");
         assert_eq!(condition(&st, handover::CONDITION).1, "AwaitingTarget");
         assert_eq!(requeue(&o, &s, RESYNC), MISSING_TARGET_REQUEUE);
+        assert!(at_rest(&o, &s), "only the target's creation can move it");
         let served =
             ConfigStatus { last_applied_plan_hash: Some("plan-0".into()), ..ConfigStatus::default() };
         assert_eq!(render(Some(&served), cfg(DriftPolicy::default()), &o, &s).phase, Some(Phase::Stale));
@@ -452,6 +460,7 @@ mod tests {
         assert_eq!(condition(&st, condition::TARGET_HEALTHY).1, "NotEstablished");
         assert_eq!(st.message.as_deref(), Some("waiting for the target to be Established"));
         assert_eq!(requeue(&o, &s, RESYNC), UNSETTLED_REQUEUE);
+        assert!(!at_rest(&o, &s));
 
         let mut o = observed();
         o.dest_wiring = Err("ConversionWebhookServer a has no ready replica yet".into());
@@ -554,6 +563,7 @@ mod tests {
         assert_eq!(st.phase, Some(Phase::Invalid));
         assert_eq!(st.message.as_deref(), Some(want));
         assert_eq!(requeue(&o, &s, RESYNC), CONFLICT_REQUEUE);
+        assert!(at_rest(&o, &s), "held back: only the configs naming the target can move it");
 
         // The chosen one proceeds as usual and says what it overrides.
         let mut o = observed();
@@ -565,6 +575,11 @@ mod tests {
         assert_eq!((status, reason), ("True", "ChosenOverAnother"));
         assert!(msg.starts_with("XRDConversionConfig b also names CustomResourceDefinition widgets.example.org; this config is the one served"), "{msg}");
         assert_eq!(requeue(&o, &s, RESYNC), CONFLICT_REQUEUE);
+        assert!(at_rest(&o, &s), "chosen and settled");
+        let mut moving = o.clone();
+        moving.facts.wired_to = Some("b".into());
+        let m = settle(&HandoverStatus { destination: Some("b".into()), ..settled_on_a() }, &moving);
+        assert!(!at_rest(&moving, &m), "chosen and moving");
 
         // Once the other is gone the condition goes too.
         let o = observed();
@@ -618,6 +633,7 @@ mod tests {
         assert_eq!(condition(&st, handover::CONDITION).1, "AwaitingPropagation");
         assert_ne!(st.phase, Some(Phase::Applied));
         assert_eq!(requeue(&lagging, &s, RESYNC), UNSETTLED_REQUEUE);
+        assert!(!at_rest(&lagging, &s));
         assert_eq!(condition(&st, condition::PACKAGE_MANAGED).0, "False");
 
         let done = xrd_observed(true, Some("ConfigurationRevision platform-1a2b"));
