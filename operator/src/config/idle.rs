@@ -15,7 +15,7 @@
 //! which waits on Leases no input here follows, or a blocked destination is looked at whole
 //! on its short timer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
@@ -55,7 +55,37 @@ pub struct Looked {
 /// The last full look of each config at rest, by uid (a config deleted and made again under
 /// its name starts afresh); kept in `Context::memos`.
 #[derive(Clone, Debug, Default)]
-pub struct Memo(pub HashMap<String, Looked>);
+pub struct Memo {
+    looks: HashMap<String, Looked>,
+    /// The size past which [`Memo::remember`] asks which configs are still held.
+    check_at: usize,
+}
+
+/// A memo grows to twice what it held at its last check, plus this, before the entries of
+/// configs no longer held (deleted, or their shard another replica's; a config regained is
+/// looked at again) are dropped: bounded by this replica's share, at an amortized cost.
+const SLACK: usize = 64;
+
+impl Memo {
+    pub fn get(&self, uid: &str) -> Option<&Looked> {
+        self.looks.get(uid)
+    }
+
+    /// Remembers config `uid`'s look; `held` (asked only when the memo has grown past its
+    /// bound) is the uids of the configs this replica's caches hold now.
+    pub fn remember(&mut self, uid: String, looked: Looked, held: impl FnOnce() -> HashSet<String>) {
+        self.looks.insert(uid, looked);
+        if self.looks.len() > self.check_at.max(SLACK) {
+            let held = held();
+            self.looks.retain(|uid, _| held.contains(uid));
+            self.check_at = 2 * self.looks.len() + SLACK;
+        }
+    }
+
+    pub fn forget(&mut self, uid: &str) {
+        self.looks.remove(uid);
+    }
+}
 
 /// What a wake does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +166,39 @@ mod tests {
         assert_eq!(plan(Some(&last), &inputs(), late), Plan::Quiet { requeue: Duration::from_secs(60) });
         assert!(matches!(plan(Some(&last), &inputs(), now + FULL_RESYNC), Plan::Look { .. }));
         assert!(matches!(plan(None, &inputs(), now), Plan::Look { .. }));
+    }
+
+    #[test]
+    fn the_memo_drops_configs_no_longer_held_once_past_its_bound() {
+        let now = Instant::now();
+        let mut memo = Memo::default();
+        let held: HashSet<String> = (0..10).map(|i| format!("held-{i}")).collect();
+        let mut asked = 0;
+        for i in 0..10 {
+            memo.remember(format!("held-{i}"), looked(now), || unreachable!("within the slack"));
+        }
+        // Deleted or moved away: kept until the memo passes the slack, then dropped.
+        for i in 0..(SLACK - 10) {
+            memo.remember(format!("gone-{i}"), looked(now), || unreachable!("within the slack"));
+        }
+        assert_eq!(memo.looks.len(), SLACK);
+        memo.remember("gone-last".into(), looked(now), || {
+            asked += 1;
+            held.clone()
+        });
+        assert_eq!(memo.looks.len(), 10, "only the held configs are left");
+        assert!(held.iter().all(|uid| memo.get(uid).is_some()));
+        // The next check waits for twice what was left plus the slack: amortized.
+        for i in 0..(2 * 10 + SLACK - 10) {
+            memo.remember(format!("later-{i}"), looked(now), || unreachable!("below the next check"));
+        }
+        memo.remember("later-last".into(), looked(now), || {
+            asked += 1;
+            held.clone()
+        });
+        assert_eq!((memo.looks.len(), asked), (10, 2));
+        memo.forget("held-0");
+        assert!(memo.get("held-0").is_none());
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl<K: ConfigKind> Wing for ConfigWing<K> {
 
     async fn apply(cached: &K, ctx: &Context) -> Result<Action> {
         let uid = cached.uid().unwrap_or_default();
-        let last = ctx.memos.with(|m: &mut idle::Memo| m.0.get(&uid).cloned());
+        let last = ctx.memos.with(|m: &mut idle::Memo| m.get(&uid).cloned());
         let seen = seen(cached, ctx, last.as_ref()).await;
         match idle::plan(last.as_ref(), &seen, Instant::now()) {
             idle::Plan::Quiet { requeue } => return Ok(Action::requeue(requeue)),
@@ -80,16 +80,21 @@ impl<K: ConfigKind> Wing for ConfigWing<K> {
         let looked = look(cached, ctx, seen).await;
         // A look that left the config at rest is remembered; any other, or a failure, is
         // not: the next wake looks again.
+        let held = || {
+            let (cccs, xccs) = (ctx.stores.cccs.state(), ctx.stores.xccs.state());
+            let uids = cccs.iter().filter_map(|c| c.uid()).chain(xccs.iter().filter_map(|c| c.uid()));
+            uids.collect::<std::collections::HashSet<String>>()
+        };
         ctx.memos.with(|m: &mut idle::Memo| match &looked {
-            Ok((_, Some(rest))) => m.0.insert(uid, rest.clone()),
-            _ => m.0.remove(&uid),
+            Ok((_, Some(rest))) => m.remember(uid, rest.clone(), held),
+            _ => m.forget(&uid),
         });
         looked.map(|(action, _)| action)
     }
 
     async fn cleanup(cfg: &K, ctx: &Context) -> Result<Action> {
         let uid = cfg.uid().unwrap_or_default();
-        ctx.memos.with(|m: &mut idle::Memo| m.0.remove(&uid));
+        ctx.memos.with(|m: &mut idle::Memo| m.forget(&uid));
         deletion::revert(cfg, ctx).await
     }
 }
