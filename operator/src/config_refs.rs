@@ -8,7 +8,7 @@
 //! reduced as it arrives; a relist (`Init` … `InitDone`) builds the kind's map apart and
 //! swaps it in at its end, as a reflector does.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use kube::ResourceExt;
@@ -31,8 +31,54 @@ pub struct ConfigRefs {
 struct Inner {
     /// By kind, then name.
     live: BTreeMap<&'static str, BTreeMap<String, ConfigRef>>,
+    /// `live` by target name: (kind, name) of the configs naming it. A config's every wake
+    /// asks who names its target; a scan of `live` made that O(configs) each, which at 10,000
+    /// configs kept the replicas busy while idle.
+    by_target: HashMap<String, BTreeSet<(&'static str, String)>>,
     /// A relist in progress, by kind: swapped into `live` at its `InitDone`.
     relist: BTreeMap<&'static str, BTreeMap<String, ConfigRef>>,
+}
+
+impl Inner {
+    fn claim(&mut self, r: &ConfigRef) {
+        self.by_target.entry(r.target.clone()).or_default().insert((r.kind, r.name.clone()));
+    }
+
+    fn unclaim(&mut self, r: &ConfigRef) {
+        if let Some(set) = self.by_target.get_mut(&r.target) {
+            set.remove(&(r.kind, r.name.clone()));
+            if set.is_empty() {
+                self.by_target.remove(&r.target);
+            }
+        }
+    }
+
+    fn insert(&mut self, kind: &'static str, r: ConfigRef) {
+        self.claim(&r);
+        let target = r.target.clone();
+        if let Some(old) = self.live.entry(kind).or_default().insert(r.name.clone(), r)
+            && old.target != target
+        {
+            self.unclaim(&old);
+        }
+    }
+
+    fn remove(&mut self, kind: &'static str, name: &str) {
+        if let Some(old) = self.live.get_mut(kind).and_then(|m| m.remove(name)) {
+            self.unclaim(&old);
+        }
+    }
+
+    /// Kind `kind`'s relist replaces all it had.
+    fn replace(&mut self, kind: &'static str, listed: BTreeMap<String, ConfigRef>) {
+        for old in self.live.remove(kind).unwrap_or_default().into_values() {
+            self.unclaim(&old);
+        }
+        for r in listed.values() {
+            self.claim(r);
+        }
+        self.live.insert(kind, listed);
+    }
 }
 
 impl ConfigRefs {
@@ -48,24 +94,21 @@ impl ConfigRefs {
     }
 
     /// The configs naming `target`, of both kinds: who else claims a config's target
-    /// (config/conflict.rs). One pass over the index, in memory: a reconcile that listed them
+    /// (config/conflict.rs). One lookup in memory: a reconcile that listed them
     /// from the apiserver instead cost it a scan of every config (a field selector on a custom
     /// resource is applied to each object read), which at 10,000 configs timed the apiserver out.
     pub fn refs_naming(&self, target: &str) -> Vec<ConfigRef> {
         let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
-        inner.live.values().flat_map(|m| m.values().filter(|r| r.target == target).cloned()).collect()
+        let Some(claims) = inner.by_target.get(target) else { return Vec::new() };
+        claims.iter().filter_map(|(kind, name)| inner.live.get(kind)?.get(name).cloned()).collect()
     }
 
     /// One event of kind `K`'s watch.
     pub fn apply<K: ConfigKind>(&self, ev: &watcher::Event<K>) {
         let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         match ev {
-            watcher::Event::Apply(c) => {
-                inner.live.entry(K::KIND).or_default().insert(c.name_any(), ConfigRef::of(c));
-            }
-            watcher::Event::Delete(c) => {
-                inner.live.entry(K::KIND).or_default().remove(&c.name_any());
-            }
+            watcher::Event::Apply(c) => inner.insert(K::KIND, ConfigRef::of(c)),
+            watcher::Event::Delete(c) => inner.remove(K::KIND, &c.name_any()),
             watcher::Event::Init => {
                 inner.relist.insert(K::KIND, BTreeMap::new());
             }
@@ -74,7 +117,7 @@ impl ConfigRefs {
             }
             watcher::Event::InitDone => {
                 let listed = inner.relist.remove(K::KIND).unwrap_or_default();
-                inner.live.insert(K::KIND, listed);
+                inner.replace(K::KIND, listed);
                 drop(inner);
                 self.listed.send_modify(|l| {
                     l.insert(K::KIND);
@@ -122,6 +165,45 @@ mod tests {
 
     fn names(refs: &ConfigRefs) -> Vec<(String, Option<String>)> {
         refs.all().into_iter().map(|r| (format!("{}/{}", r.kind, r.name), r.pin)).collect()
+    }
+
+    proptest::proptest! {
+        /// Whatever the events, the configs naming a target are those of `all` naming it.
+        #[test]
+        fn the_configs_naming_a_target_are_those_a_scan_finds(
+            events in proptest::collection::vec((0u8..6, 0u8..4, 0u8..3, proptest::bool::ANY), 0..60)
+        ) {
+            let refs = ConfigRefs::new(2);
+            let target = |t: u8| format!("t{t}.example.org");
+            for (op, name, t, crd) in events {
+                let name = format!("c{name}");
+                match (op, crd) {
+                    (0..=2, true) => refs.apply(&watcher::Event::Apply(ccc(&name, &target(t), None))),
+                    (0..=2, false) => refs.apply(&watcher::Event::Apply(xcc(&name, &target(t)))),
+                    (3, true) => refs.apply(&watcher::Event::Delete(ccc(&name, &target(t), None))),
+                    (3, false) => refs.apply(&watcher::Event::Delete(xcc(&name, &target(t)))),
+                    // A relist of one kind listing one config.
+                    (_, true) => {
+                        refs.apply::<CRDConversionConfig>(&watcher::Event::Init);
+                        refs.apply(&watcher::Event::InitApply(ccc(&name, &target(t), None)));
+                        refs.apply::<CRDConversionConfig>(&watcher::Event::InitDone);
+                    }
+                    (_, false) => {
+                        refs.apply::<XRDConversionConfig>(&watcher::Event::Init);
+                        refs.apply(&watcher::Event::InitApply(xcc(&name, &target(t))));
+                        refs.apply::<XRDConversionConfig>(&watcher::Event::InitDone);
+                    }
+                }
+                for t in 0..3 {
+                    let key = |r: &ConfigRef| (r.kind, r.name.clone());
+                    let mut scan: Vec<_> = refs.all().iter().filter(|r| r.target == target(t)).map(key).collect();
+                    let mut got: Vec<_> = refs.refs_naming(&target(t)).iter().map(key).collect();
+                    scan.sort();
+                    got.sort();
+                    proptest::prop_assert_eq!(got, scan);
+                }
+            }
+        }
     }
 
     #[tokio::test]
