@@ -551,66 +551,68 @@ pub struct RuleWhen {
 #[schemars(transform = crate::schema::params_block_validations)]
 pub struct ConversionRule {
     pub strategy: Strategy,
+    // The 30 params blocks are boxed: a rule sets one, and every config a replica or the
+    // operator watches keeps its rules (unboxed, a rule was ~2 KB, most of it empty blocks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field_rename: Option<PathPair>,
+    pub field_rename: Option<Box<PathPair>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scalar_to_object: Option<ScalarObjectParams>,
+    pub scalar_to_object: Option<Box<ScalarObjectParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object_to_scalar: Option<ScalarObjectParams>,
+    pub object_to_scalar: Option<Box<ScalarObjectParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub singleton_array_to_object: Option<PathPair>,
+    pub singleton_array_to_object: Option<Box<PathPair>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object_to_singleton_array: Option<PathPair>,
+    pub object_to_singleton_array: Option<Box<PathPair>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fields_to_map: Option<FieldsToMapParams>,
+    pub fields_to_map: Option<Box<FieldsToMapParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub map_to_fields: Option<MapToFieldsParams>,
+    pub map_to_fields: Option<Box<MapToFieldsParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to_annotation: Option<ToMetadataParams>,
+    pub to_annotation: Option<Box<ToMetadataParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to_label: Option<ToMetadataParams>,
+    pub to_label: Option<Box<ToMetadataParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_annotation: Option<FromMetadataParams>,
+    pub from_annotation: Option<Box<FromMetadataParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_label: Option<FromLabelParams>,
+    pub from_label: Option<Box<FromLabelParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enum_remap: Option<EnumRemapParams>,
+    pub enum_remap: Option<Box<EnumRemapParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default_value: Option<DefaultValueParams>,
+    pub default_value: Option<Box<DefaultValueParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub constant: Option<ConstantParams>,
+    pub constant: Option<Box<ConstantParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delete: Option<DeleteParams>,
+    pub delete: Option<Box<DeleteParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub json_patch: Option<JsonPatchParams>,
+    pub json_patch: Option<Box<JsonPatchParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub for_each: Option<ForEachParams>,
+    pub for_each: Option<Box<ForEachParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub type_coerce: Option<TypeCoerceParams>,
+    pub type_coerce: Option<Box<TypeCoerceParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scalar_to_fields: Option<ScalarToFieldsParams>,
+    pub scalar_to_fields: Option<Box<ScalarToFieldsParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fields_to_scalar: Option<FieldsToScalarParams>,
+    pub fields_to_scalar: Option<Box<FieldsToScalarParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub array_to_map_by_key: Option<KeyedParams>,
+    pub array_to_map_by_key: Option<Box<KeyedParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub map_to_array_by_key: Option<KeyedParams>,
+    pub map_to_array_by_key: Option<Box<KeyedParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub numeric_scale: Option<NumericScaleParams>,
+    pub numeric_scale: Option<Box<NumericScaleParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub list_join: Option<ListParams>,
+    pub list_join: Option<Box<ListParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub list_split: Option<ListParams>,
+    pub list_split: Option<Box<ListParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quantity: Option<PathPair>,
+    pub quantity: Option<Box<PathPair>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration: Option<PathPair>,
+    pub duration: Option<Box<PathPair>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub map_key_rename: Option<MapKeyRenameParams>,
+    pub map_key_rename: Option<Box<MapKeyRenameParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cel: Option<CelParams>,
+    pub cel: Option<Box<CelParams>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub branch_map: Option<BranchMapParams>,
+    pub branch_map: Option<Box<BranchMapParams>>,
 
     /// Must be true when the rule is lossy in a direction.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -750,40 +752,40 @@ impl ConversionRule {
         }
         let missing = ParamsError::MissingBlock { strategy, field: strategy.params_field() };
         let p = match strategy {
-            Strategy::FieldRename => self.field_rename.as_ref().map(Params::FieldRename),
-            Strategy::ScalarToObject => self.scalar_to_object.as_ref().map(Params::ScalarToObject),
-            Strategy::ObjectToScalar => self.object_to_scalar.as_ref().map(Params::ObjectToScalar),
+            Strategy::FieldRename => self.field_rename.as_deref().map(Params::FieldRename),
+            Strategy::ScalarToObject => self.scalar_to_object.as_deref().map(Params::ScalarToObject),
+            Strategy::ObjectToScalar => self.object_to_scalar.as_deref().map(Params::ObjectToScalar),
             Strategy::SingletonArrayToObject => {
-                self.singleton_array_to_object.as_ref().map(Params::SingletonArrayToObject)
+                self.singleton_array_to_object.as_deref().map(Params::SingletonArrayToObject)
             }
             Strategy::ObjectToSingletonArray => {
-                self.object_to_singleton_array.as_ref().map(Params::ObjectToSingletonArray)
+                self.object_to_singleton_array.as_deref().map(Params::ObjectToSingletonArray)
             }
-            Strategy::FieldsToMap => self.fields_to_map.as_ref().map(Params::FieldsToMap),
-            Strategy::MapToFields => self.map_to_fields.as_ref().map(Params::MapToFields),
-            Strategy::ToAnnotation => self.to_annotation.as_ref().map(Params::ToAnnotation),
-            Strategy::ToLabel => self.to_label.as_ref().map(Params::ToLabel),
-            Strategy::FromAnnotation => self.from_annotation.as_ref().map(Params::FromAnnotation),
-            Strategy::FromLabel => self.from_label.as_ref().map(Params::FromLabel),
-            Strategy::EnumRemap => self.enum_remap.as_ref().map(Params::EnumRemap),
-            Strategy::DefaultValue => self.default_value.as_ref().map(Params::DefaultValue),
-            Strategy::Constant => self.constant.as_ref().map(Params::Constant),
-            Strategy::Delete => self.delete.as_ref().map(Params::Delete),
-            Strategy::JsonPatch => self.json_patch.as_ref().map(Params::JsonPatch),
-            Strategy::ForEach => self.for_each.as_ref().map(Params::ForEach),
-            Strategy::TypeCoerce => self.type_coerce.as_ref().map(Params::TypeCoerce),
-            Strategy::ScalarToFields => self.scalar_to_fields.as_ref().map(Params::ScalarToFields),
-            Strategy::FieldsToScalar => self.fields_to_scalar.as_ref().map(Params::FieldsToScalar),
-            Strategy::ArrayToMapByKey => self.array_to_map_by_key.as_ref().map(Params::ArrayToMapByKey),
-            Strategy::MapToArrayByKey => self.map_to_array_by_key.as_ref().map(Params::MapToArrayByKey),
-            Strategy::NumericScale => self.numeric_scale.as_ref().map(Params::NumericScale),
-            Strategy::ListJoin => self.list_join.as_ref().map(Params::ListJoin),
-            Strategy::ListSplit => self.list_split.as_ref().map(Params::ListSplit),
-            Strategy::Quantity => self.quantity.as_ref().map(Params::Quantity),
-            Strategy::Duration => self.duration.as_ref().map(Params::Duration),
-            Strategy::MapKeyRename => self.map_key_rename.as_ref().map(Params::MapKeyRename),
-            Strategy::Cel => self.cel.as_ref().map(Params::Cel),
-            Strategy::BranchMap => self.branch_map.as_ref().map(Params::BranchMap),
+            Strategy::FieldsToMap => self.fields_to_map.as_deref().map(Params::FieldsToMap),
+            Strategy::MapToFields => self.map_to_fields.as_deref().map(Params::MapToFields),
+            Strategy::ToAnnotation => self.to_annotation.as_deref().map(Params::ToAnnotation),
+            Strategy::ToLabel => self.to_label.as_deref().map(Params::ToLabel),
+            Strategy::FromAnnotation => self.from_annotation.as_deref().map(Params::FromAnnotation),
+            Strategy::FromLabel => self.from_label.as_deref().map(Params::FromLabel),
+            Strategy::EnumRemap => self.enum_remap.as_deref().map(Params::EnumRemap),
+            Strategy::DefaultValue => self.default_value.as_deref().map(Params::DefaultValue),
+            Strategy::Constant => self.constant.as_deref().map(Params::Constant),
+            Strategy::Delete => self.delete.as_deref().map(Params::Delete),
+            Strategy::JsonPatch => self.json_patch.as_deref().map(Params::JsonPatch),
+            Strategy::ForEach => self.for_each.as_deref().map(Params::ForEach),
+            Strategy::TypeCoerce => self.type_coerce.as_deref().map(Params::TypeCoerce),
+            Strategy::ScalarToFields => self.scalar_to_fields.as_deref().map(Params::ScalarToFields),
+            Strategy::FieldsToScalar => self.fields_to_scalar.as_deref().map(Params::FieldsToScalar),
+            Strategy::ArrayToMapByKey => self.array_to_map_by_key.as_deref().map(Params::ArrayToMapByKey),
+            Strategy::MapToArrayByKey => self.map_to_array_by_key.as_deref().map(Params::MapToArrayByKey),
+            Strategy::NumericScale => self.numeric_scale.as_deref().map(Params::NumericScale),
+            Strategy::ListJoin => self.list_join.as_deref().map(Params::ListJoin),
+            Strategy::ListSplit => self.list_split.as_deref().map(Params::ListSplit),
+            Strategy::Quantity => self.quantity.as_deref().map(Params::Quantity),
+            Strategy::Duration => self.duration.as_deref().map(Params::Duration),
+            Strategy::MapKeyRename => self.map_key_rename.as_deref().map(Params::MapKeyRename),
+            Strategy::Cel => self.cel.as_deref().map(Params::Cel),
+            Strategy::BranchMap => self.branch_map.as_deref().map(Params::BranchMap),
         };
         p.ok_or(missing)
     }
@@ -801,6 +803,14 @@ pub struct SpokeVersionRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_keeps_its_params_blocks_boxed() {
+        // Every watched config holds its rules in the operator's and each replica's caches:
+        // a params block added unboxed grows every rule by its size.
+        let size = std::mem::size_of::<ConversionRule>();
+        assert!(size <= 400, "ConversionRule is {size} bytes: box its new params block");
+    }
 
     fn rule(v: serde_json::Value) -> ConversionRule {
         serde_json::from_value(v).unwrap()

@@ -120,9 +120,11 @@ fn params_errors_name_the_block() {
         r.params().unwrap_err().to_string(),
         "strategy FieldRename needs its params block `fieldRename`"
     );
-    r.field_rename = Some(Default::default());
-    r.delete =
-        Some(dco_api::rules::DeleteParams { path: "spec.a".into(), exists_on: dco_api::rules::Side::Hub });
+    r.field_rename = Some(Box::default());
+    r.delete = Some(Box::new(dco_api::rules::DeleteParams {
+        path: "spec.a".into(),
+        exists_on: dco_api::rules::Side::Hub,
+    }));
     assert_eq!(
         r.params().unwrap_err().to_string(),
         "params block `delete` does not belong to strategy FieldRename; remove it"

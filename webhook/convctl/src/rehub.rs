@@ -261,9 +261,9 @@ pub fn invert(r: &ConversionRule) -> Result<ConversionRule, Why> {
             let swapped =
                 dco_api::rules::PathPair { hub_path: p.spoke_path.clone(), spoke_path: p.hub_path.clone() };
             match r.strategy {
-                S::FieldRename => out.field_rename = Some(swapped),
-                S::Quantity => out.quantity = Some(swapped),
-                _ => out.duration = Some(swapped),
+                S::FieldRename => out.field_rename = Some(Box::new(swapped)),
+                S::Quantity => out.quantity = Some(Box::new(swapped)),
+                _ => out.duration = Some(Box::new(swapped)),
             }
         }
         S::SingletonArrayToObject | S::ObjectToSingletonArray => {
@@ -276,10 +276,10 @@ pub fn invert(r: &ConversionRule) -> Result<ConversionRule, Why> {
                 dco_api::rules::PathPair { hub_path: p.spoke_path.clone(), spoke_path: p.hub_path.clone() };
             if r.strategy == S::SingletonArrayToObject {
                 out.strategy = S::ObjectToSingletonArray;
-                out.object_to_singleton_array = Some(swapped);
+                out.object_to_singleton_array = Some(Box::new(swapped));
             } else {
                 out.strategy = S::SingletonArrayToObject;
-                out.singleton_array_to_object = Some(swapped);
+                out.singleton_array_to_object = Some(Box::new(swapped));
             }
         }
         S::ScalarToObject | S::ObjectToScalar => {
@@ -300,65 +300,65 @@ pub fn invert(r: &ConversionRule) -> Result<ConversionRule, Why> {
         S::FieldsToMap => {
             let p = r.fields_to_map.as_ref().ok_or_else(missing)?;
             out.strategy = S::MapToFields;
-            out.map_to_fields = Some(MapToFieldsParams {
+            out.map_to_fields = Some(Box::new(MapToFieldsParams {
                 hub_map_path: p.spoke_map_path.clone(),
                 spoke_paths: p.hub_paths.clone(),
                 key_names: p.key_names.clone(),
                 on_unknown_hub_key: p.on_unknown_spoke_key,
-            });
+            }));
         }
         S::MapToFields => {
             let p = r.map_to_fields.as_ref().ok_or_else(missing)?;
             out.strategy = S::FieldsToMap;
-            out.fields_to_map = Some(FieldsToMapParams {
+            out.fields_to_map = Some(Box::new(FieldsToMapParams {
                 hub_paths: p.spoke_paths.clone(),
                 spoke_map_path: p.hub_map_path.clone(),
                 key_names: p.key_names.clone(),
                 on_unknown_spoke_key: p.on_unknown_hub_key,
-            });
+            }));
         }
         S::ToAnnotation | S::ToLabel => {
             let p = r.to_annotation.as_ref().or(r.to_label.as_ref()).ok_or_else(missing)?;
             if r.strategy == S::ToAnnotation {
                 out.strategy = S::FromAnnotation;
-                out.from_annotation = Some(FromMetadataParams {
+                out.from_annotation = Some(Box::new(FromMetadataParams {
                     spoke_path: p.hub_path.clone(),
                     key: p.key.clone(),
                     serialization: p.serialization,
                     stash_on_reverse: p.restore_on_reverse,
-                });
+                }));
             } else {
                 if p.serialization == Serialization::Json {
                     return Err("ToLabel with serialization JSON has no FromLabel inverse (a JSON text is rarely a valid label value); set serialization: String first".into());
                 }
                 out.strategy = S::FromLabel;
-                out.from_label = Some(FromLabelParams {
+                out.from_label = Some(Box::new(FromLabelParams {
                     spoke_path: p.hub_path.clone(),
                     key: p.key.clone(),
                     serialization: p.serialization,
                     stash_on_reverse: p.restore_on_reverse,
-                });
+                }));
             }
         }
         S::FromAnnotation => {
             let p = r.from_annotation.as_ref().ok_or_else(missing)?;
             out.strategy = S::ToAnnotation;
-            out.to_annotation = Some(ToMetadataParams {
+            out.to_annotation = Some(Box::new(ToMetadataParams {
                 hub_path: p.spoke_path.clone(),
                 key: p.key.clone(),
                 serialization: p.serialization,
                 restore_on_reverse: p.stash_on_reverse,
-            });
+            }));
         }
         S::FromLabel => {
             let p = r.from_label.as_ref().ok_or_else(missing)?;
             out.strategy = S::ToLabel;
-            out.to_label = Some(ToMetadataParams {
+            out.to_label = Some(Box::new(ToMetadataParams {
                 hub_path: p.spoke_path.clone(),
                 key: p.key.clone(),
                 serialization: p.serialization,
                 restore_on_reverse: p.stash_on_reverse,
-            });
+            }));
         }
         S::EnumRemap => {
             let mut p = r.enum_remap.clone().ok_or_else(missing)?;
@@ -423,24 +423,24 @@ pub fn invert(r: &ConversionRule) -> Result<ConversionRule, Why> {
         S::ScalarToFields => {
             let p = r.scalar_to_fields.as_ref().ok_or_else(missing)?;
             out.strategy = S::FieldsToScalar;
-            out.fields_to_scalar = Some(FieldsToScalarParams {
+            out.fields_to_scalar = Some(Box::new(FieldsToScalarParams {
                 hub_fields: p.spoke_fields.clone(),
                 pattern: p.pattern.clone(),
                 spoke_path: p.hub_path.clone(),
                 join_template: p.join_template.clone(),
                 lossless_override: p.lossless_override,
-            });
+            }));
         }
         S::FieldsToScalar => {
             let p = r.fields_to_scalar.as_ref().ok_or_else(missing)?;
             out.strategy = S::ScalarToFields;
-            out.scalar_to_fields = Some(ScalarToFieldsParams {
+            out.scalar_to_fields = Some(Box::new(ScalarToFieldsParams {
                 hub_path: p.spoke_path.clone(),
                 pattern: p.pattern.clone(),
                 spoke_fields: p.hub_fields.clone(),
                 join_template: p.join_template.clone(),
                 lossless_override: p.lossless_override,
-            });
+            }));
         }
         S::ArrayToMapByKey | S::MapToArrayByKey => {
             let p = r.array_to_map_by_key.as_ref().or(r.map_to_array_by_key.as_ref()).ok_or_else(missing)?;

@@ -97,7 +97,7 @@ fn candidates(
             used_hub.insert(p);
             used_spoke.insert(p);
             let mut r = ConversionRule::new(Strategy::TypeCoerce);
-            r.type_coerce = Some(TypeCoerceParams { path: p.to_string(), ..Default::default() });
+            r.type_coerce = Some(Box::new(TypeCoerceParams { path: p.to_string(), ..Default::default() }));
             out.push(r);
         }
     }
@@ -123,7 +123,7 @@ fn candidates(
         used_hub.insert(hp);
         used_spoke.insert(sp);
         let mut r = ConversionRule::new(Strategy::FieldRename);
-        r.field_rename = Some(PathPair { hub_path: hp.to_string(), spoke_path: sp.to_string() });
+        r.field_rename = Some(Box::new(PathPair { hub_path: hp.to_string(), spoke_path: sp.to_string() }));
         out.push(r);
     }
     out
