@@ -13,8 +13,9 @@
 //! JOIN=0 stops after the idle window (no sixth server).
 //!
 //! Not a test: nothing is asserted but that the run completes; it prints what it measured.
-//! Needs debug builds of dco-operator and dco-webhook and a cluster of its own (the script
-//! starts one with the audit log on).
+//! Needs builds of dco-operator and dco-webhook (debug, or release with
+//! `DCO_BIN_PROFILE=release`) and a cluster of its own (the script starts one with the audit
+//! log on).
 
 #[path = "scale/common.rs"]
 mod common;

@@ -189,13 +189,20 @@ pub fn shard_reconciles_in(body: &str, controller: &str) -> std::collections::BT
 }
 
 /// A binary of this workspace's debug build (`target/debug/<name>`), which the end-to-end
-/// tests run as local processes.
+/// tests run as local processes. The benchmarks' scripts set `DCO_BIN_PROFILE=release` to run
+/// `target/release/<name>` instead.
 pub fn workspace_binary(name: &str) -> Result<PathBuf> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target"));
-    let bin = target.join("debug").join(name);
+    let profile = std::env::var("DCO_BIN_PROFILE").unwrap_or_else(|_| "debug".into());
+    let build = match profile.as_str() {
+        "debug" => format!("cargo build -p {name}"),
+        "release" => format!("cargo build --release -p {name}"),
+        other => bail!("DCO_BIN_PROFILE is debug or release, not '{other}'"),
+    };
+    let bin = target.join(&profile).join(name);
     if !bin.exists() {
-        bail!("{} is missing: build it with `cargo build -p {name}`", bin.display());
+        bail!("{} is missing: build it with `{build}`", bin.display());
     }
     Ok(bin)
 }
