@@ -2,6 +2,7 @@
 //! the test's objects, with its metrics on a port of its own and its log under the local
 //! cluster's `logs/`. Killed when dropped, woken first if a test stopped it.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -68,6 +69,17 @@ impl OperatorProcess {
     pub async fn metric(&self, series: &str) -> Result<f64> {
         Ok(metric_value(&self.scrape().await?, series).unwrap_or(0.0))
     }
+}
+
+/// `dco_operator_api_requests_total` summed over answer codes, by verb (of a scrape).
+pub fn requests_by_verb(body: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in body.lines().filter(|l| l.starts_with("dco_operator_api_requests_total{")) {
+        let Some((labels, n)) = line.rsplit_once(' ') else { continue };
+        let Some(verb) = labels.split("verb=\"").nth(1).and_then(|v| v.split('"').next()) else { continue };
+        *out.entry(verb.to_string()).or_default() += n.trim().parse::<f64>().unwrap_or(0.0);
+    }
+    out
 }
 
 impl Drop for OperatorProcess {

@@ -8,7 +8,6 @@
 //! it is woken every 30 s and sends nothing either, and the target's creation wires it, timed.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -18,6 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use dco_tests::operator_process::{OperatorProcess, requests_by_verb};
 use dco_tests::{Manager, TestEnv, wait_for};
 
 const MANAGER: Manager = Manager("dco-idle-configs-test");
@@ -36,56 +36,6 @@ const HEAL_WITHIN: Duration = Duration::from_secs(20);
 /// How soon a created target is wired: a watch round trip, the replicas' next Lease renewal
 /// (`--lease-renew-interval=5s`) naming it, and the looks of a first wiring.
 const CREATED_WITHIN: Duration = Duration::from_secs(60);
-
-/// One dco-operator process, killed on drop.
-struct Operator {
-    child: Child,
-    metrics: String,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(env: &TestEnv, selector: &str) -> Result<Operator> {
-    let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_idle_configs.log", env.ns));
-    let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    let metrics = format!("127.0.0.1:{}", dco_tests::free_port()?);
-    let child = Command::new(dco_tests::workspace_binary("dco-operator")?)
-        .args(["--namespace", &env.ns, "--replica-id", "idle-configs-1", "--selector", selector])
-        .args(["--webhook-listen", "$(POD_IP):9443", "--webhook-arg=--drain-period=5s"])
-        .args(["--webhook-arg=--lease-renew-interval=5s"])
-        .args(["--metrics-listen", &metrics, "--shards", &SHARDS.to_string()])
-        .arg(format!("--resync={}s", RESYNC.as_secs()))
-        .env("KUBECONFIG", &env.cluster.kubeconfig)
-        .env("RUST_LOG", "info,dco_operator::config=debug")
-        .stdout(Stdio::from(out.try_clone()?))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .context("starting dco-operator")?;
-    eprintln!("dco-operator log: {}", log.display());
-    Ok(Operator { child, metrics })
-}
-
-async fn scrape(op: &Operator) -> Result<String> {
-    let (code, body) = dco_tests::http_get(&op.metrics, "/metrics").await?;
-    ensure!(code == 200, "GET {}/metrics: {code}", op.metrics);
-    Ok(body)
-}
-
-/// `dco_operator_api_requests_total` summed over answer codes, by verb.
-fn requests_by_verb(body: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for line in body.lines().filter(|l| l.starts_with("dco_operator_api_requests_total{")) {
-        let Some((labels, n)) = line.rsplit_once(' ') else { continue };
-        let Some(verb) = labels.split("verb=\"").nth(1).and_then(|v| v.split('"').next()) else { continue };
-        *out.entry(verb.to_string()).or_default() += n.trim().parse::<f64>().unwrap_or(0.0);
-    }
-    out
-}
 
 fn config_reconciles(body: &str) -> f64 {
     dco_tests::metric_value(body, "dco_operator_reconciles_total{controller=\"crdconversionconfig\"}")
@@ -108,7 +58,18 @@ async fn an_idle_config_sends_nothing_and_an_edited_target_is_wired_back_at_once
     let label = ("dco-idle-configs-test", t.ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
     dco_tests::install_dco_crds(&t.client, MANAGER.0).await?;
-    let op = start(&t, &selector)?;
+    let (shards, resync) = (SHARDS.to_string(), format!("--resync={}s", RESYNC.as_secs()));
+    let args = [
+        "--webhook-listen",
+        "$(POD_IP):9443",
+        "--webhook-arg=--drain-period=5s",
+        "--webhook-arg=--lease-renew-interval=5s",
+        "--shards",
+        &shards,
+        &resync,
+    ];
+    let vars = [("RUST_LOG", "info,dco_operator::config=debug")];
+    let op = OperatorProcess::start(&t, &selector, "idle-configs-1", &args, &vars)?;
     let server = format!("{}-s", t.ns);
     let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
     let body = json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
@@ -136,7 +97,7 @@ async fn an_idle_config_sends_nothing_and_an_edited_target_is_wired_back_at_once
 
 async fn scenario(
     t: &TestEnv,
-    op: &Operator,
+    op: &OperatorProcess,
     label: (&str, &str),
     server: &str,
     targets: &[String],
@@ -190,11 +151,11 @@ async fn settled(cfgs: &Api<CRDConversionConfig>, cfg: &str) -> Result<bool> {
 }
 
 /// Over `IDLE`, the configs are woken by their timer and send nothing.
-async fn idle_window(op: &Operator, configs: usize) -> Result<()> {
-    let before = scrape(op).await?;
+async fn idle_window(op: &OperatorProcess, configs: usize) -> Result<()> {
+    let before = op.scrape().await?;
     let started = Instant::now();
     tokio::time::sleep(IDLE).await;
-    let after = scrape(op).await?;
+    let after = op.scrape().await?;
     let window = started.elapsed();
     let (b, a) = (requests_by_verb(&before), requests_by_verb(&after));
     let sent: BTreeMap<&str, f64> = a

@@ -7,16 +7,16 @@
 //! deleted by hand, is made again: the Service watch wakes the server and its apply heals it.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use dco_api::{CRDConversionConfig, ConversionWebhookServer, HandoverState};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 
+use dco_tests::operator_process::{OperatorProcess, requests_by_verb};
 use dco_tests::{Manager, TestEnv, wait_for};
 
 const MANAGER: Manager = Manager("dco-idle-test");
@@ -30,55 +30,6 @@ const RENEW: Duration = Duration::from_secs(10);
 /// first could lapse, so several fall in the window.
 const WEBHOOK_LEASE: &str = "--webhook-arg=--lease-duration=15s";
 const IDLE: Duration = Duration::from_secs(45);
-
-/// One dco-operator process, killed on drop.
-struct Operator {
-    child: Child,
-    metrics: String,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(env: &TestEnv, selector: &str) -> Result<Operator> {
-    let log = env.cluster.dir.join("logs").join(format!("dco-operator_{}_idle.log", env.ns));
-    let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    let metrics = format!("127.0.0.1:{}", dco_tests::free_port()?);
-    let child = Command::new(dco_tests::workspace_binary("dco-operator")?)
-        .args(["--namespace", &env.ns, "--replica-id", "idle-1", "--selector", selector])
-        .args(["--webhook-listen", "$(POD_IP):9443", "--webhook-arg=--drain-period=5s"])
-        .args(["--webhook-arg=--lease-renew-interval=5s", WEBHOOK_LEASE])
-        .args(["--metrics-listen", &metrics, "--shards", &SHARDS.to_string()])
-        .env("KUBECONFIG", &env.cluster.kubeconfig)
-        .env("RUST_LOG", "info,dco_operator::server=debug")
-        .stdout(Stdio::from(out.try_clone()?))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .context("starting dco-operator")?;
-    eprintln!("dco-operator log: {}", log.display());
-    Ok(Operator { child, metrics })
-}
-
-async fn scrape(op: &Operator) -> Result<String> {
-    let (code, body) = dco_tests::http_get(&op.metrics, "/metrics").await?;
-    ensure!(code == 200, "GET {}/metrics: {code}", op.metrics);
-    Ok(body)
-}
-
-/// `dco_operator_api_requests_total` summed over answer codes, by verb.
-fn requests_by_verb(body: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for line in body.lines().filter(|l| l.starts_with("dco_operator_api_requests_total{")) {
-        let Some((labels, n)) = line.rsplit_once(' ') else { continue };
-        let Some(verb) = labels.split("verb=\"").nth(1).and_then(|v| v.split('"').next()) else { continue };
-        *out.entry(verb.to_string()).or_default() += n.trim().parse::<f64>().unwrap_or(0.0);
-    }
-    out
-}
 
 /// Pinned to the test's server, which is no default: the replicas of a default server would
 /// also serve the unpinned configs other tests on the shared cluster make, and their changes
@@ -98,7 +49,18 @@ async fn an_idle_server_costs_only_watches_and_lease_renewals_and_a_deleted_serv
     let label = ("dco-idle-test", t.ns.as_str());
     let selector = format!("{}={}", label.0, label.1);
     dco_tests::install_dco_crds(&t.client, MANAGER.0).await?;
-    let op = start(&t, &selector)?;
+    let shards = SHARDS.to_string();
+    let args = [
+        "--webhook-listen",
+        "$(POD_IP):9443",
+        "--webhook-arg=--drain-period=5s",
+        "--webhook-arg=--lease-renew-interval=5s",
+        WEBHOOK_LEASE,
+        "--shards",
+        &shards,
+    ];
+    let vars = [("RUST_LOG", "info,dco_operator::server=debug")];
+    let op = OperatorProcess::start(&t, &selector, "idle-1", &args, &vars)?;
     let server = format!("{}-s", t.ns);
     let servers: Api<ConversionWebhookServer> = Api::all(t.client.clone());
     let body = json!({"apiVersion": "conversion.dco.rs/v1alpha1", "kind": "ConversionWebhookServer",
@@ -124,7 +86,7 @@ async fn an_idle_server_costs_only_watches_and_lease_renewals_and_a_deleted_serv
 
 async fn scenario(
     t: &TestEnv,
-    op: &Operator,
+    op: &OperatorProcess,
     label: (&str, &str),
     server: &str,
     targets: &[String],
@@ -159,10 +121,10 @@ async fn scenario(
         dco_tests::metric_value(body, "dco_operator_reconciles_total{controller=\"conversionwebhookserver\"}")
             .unwrap_or(0.0)
     };
-    let before = scrape(op).await?;
+    let before = op.scrape().await?;
     let started = Instant::now();
     tokio::time::sleep(IDLE).await;
-    let after = scrape(op).await?;
+    let after = op.scrape().await?;
     let window = started.elapsed();
     let (b, a) = (requests_by_verb(&before), requests_by_verb(&after));
     let sent: BTreeMap<&str, f64> = a

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use dco_tests::crossplane::Crossplane;
 use dco_tests::crossplane_world::{MANAGER, XRDS, XpWorld, xrd_resource};
-use dco_tests::operator_process::OperatorProcess;
+use dco_tests::operator_process::{OperatorProcess, requests_by_verb};
 use dco_tests::{ClusterScoped, TestEnv, wait_for};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::Value;
@@ -32,17 +32,6 @@ const IDLE: Duration = Duration::from_secs(30);
 /// through `v1`).
 const XRD: usize = 2;
 const HEAL_WITHIN: Duration = Duration::from_secs(30);
-
-/// `dco_operator_api_requests_total` summed over answer codes, by verb.
-fn requests_by_verb(body: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for line in body.lines().filter(|l| l.starts_with("dco_operator_api_requests_total{")) {
-        let Some((labels, n)) = line.rsplit_once(' ') else { continue };
-        let Some(verb) = labels.split("verb=\"").nth(1).and_then(|v| v.split('"').next()) else { continue };
-        *out.entry(verb.to_string()).or_default() += n.trim().parse::<f64>().unwrap_or(0.0);
-    }
-    out
-}
 
 #[tokio::test]
 async fn an_idle_xrd_config_sends_nothing_and_a_package_rewrite_is_wired_back() -> Result<()> {
